@@ -1,0 +1,183 @@
+"""The four questions of a drill, answered from its timeline.
+
+For the first fault injected in a scenario: when was the worker deemed lost, when did the
+old replica stop, when were new replicas ready, and from which checkpoint, step and data
+position did training continue. From those: detection time, recovery time, recomputed
+steps. Times are monotonic seconds on the timeline's clock; :meth:`Answers.to_json` adds
+wall-clock ISO times and seconds since injection.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from faultdrill.events import Event
+from faultdrill.timeline import Incarnation, Timeline
+
+__all__ = ["LOST_KINDS", "Answers", "answer_questions", "injections", "wall_offset"]
+
+#: Platform event kinds that mean "the platform has noticed a replica is gone".
+#: Adapters for other schedulers emit the generic ``replica_lost``/``node_lost``.
+LOST_KINDS = frozenset(
+    {
+        "worker_group_failed",
+        "worker_failed",
+        "membership_change",
+        "replica_lost",
+        "node_lost",
+        "rdzv_timeout",
+        "rdzv_connection_error",
+        "rdzv_closed",
+    }
+)
+
+
+def wall_offset(tl: Timeline) -> float:
+    """wall = mono + offset, estimated from every event's pair of readings."""
+    diffs = [e.ts - e.mono for e in tl.events[:500]]
+    return statistics.median(diffs) if diffs else 0.0
+
+
+def injections(tl: Timeline) -> list[Event]:
+    return tl.of("fault", "injected")
+
+
+@dataclass(frozen=True)
+class Answers:
+    injected_at: float | None
+    worker_lost_at: float | None
+    worker_lost_by: str
+    old_replica_stopped_at: float | None
+    old_replica_note: str
+    new_replicas_ready_at: float | None
+    first_step_after_at: float | None
+    resumed_from: dict[str, Any] | None
+    old_incarnation: int | None
+    new_incarnation: int | None
+    recomputed_steps: int | None
+    offset: float
+
+    @property
+    def detect_s(self) -> float | None:
+        return _delta(self.injected_at, self.worker_lost_at)
+
+    @property
+    def recover_s(self) -> float | None:
+        return _delta(self.injected_at, self.first_step_after_at)
+
+    @property
+    def ready_s(self) -> float | None:
+        return _delta(self.injected_at, self.new_replicas_ready_at)
+
+    def when(self, mono: float | None) -> dict[str, Any] | None:
+        if mono is None:
+            return None
+        wall = dt.datetime.fromtimestamp(mono + self.offset, tz=dt.timezone.utc)
+        return {
+            "wall": wall.isoformat(timespec="milliseconds"),
+            "mono": round(mono, 4),
+            "since_injection_s": _delta(self.injected_at, mono),
+        }
+
+    def questions_json(self) -> dict[str, Any]:
+        return {
+            "worker_lost_at": self.when(self.worker_lost_at),
+            "worker_lost_by": self.worker_lost_by,
+            "old_replica_stopped_at": self.when(self.old_replica_stopped_at),
+            "old_replica_note": self.old_replica_note,
+            "new_replicas_ready_at": self.when(self.new_replicas_ready_at),
+            "first_step_after_at": self.when(self.first_step_after_at),
+            "resumed_from": self.resumed_from,
+        }
+
+    def times_json(self) -> dict[str, Any]:
+        return {
+            "detect_s": self.detect_s,
+            "recover_s": self.recover_s,
+            "ready_s": self.ready_s,
+            "recomputed_steps": self.recomputed_steps,
+        }
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(b - a, 3)
+
+
+def answer_questions(tl: Timeline) -> Answers:
+    inj = injections(tl)
+    offset = wall_offset(tl)
+    t0 = inj[0].mono if inj else None
+    if t0 is None:
+        return Answers(
+            None,
+            None,
+            "no fault was injected",
+            None,
+            "",
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            offset,
+        )
+    lost = next(
+        (e for e in tl.events if e.mono >= t0 and e.src == "platform" and e.kind in LOST_KINDS),
+        None,
+    )
+    old = tl.incarnation_at(t0)
+    new = tl.incarnation_after(t0)
+    stopped, note = _old_stopped(tl, old)
+    resumed = None
+    if new is not None and new.load is not None:
+        ld = new.load
+        if ld.kind == "ckpt_load":
+            resumed = {
+                "checkpoint": ld.get("id"),
+                "step": ld.get("step"),
+                "data_position": ld.get("data_position"),
+                "verified": ld.get("verified"),
+            }
+        else:
+            resumed = {"checkpoint": None, "step": 0, "data_position": 0, "verified": None}
+    recomputed = None
+    if old is not None and new is not None and new.resume_step is not None:
+        # Only steps the old generation made before its successor started count: a stale
+        # replica stepping on afterwards is a resource finding, not recomputation.
+        st = tl.steps
+        before = (st.inc == old.index) & (st.mono < new.started_mono)
+        if before.any():
+            recomputed = max(0, int(st.step[before].max()) - new.resume_step)
+    by = f"{lost.kind} on {lost.get('node', '?')}" if lost else "no platform event after injection"
+    return Answers(
+        injected_at=t0,
+        worker_lost_at=lost.mono if lost else None,
+        worker_lost_by=by,
+        old_replica_stopped_at=stopped,
+        old_replica_note=note,
+        new_replicas_ready_at=new.ready_mono if new else None,
+        first_step_after_at=new.first_step_mono if new else None,
+        resumed_from=resumed,
+        old_incarnation=old.index if old else None,
+        new_incarnation=new.index if new else None,
+        recomputed_steps=recomputed,
+        offset=offset,
+    )
+
+
+def _old_stopped(tl: Timeline, old: Incarnation | None) -> tuple[float | None, str]:
+    if old is None:
+        return None, "no incarnation was running at injection"
+    lives = [p for p in tl.procs if p.pid in old.members]
+    if not lives:
+        return None, "the process sampler did not see the old replicas"
+    alive = [p.pid for p in lives if p.gone_mono is None]
+    if alive:
+        return None, f"old replica pid(s) {alive} still alive when observation ended"
+    missing = set(old.members) - {p.pid for p in lives}
+    note = f"pids {sorted(missing)} never sampled" if missing else ""
+    return max(p.gone_mono for p in lives if p.gone_mono is not None), note

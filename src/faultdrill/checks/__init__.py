@@ -1,0 +1,24 @@
+"""Checks, one module per kind of evidence; importing this package registers them all."""
+
+from faultdrill.checks import expectation, progress, resources, results  # noqa: F401
+from faultdrill.checks.api import (
+    CATEGORIES,
+    CHECKS,
+    CheckContext,
+    EvidenceResult,
+    Finding,
+    Verdict,
+    combine,
+    run_checks,
+)
+
+__all__ = [
+    "CATEGORIES",
+    "CHECKS",
+    "CheckContext",
+    "EvidenceResult",
+    "Finding",
+    "Verdict",
+    "combine",
+    "run_checks",
+]

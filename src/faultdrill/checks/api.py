@@ -1,0 +1,158 @@
+"""The check seam: a check is a pure function from a timeline (and the plan) to findings.
+
+* A *finding* is one judgement: the check's name, a verdict, a message a person can act on,
+  and flat data.
+* Verdicts combine worst-first: ``fail`` > ``retest`` > ``pass``. ``retest`` means "we cannot
+  tell": missing data, a chain that breaks, a check that raised. It is never a pass.
+* A check that returns nothing is treated as ``retest`` (it proved nothing); one that raises
+  yields ``retest`` naming the exception.
+
+Checks are registered by name with a category: ``progress``, ``resources`` or ``results``
+(the three kinds of evidence a recovery needs), or ``expectation`` (did the scenario end the
+way the plan expected).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from faultdrill.errors import DrillError
+
+if TYPE_CHECKING:
+    from faultdrill.plan import Control, Plan, Scenario
+    from faultdrill.reference import Reference
+    from faultdrill.timeline import Timeline
+
+__all__ = [
+    "CATEGORIES",
+    "CHECKS",
+    "CheckContext",
+    "EvidenceResult",
+    "Finding",
+    "Verdict",
+    "check",
+    "combine",
+    "run_checks",
+]
+
+CATEGORIES = ("progress", "resources", "results", "expectation")
+
+
+class Verdict(str, Enum):
+    PASS = "pass"
+    RETEST = "retest"
+    FAIL = "fail"
+
+    @property
+    def rank(self) -> int:
+        return {"pass": 0, "retest": 1, "fail": 2}[self.value]
+
+
+def combine(verdicts: list[Verdict]) -> Verdict:
+    """Worst first; nothing to combine is ``retest`` (no evidence is not a pass)."""
+    if not verdicts:
+        return Verdict.RETEST
+    return max(verdicts, key=lambda v: v.rank)
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    verdict: Verdict
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "check": self.check,
+            "verdict": self.verdict.value,
+            "message": self.message,
+        }
+        if self.data:
+            out["data"] = self.data
+        return out
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """The inputs of every check: a timeline, the plan, what was drilled, the baseline."""
+
+    timeline: Timeline
+    plan: Plan
+    item: Scenario | Control | None  # None: the baseline run itself
+    reference: Reference | None
+
+    def finding(self, check: str, verdict: Verdict, message: str, **data: Any) -> Finding:
+        return Finding(check, verdict, message, data)
+
+
+CheckFn = Callable[[CheckContext], list[Finding]]
+
+
+@dataclass(frozen=True)
+class _Registered:
+    name: str
+    category: str
+    fn: CheckFn
+    doc: str
+
+
+CHECKS: dict[str, _Registered] = {}
+
+
+def check(name: str, category: str) -> Callable[[CheckFn], CheckFn]:
+    """Register a check under ``name`` (``<category>.<what>``); duplicates are refused."""
+    if category not in CATEGORIES:
+        raise DrillError(f"unknown check category {category!r}")
+
+    def wrap(fn: CheckFn) -> CheckFn:
+        if name in CHECKS:
+            raise DrillError(f"check {name!r} registered twice")
+        CHECKS[name] = _Registered(name, category, fn, (fn.__doc__ or "").strip())
+        return fn
+
+    return wrap
+
+
+@dataclass
+class EvidenceResult:
+    category: str
+    findings: list[Finding]
+
+    @property
+    def verdict(self) -> Verdict:
+        return combine([f.verdict for f in self.findings])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict.value, "findings": [f.to_json() for f in self.findings]}
+
+
+def run_one(name: str, ctx: CheckContext) -> list[Finding]:
+    reg = CHECKS[name]
+    try:
+        found = list(reg.fn(ctx))
+    except Exception as exc:  # a crashing check must never read as a pass
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return [
+            Finding(
+                name,
+                Verdict.RETEST,
+                f"check raised {type(exc).__name__}: {exc} "
+                f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})",
+            )
+        ]
+    if not found:
+        return [Finding(name, Verdict.RETEST, "check produced no finding")]
+    return found
+
+
+def run_checks(ctx: CheckContext) -> dict[str, EvidenceResult]:
+    """Every registered check, grouped by category (all four categories always present)."""
+    out = {cat: EvidenceResult(cat, []) for cat in CATEGORIES}
+    for name, reg in CHECKS.items():
+        out[reg.category].findings.extend(run_one(name, ctx))
+    return out

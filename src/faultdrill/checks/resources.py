@@ -1,0 +1,183 @@
+"""Resource evidence: old replicas stopped, never two live processes for one rank, and
+nothing of the job left behind (processes, listening ports, temp dirs, mounts)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from faultdrill.checks.api import CheckContext, Finding, Verdict, check
+
+P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
+
+
+@check("resources.no-stale-replica", "resources")
+def no_stale_replica(ctx: CheckContext) -> list[Finding]:
+    """Once a new incarnation has made progress, no process of an older one is alive and
+    no older replica emits steps."""
+    tl, name = ctx.timeline, "resources.no-stale-replica"
+    workers = [p for p in tl.procs if p.role == "worker"]
+    if not workers:
+        return [ctx.finding(name, R, "the process table was not sampled (no worker seen)")]
+    out = []
+    pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
+    for inc in tl.incarnations[1:]:
+        t = inc.first_step_mono
+        if t is None:
+            continue
+        stale = []
+        for p in workers:
+            owner = pid_inc.get(p.pid)
+            older = owner < inc.index if owner is not None else p.seen_mono < inc.started_mono
+            if older and p.last_seen_mono >= t:
+                stale.append(p)
+        if stale:
+            desc = ", ".join(
+                f"pid {p.pid} (rank {p.rank}, node {p.node}, "
+                f"alive {p.last_seen_mono - t:.1f} s after)"
+                for p in stale[:4]
+            )
+            out.append(
+                ctx.finding(
+                    name,
+                    F,
+                    f"{len(stale)} process(es) of an older incarnation still alive after "
+                    f"incarnation {inc.index} made progress: {desc}",
+                    inc=inc.index,
+                    pids=[p.pid for p in stale],
+                )
+            )
+        st = tl.steps
+        late = (st.inc >= 0) & (st.inc < inc.index) & (st.mono > t)
+        if late.any():
+            i = int(np.flatnonzero(late)[0])
+            out.append(
+                ctx.finding(
+                    name,
+                    F,
+                    f"{int(late.sum())} step(s) emitted by an older incarnation after "
+                    f"incarnation {inc.index} started making progress (split brain); first: "
+                    f"pid {int(st.pid[i])} rank {int(st.rank[i])} step {int(st.step[i])}",
+                    inc=inc.index,
+                )
+            )
+    if not out:
+        n = len(tl.incarnations) - 1
+        out.append(
+            ctx.finding(
+                name,
+                P,
+                f"{n} restart(s); every older replica was gone before its successor made progress"
+                if n
+                else "no restart; no replica was superseded",
+            )
+        )
+    return out
+
+
+@check("resources.no-duplicate-rank", "resources")
+def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
+    """Never two live processes holding the same rank while training makes progress."""
+    tl, name = ctx.timeline, "resources.no-duplicate-rank"
+    out = []
+    for inc in tl.incarnations:
+        dupes = inc.duplicate_ranks()
+        if dupes:
+            r, pids = next(iter(dupes.items()))
+            out.append(
+                ctx.finding(
+                    name,
+                    F,
+                    f"incarnation {inc.index}: rank {r} announced by "
+                    f"{len(pids)} processes (pids {pids})",
+                    inc=inc.index,
+                )
+            )
+    workers = [p for p in tl.procs if p.role == "worker" and p.rank is not None]
+    if not workers and not out:
+        return [
+            ctx.finding(
+                name,
+                R,
+                "the process table was not sampled (no worker seen): "
+                "cannot tell whether two processes held one rank",
+            )
+        ]
+    step_times = np.sort(tl.steps.mono)
+    by_rank: dict[int, list] = {}
+    for p in workers:
+        by_rank.setdefault(int(p.rank or 0), []).append(p)
+    for rank, lives in sorted(by_rank.items()):
+        lives.sort(key=lambda p: p.seen_mono)
+        for i, a in enumerate(lives):
+            for b in lives[i + 1 :]:
+                lo, hi = max(a.seen_mono, b.seen_mono), min(a.last_seen_mono, b.last_seen_mono)
+                if lo > hi:
+                    continue
+                busy = np.searchsorted(step_times, hi, "right") - np.searchsorted(step_times, lo)
+                if busy > 0:
+                    out.append(
+                        ctx.finding(
+                            name,
+                            F,
+                            f"rank {rank} held by pids {a.pid} (node {a.node}) and "
+                            f"{b.pid} (node {b.node}) at once for {hi - lo:.1f} s while training "
+                            "made progress",
+                            rank=rank,
+                            pids=[a.pid, b.pid],
+                        )
+                    )
+    if not out:
+        out.append(
+            ctx.finding(
+                name,
+                P,
+                "every rank was held by one live process at a time while training made progress",
+            )
+        )
+    return out
+
+
+@check("resources.released-at-end", "resources")
+def released_at_end(ctx: CheckContext) -> list[Finding]:
+    """After the job ended, none of its processes, listening ports or temp dirs remain."""
+    tl, name = ctx.timeline, "resources.released-at-end"
+    finals = tl.of("harness", "procs_final")
+    if not finals:
+        return [ctx.finding(name, R, "no end-of-job resource snapshot was recorded")]
+    snap = finals[0]
+    out = []
+    alive = snap.get("alive") or []
+    if alive:
+        desc = ", ".join(
+            f"pid {p.get('pid')} ({p.get('role')}, rank {p.get('rank')}, node {p.get('node')})"
+            for p in alive[:4]
+        )
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                f"{len(alive)} process(es) of the job still alive "
+                f"{snap.get('settle_s', 0)} s after it ended: {desc}",
+                pids=[p.get("pid") for p in alive],
+            )
+        )
+    ports = snap.get("ports") or []
+    if ports:
+        out.append(ctx.finding(name, F, f"listening port(s) still held: {ports}", ports=ports))
+    leftovers = snap.get("leftovers") or []
+    if leftovers:
+        out.append(
+            ctx.finding(
+                name, F, f"left behind: {', '.join(map(str, leftovers[:5]))}", leftovers=leftovers
+            )
+        )
+    if not out:
+        out.append(
+            ctx.finding(
+                name,
+                P,
+                "no process, listening port or temp dir of the job "
+                f"left {snap.get('settle_s', 0)} s after it ended",
+            )
+        )
+    return out

@@ -1,0 +1,514 @@
+"""The drill engine: runs the baseline, the scenarios round by round, and the controls.
+
+Running and judging are separate (as in Jepsen's run/analyze): :func:`execute_item` only
+launches the job, watches it, injects the fault at its trigger, enforces the stop
+conditions, and records everything as events under the item's directory; judging is
+:mod:`faultdrill.evaluate`, which can be re-run offline on the recorded directory
+(``faultdrill check RUN_DIR``).
+
+Whatever happens (normal end, stop condition, exception, SIGINT/SIGTERM/SIGHUP), the
+``finally`` path reverts the fault, stops the job (TERM, bounded wait, KILL), tears the
+platform down and replays the ledger; a hard crash of the harness leaves the ledger listed
+in the state directory for ``faultdrill cleanup``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform as pyplatform
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+
+from faultdrill import __version__
+from faultdrill.errors import DrillError, FaultError
+from faultdrill.events import EventSink, read_jsonl
+from faultdrill.faults.api import Fault, FaultContext, make_fault
+from faultdrill.inventory import take_inventory
+from faultdrill.ledger import Ledger
+from faultdrill.plan import Control, Plan, Scenario, StopConditions, Trigger
+from faultdrill.platforms import PLATFORMS
+from faultdrill.platforms.api import JobSpec, JobState, Platform
+from faultdrill.sampler import ProcessSampler, end_snapshot
+from faultdrill.timeline import Timeline
+
+__all__ = [
+    "REFERENCE_WORKLOAD",
+    "DrillInterrupted",
+    "ItemKind",
+    "Reporter",
+    "execute_item",
+    "item_dir",
+    "signal_guard",
+]
+
+REFERENCE_WORKLOAD = "faultdrill.workloads.lm"
+ItemKind = str  # "baseline" | "scenario" | "control"
+Reporter = Callable[[str, str], None]  # (item id, status line)
+
+
+class DrillInterrupted(BaseException):
+    """A signal asked the harness to stop. BaseException so no handler swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class signal_guard:  # noqa: N801  (used as a context manager, reads as a statement)
+    """Turn SIGINT/SIGTERM/SIGHUP into DrillInterrupted in the main thread, once; while the
+    cleanup that follows runs, further signals are noted and ignored."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self._old: dict[int, Any] = {}
+        self.fired = False
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.fired:
+            return
+        self.fired = True
+        raise DrillInterrupted(signum)
+
+    def __enter__(self) -> signal_guard:
+        for s in self.SIGNALS:
+            self._old[s] = signal.signal(s, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+
+
+def item_dir(run_dir: Path, kind: ItemKind, item_id: str) -> Path:
+    if kind == "baseline":
+        return run_dir / "baseline"
+    return run_dir / ("scenarios" if kind == "scenario" else "controls") / item_id
+
+
+# --- watching the job ------------------------------------------------------------------
+
+
+@dataclass
+class _Watch:
+    """What the engine knows of the job's progress, from tailing the probe files."""
+
+    events_dir: Path
+    offsets: dict[Path, int] = field(default_factory=dict)
+    max_step: int = 0
+    saves: int = 0
+    first_step_mono: float | None = None
+    last_progress_mono: float | None = None
+    nonfinite: str | None = None
+    ranks_seen: set[int] = field(default_factory=set)
+
+    def poll(self) -> None:
+        for path in self.events_dir.glob("probe-rank*.jsonl"):
+            off = self.offsets.get(path, 0)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(off)
+                    chunk = f.read()
+            except OSError:
+                continue
+            end = chunk.rfind(b"\n")
+            if end < 0:
+                continue
+            self.offsets[path] = off + end + 1
+            for raw in chunk[: end + 1].splitlines():
+                try:
+                    ev = json.loads(raw)
+                except ValueError:
+                    continue
+                self._see(ev)
+
+    def _see(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("kind")
+        if kind == "step":
+            step = int(ev.get("step", 0))
+            now = float(ev.get("mono", time.monotonic()))
+            if self.first_step_mono is None:
+                self.first_step_mono = now
+            if step > self.max_step:
+                self.max_step = step
+            self.last_progress_mono = max(self.last_progress_mono or now, now)
+            loss = ev.get("loss")
+            if isinstance(loss, float) and not math.isfinite(loss) and self.nonfinite is None:
+                self.nonfinite = f"rank {ev.get('rank')} step {step} loss {loss}"
+        elif kind == "ckpt_save":
+            self.saves += 1
+        elif kind == "run_start":
+            self.ranks_seen.add(int(ev.get("rank", 0)))
+
+    def triggered(self, trig: Trigger, now: float) -> bool:
+        if trig.at_step is not None:
+            return self.max_step >= trig.at_step
+        if trig.after_checkpoint is not None:
+            return self.saves >= trig.after_checkpoint
+        assert trig.after_s is not None
+        return self.first_step_mono is not None and now - self.first_step_mono >= trig.after_s
+
+
+def _stop_reason(
+    watch: _Watch, stop: StopConditions, started: float, now: float
+) -> tuple[str, str] | None:
+    if now - started > stop.max_wall_s:
+        return "max_wall_s", f"scenario ran {now - started:.0f} s > {stop.max_wall_s:g} s"
+    since = watch.last_progress_mono or started
+    if now - since > stop.max_no_progress_s:
+        return (
+            "max_no_progress_s",
+            f"no new step for {now - since:.0f} s > {stop.max_no_progress_s:g} s "
+            f"(last step {watch.max_step})",
+        )
+    if stop.stop_on_nonfinite_loss and watch.nonfinite:
+        return "nonfinite_loss", watch.nonfinite
+    return None
+
+
+# --- job construction ------------------------------------------------------------------
+
+
+def _workload_config(plan: Plan, item: Scenario | Control | None, ckpt_dir: Path) -> dict[str, Any]:
+    cfg = dict(plan.task.workload)
+    if isinstance(item, Control):
+        cfg.update(item.workload)
+    if plan.task.entrypoint.module == REFERENCE_WORKLOAD:
+        cfg.update(
+            ckpt_dir=str(ckpt_dir),
+            ckpt_every=plan.checkpoint.every_steps,
+            ckpt_keep=plan.checkpoint.keep,
+            gloo_timeout_s=plan.resources.timeouts.gloo_s,
+        )
+        cfg.setdefault("seed", plan.seeds.get("global", 0))
+    return cfg
+
+
+def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: str) -> JobSpec:
+    ckpt_dir = work / plan.checkpoint.dir
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    events_dir = work / "events"
+    wl_path = work / "workload.json"
+    wl_path.write_text(json.dumps(_workload_config(plan, item, ckpt_dir), indent=2) + "\n")
+    ep = plan.task.entrypoint
+    args = list(ep.args)
+    if ep.module == REFERENCE_WORKLOAD and not args:
+        args = ["--workload-config={workload_config}"]
+    subst = {
+        "run_dir": str(work),
+        "ckpt_dir": str(ckpt_dir),
+        "events_dir": str(events_dir),
+        "workload_config": str(wl_path),
+    }
+    try:
+        args = [a.format(**subst) for a in args]
+    except (KeyError, IndexError, ValueError) as exc:
+        raise DrillError(
+            f"task.entrypoint.args: unknown placeholder {exc}; use one of "
+            f"{', '.join('{' + k + '}' for k in subst)}"
+        ) from exc
+    argv = ["-m", ep.module, *args] if ep.module else [str(ep.script), *args]
+    env = dict(plan.task.env)
+    if isinstance(item, Control):
+        env.update(item.env)
+    env.update(
+        FAULTDRILL_CKPT_DIR=str(ckpt_dir),
+        FAULTDRILL_CKPT_EVERY=str(plan.checkpoint.every_steps),
+        FAULTDRILL_CKPT_KEEP=str(plan.checkpoint.keep),
+        FAULTDRILL_SEED=str(plan.seeds.get("global", 0)),
+    )
+    res = plan.resources
+    return JobSpec(
+        run_id=run_id,
+        task_id=plan.task.id,
+        argv=argv,
+        env=env,
+        nodes=[f"n{i}" for i in range(1, res.nodes + 1)],
+        procs_per_node=res.procs_per_node,
+        min_nodes=res.min_nodes or res.nodes,
+        max_nodes=res.nodes,
+        max_restarts=res.max_restarts,
+        work_dir=work,
+        events_dir=events_dir,
+    )
+
+
+def environment_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "faultdrill": __version__,
+        "python": pyplatform.python_version(),
+        "host": socket.gethostname(),
+        "kernel": pyplatform.release(),
+        "machine": pyplatform.machine(),
+        "cpus": os.cpu_count(),
+        "root": os.geteuid() == 0,
+    }
+    try:
+        from importlib.metadata import version
+
+        facts["torch"] = version("torch")
+    except Exception:  # torch missing is a fact, not an error
+        facts["torch"] = None
+    return facts
+
+
+# --- one item --------------------------------------------------------------------------
+
+
+def execute_item(
+    plan: Plan,
+    kind: ItemKind,
+    item: Scenario | Control | None,
+    run_dir: Path,
+    report: Reporter = lambda _i, _s: None,
+) -> Path:
+    """Run the baseline, one scenario or one control; returns its directory.
+
+    Raises DrillInterrupted (after cleaning up) when a signal arrived, and DrillError when
+    the platform could not even start; every other outcome is recorded as events.
+    """
+    item_id = "baseline" if item is None else item.id
+    work = item_dir(run_dir, kind, item_id)
+    if work.exists() and any(work.iterdir()):
+        raise DrillError(f"{work} already holds a drill; use a new --out directory")
+    work.mkdir(parents=True, exist_ok=True)
+    run_id = f"{plan.task.id}-{item_id}-{uuid.uuid4().hex[:8]}"
+    sink = EventSink(work / "events", plan.task.id)
+    ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
+    ledger.activate()
+    platform: Platform = PLATFORMS[plan.resources.platform](plan.resources, work, ledger, sink)
+    stop = plan.stop_for(item.stop) if item is not None else plan.stop
+    fault: Fault | None = make_fault(item.fault) if item is not None else None
+    ctx = FaultContext(platform=platform, ledger=ledger, sink=sink, scenario_id=item_id)
+    sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
+    sink.emit(
+        "harness",
+        "item_start",
+        item=item_id,
+        item_kind=kind,
+        run_id=run_id,
+        plan_digest=plan.digest(),
+        environment=environment_facts(),
+        stop=stop.model_dump(),
+    )
+    outcome = "unknown"
+    natural_end = False
+    try:
+        with signal_guard():
+            try:
+                platform.prepare()
+                job = build_job(plan, item, work, run_id)
+                platform.submit(job)
+                sampler.start()
+                outcome, natural_end = _watch_job(
+                    plan, kind, item, fault, ctx, platform, stop, work, report
+                )
+                if natural_end:
+                    time.sleep(plan.observation.settle_s)
+                    sink.emit(
+                        "harness",
+                        "procs_final",
+                        **end_snapshot(
+                            platform, sampler, settle_s=plan.observation.settle_s, after_stop=False
+                        ),
+                    )
+            except DrillInterrupted as exc:
+                outcome = "interrupted"
+                sink.emit("harness", "interrupted", signal=signal.Signals(exc.signum).name)
+                raise
+            finally:
+                _finish(plan, fault, ctx, platform, sampler, sink, ledger, work, natural_end)
+    finally:
+        sink.emit("harness", "item_end", item=item_id, outcome=outcome)
+        sink.close()
+    return work
+
+
+def _watch_job(
+    plan: Plan,
+    kind: ItemKind,
+    item: Scenario | Control | None,
+    fault: Fault | None,
+    ctx: FaultContext,
+    platform: Platform,
+    stop: StopConditions,
+    work: Path,
+    report: Reporter,
+) -> tuple[str, bool]:
+    """Poll until the job ends or a stop condition fires. Returns (outcome, ended naturally)."""
+    sink = ctx.sink
+    watch = _Watch(work / "events")
+    started = time.monotonic()
+    injected_at: float | None = None
+    reverted = False
+    resubmitted = False
+    item_id = item.id if item is not None else "baseline"
+    while True:
+        time.sleep(0.1)
+        now = time.monotonic()
+        watch.poll()
+        state = platform.poll()
+        if fault is not None and injected_at is None and watch.triggered(item.trigger, now):  # type: ignore[union-attr]
+            injected_at = _inject(fault, ctx, item, watch)  # type: ignore[arg-type]
+            if injected_at < 0:
+                injected_at = now  # failed: do not retry, the item is judged "retest"
+                reverted = True
+        duration = fault.spec.duration_s if fault is not None else None
+        if (
+            injected_at is not None
+            and not reverted
+            and duration is not None
+            and now - injected_at >= duration
+        ):
+            _revert(fault, ctx)  # type: ignore[arg-type]
+            reverted = True
+        report(
+            item_id,
+            f"{kind} {item_id}: step {watch.max_step}, job {state.value}"
+            + (", fault injected" if injected_at else ""),
+        )
+        if state.ended:
+            recovery = getattr(item, "recovery", None)
+            if (
+                state == JobState.FAILED
+                and recovery is not None
+                and recovery.action == "resubmit"
+                and not resubmitted
+            ):
+                if injected_at is not None and not reverted:
+                    _revert(fault, ctx)  # type: ignore[arg-type]
+                    reverted = True
+                resubmitted = True
+                sink.emit(
+                    "harness",
+                    "operator_action",
+                    action="resubmit",
+                    operator=plan.responsibility.recovery_operator,
+                    runbook=recovery.runbook or "resubmit the job unchanged",
+                )
+                platform.resubmit()
+                continue
+            return state.value, True
+        reason = _stop_reason(watch, stop, started, now)
+        if reason is not None:
+            sink.emit(
+                "harness",
+                "stop_condition",
+                condition=reason[0],
+                detail=reason[1],
+                last_step=watch.max_step,
+            )
+            return f"stopped: {reason[0]}", False
+
+
+def _inject(fault: Fault, ctx: FaultContext, item: Scenario | Control, watch: _Watch) -> float:
+    spec = fault.spec
+    ctx.sink.emit(
+        "fault",
+        "inject_start",
+        fault=spec.kind,
+        target=spec.target_label(),
+        spec=spec.model_dump(mode="json"),
+        trigger=item.trigger.describe(),
+    )
+    try:
+        facts = fault.inject(ctx)
+    except FaultError as exc:
+        ctx.sink.emit("fault", "inject_failed", fault=spec.kind, error=str(exc))
+        return -1.0
+    ev = ctx.sink.emit(
+        "fault",
+        "injected",
+        fault=spec.kind,
+        target=spec.target_label(),
+        at_step=watch.max_step,
+        duration_s=spec.duration_s,
+        **facts,
+    )
+    return ev.mono
+
+
+def _revert(fault: Fault, ctx: FaultContext) -> None:
+    try:
+        fault.revert(ctx)
+        ctx.sink.emit("fault", "reverted", fault=fault.spec.kind)
+    except FaultError as exc:
+        ctx.sink.emit("fault", "revert_failed", fault=fault.spec.kind, error=str(exc))
+
+
+def _finish(
+    plan: Plan,
+    fault: Fault | None,
+    ctx: FaultContext,
+    platform: Platform,
+    sampler: ProcessSampler,
+    sink: EventSink,
+    ledger: Ledger,
+    work: Path,
+    natural_end: bool,
+) -> None:
+    """The cleanup path: runs on every exit. Each step is attempted even if one fails."""
+    problems: list[str] = []
+    if fault is not None:
+        try:
+            fault.revert(ctx)
+        except DrillError as exc:
+            problems.append(str(exc))
+    try:
+        platform.stop(reason="end of drill")
+    except DrillError as exc:
+        problems.append(str(exc))
+    if not natural_end and sampler.running:
+        sink.emit(
+            "harness",
+            "procs_final",
+            **end_snapshot(platform, sampler, settle_s=0.0, after_stop=True),
+        )
+    sampler.stop()
+    try:
+        tl = Timeline.load(work / "events")
+        records, pointer = take_inventory(
+            tl, work / plan.checkpoint.dir, plan.checkpoint.latest_file, plan.checkpoint.keep
+        )
+        sink.emit("harness", "ckpt_latest", **pointer)
+        for rec in records:
+            sink.emit("harness", "ckpt_inventory", **rec)
+    except OSError as exc:
+        problems.append(f"checkpoint inventory failed: {exc}")
+    try:
+        platform.teardown()
+    except (DrillError, OSError) as exc:
+        problems.append(str(exc))
+    problems += ledger.revert_all()
+    pending = ledger.pending()
+    if pending:
+        problems.append(f"{len(pending)} ledger entries not reverted; run `faultdrill cleanup`")
+    else:
+        ledger.deactivate()
+    sink.emit("harness", "cleanup", problems=problems, ledger_pending=len(pending))
+
+
+def read_item_events(work: Path) -> list[dict[str, Any]]:
+    return [ev for p in sorted((work / "events").glob("*.jsonl")) for ev in read_jsonl(p)]
+
+
+def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "plan.json").write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
+    text = (
+        source.read_text()
+        if source
+        else yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False)
+    )
+    (run_dir / "plan.yaml").write_text(text)

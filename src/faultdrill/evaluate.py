@@ -1,0 +1,327 @@
+"""Judging a recorded run: timeline -> checks -> verdicts, recovery classes, report data.
+
+Pure with respect to the machine: it reads a run directory and writes nothing, so the
+same directory can be judged again later (``faultdrill check``), by someone else, or after
+a change to the checks. The JSON it produces is the machine contract of ``report.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from faultdrill import __version__
+from faultdrill.analysis import Answers, answer_questions
+from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, combine, run_checks
+from faultdrill.engine import environment_facts, item_dir
+from faultdrill.errors import RunDirError
+from faultdrill.plan import Control, Plan, RecoveryClass, Scenario, parse_plan
+from faultdrill.reference import Reference
+from faultdrill.timeline import Timeline
+
+__all__ = ["ItemResult", "RunResult", "evaluate_item", "evaluate_run", "recovery_class"]
+
+_CLASS_ORDER = list(RecoveryClass)
+
+
+def recovery_class(
+    evidence: dict[str, EvidenceResult],
+    outcome: str | None,
+    operator_actions: int,
+    confirm_required: bool,
+) -> tuple[RecoveryClass, str]:
+    """How the job came back, and why that class."""
+    if outcome != "succeeded":
+        return RecoveryClass.UNRECOVERABLE, f"the job ended {outcome or 'without an end state'}"
+    for cat in ("progress", "results"):
+        if evidence[cat].verdict == Verdict.FAIL:
+            return (
+                RecoveryClass.UNRECOVERABLE,
+                f"the job ran again but its {cat} evidence failed: it did not continue "
+                "from valid progress with valid results",
+            )
+    if operator_actions:
+        return (
+            RecoveryClass.MANUAL_RESTART,
+            "the job continued only after an operator resubmitted it",
+        )
+    if evidence["resources"].verdict == Verdict.FAIL:
+        return (
+            RecoveryClass.MANUAL_CONFIRMATION,
+            "the job recovered, but stale replicas or leftovers need an operator",
+        )
+    if confirm_required:
+        return RecoveryClass.MANUAL_CONFIRMATION, "the plan requires a human to confirm recovery"
+    if any(evidence[c].verdict == Verdict.RETEST for c in ("progress", "resources", "results")):
+        return (
+            RecoveryClass.MANUAL_CONFIRMATION,
+            "the job recovered by itself, but part of the evidence is unexplained",
+        )
+    return RecoveryClass.AUTOMATIC, "the platform recovered the job by itself from valid progress"
+
+
+@dataclass
+class ItemResult:
+    id: str
+    kind: str  # baseline | scenario | control
+    round: int
+    item: Scenario | Control | None
+    evidence: dict[str, EvidenceResult]
+    answers: Answers
+    outcome: str | None
+    operator_actions: list[dict[str, Any]]
+    recovery: RecoveryClass
+    recovery_why: str
+    conditions: dict[str, Any]
+    timeline: Timeline | None = field(default=None, repr=False)
+
+    @property
+    def verdict(self) -> Verdict:
+        return combine([e.verdict for e in self.evidence.values()])
+
+    @property
+    def expected_check(self) -> str | None:
+        return self.item.expected_check if isinstance(self.item, Control) else None
+
+    @property
+    def caught(self) -> bool | None:
+        name = self.expected_check
+        if name is None:
+            return None
+        return any(
+            f.check == name and f.verdict == Verdict.FAIL
+            for e in self.evidence.values()
+            for f in e.findings
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        it = self.item
+        fault = (
+            {
+                "kind": it.fault.kind,
+                "target": it.fault.target_label(),
+                "spec": it.fault.model_dump(mode="json"),
+            }
+            if it is not None
+            else None
+        )
+        out: dict[str, Any] = {
+            "id": self.id,
+            "round": self.round,
+            "control": self.kind == "control",
+            "title": getattr(it, "title", "") or "",
+            "fault": fault,
+            "trigger": it.trigger.describe() if it is not None else None,
+            "preconditions": list(getattr(it, "preconditions", ()) or ()),
+            "expected": (it.expected.model_dump(mode="json") if isinstance(it, Scenario) else None),
+            "verdict": self.verdict.value,
+            "recovery_class": self.recovery.value,
+            "recovery_class_why": self.recovery_why,
+            "outcome": self.outcome,
+            "operator_actions": self.operator_actions,
+            "questions": self.answers.questions_json(),
+            "times": self.answers.times_json(),
+            "conditions": self.conditions,
+            "evidence": {
+                k: v.to_json()
+                for k, v in self.evidence.items()
+                if k in ("progress", "resources", "results")
+            },
+            "expectation": self.evidence["expectation"].to_json(),
+        }
+        if self.kind == "control":
+            out["expected_check"] = self.expected_check
+            out["caught"] = self.caught
+            out["workload_mutation"] = dict(it.workload) if isinstance(it, Control) else {}
+        return out
+
+
+def _conditions(plan: Plan, tl: Timeline) -> dict[str, Any]:
+    start = tl.first("harness", "item_start")
+    env = start.get("environment") if start else None
+    res = plan.resources
+    return {
+        "platform": res.platform,
+        "isolation": res.isolation,
+        "nodes": res.nodes,
+        "procs_per_node": res.procs_per_node,
+        "world_sizes": sorted({i.world_size for i in tl.incarnations}),
+        "max_restarts": res.max_restarts,
+        "checkpoint_every_steps": plan.checkpoint.every_steps,
+        "timeouts": res.timeouts.model_dump(),
+        "sample_hz": plan.observation.sample_hz,
+        "environment": env or environment_facts(),
+        "note": "times are single observations under these conditions, not a service level",
+    }
+
+
+def evaluate_item(
+    plan: Plan,
+    kind: str,
+    item: Scenario | Control | None,
+    work: Path,
+    reference: Reference | None,
+    baseline_verdict: Verdict | None = None,
+) -> ItemResult:
+    if not (work / "events").is_dir():
+        raise RunDirError(f"{work}: no events/ directory; was this item run?")
+    tl = Timeline.load(work / "events")
+    ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
+    evidence = run_checks(ctx)
+    item_id = "baseline" if item is None else item.id
+    if tl.torn_lines:
+        evidence["expectation"].findings.append(
+            Finding(
+                "timeline.integrity",
+                Verdict.PASS,
+                f"{tl.torn_lines} torn or unreadable event line(s) "
+                "skipped (a process was killed mid-write)",
+            )
+        )
+    if kind != "baseline" and baseline_verdict is not None and baseline_verdict != Verdict.PASS:
+        evidence["expectation"].findings.append(
+            Finding(
+                "expectation.baseline",
+                Verdict.RETEST,
+                f"the baseline itself did not pass its checks ({baseline_verdict.value}); "
+                "comparisons with it prove nothing",
+            )
+        )
+    states = [e.get("state") for e in tl.of("platform", "job_state")]
+    outcome = next((s for s in reversed(states) if s in ("succeeded", "failed", "stopped")), None)
+    actions = [e.fields for e in tl.of("harness", "operator_action")]
+    confirm = bool(getattr(getattr(item, "recovery", None), "confirm", False))
+    cls, why = recovery_class(evidence, outcome, len(actions), confirm)
+    if isinstance(item, Scenario):
+        want = item.expected.recovery
+        if cls == want:
+            f = Finding(
+                "expectation.recovery-class",
+                Verdict.PASS,
+                f"recovery class {cls.value}, as expected",
+            )
+        elif _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
+            f = Finding(
+                "expectation.recovery-class",
+                Verdict.FAIL,
+                f"recovery class {cls.value}, worse than the expected {want.value}: {why}",
+            )
+        else:
+            f = Finding(
+                "expectation.recovery-class",
+                Verdict.RETEST,
+                f"recovery class {cls.value}, better than the expected {want.value}: "
+                "explain or correct the plan's expectation",
+            )
+        evidence["expectation"].findings.append(f)
+    return ItemResult(
+        id=item_id,
+        kind=kind,
+        round=plan.round_of(item_id) if kind == "scenario" else 0,
+        item=item,
+        evidence=evidence,
+        answers=answer_questions(tl),
+        outcome=outcome,
+        operator_actions=actions,
+        recovery=cls,
+        recovery_why=why,
+        conditions=_conditions(plan, tl),
+        timeline=tl,
+    )
+
+
+@dataclass
+class RunResult:
+    plan: Plan
+    run_dir: Path
+    baseline: ItemResult | None
+    reference: Reference | None
+    items: list[ItemResult]
+    skipped: list[dict[str, str]]
+
+    @property
+    def scenarios(self) -> list[ItemResult]:
+        return [i for i in self.items if i.kind == "scenario"]
+
+    @property
+    def controls(self) -> list[ItemResult]:
+        return [i for i in self.items if i.kind == "control"]
+
+    @property
+    def ok(self) -> bool:
+        """Every scenario passed, every control was caught, nothing skipped, baseline passed."""
+        return (
+            self.baseline is not None
+            and self.baseline.verdict == Verdict.PASS
+            and all(s.verdict == Verdict.PASS for s in self.scenarios)
+            and all(c.caught for c in self.controls)
+            and not self.skipped
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        base = self.baseline
+        ref = self.reference
+        dossier_path = self.run_dir / "baseline" / "dossier.json"
+        dossier = json.loads(dossier_path.read_text()) if dossier_path.exists() else None
+        return {
+            "faultdrill_version": __version__,
+            "task_id": self.plan.task.id,
+            "plan_digest": self.plan.digest(),
+            "plan": self.plan.model_dump(mode="json"),
+            "baseline": {
+                "run_id": "baseline",
+                "steps": ref.last_step if ref else None,
+                "final_model_digest": ref.final_digest if ref else None,
+                "world_size": ref.world_size if ref else None,
+                "verdict": base.verdict.value if base else "retest",
+                "evidence": {k: v.to_json() for k, v in base.evidence.items()} if base else None,
+                "dossier": dossier,
+            },
+            "scenarios": [i.to_json() for i in self.items],
+            "skipped": self.skipped,
+            "summary": {
+                "scenarios": len(self.scenarios),
+                "passed": sum(s.verdict == Verdict.PASS for s in self.scenarios),
+                "failed": sum(s.verdict == Verdict.FAIL for s in self.scenarios),
+                "retest": sum(s.verdict == Verdict.RETEST for s in self.scenarios),
+                "controls": len(self.controls),
+                "controls_caught": sum(bool(c.caught) for c in self.controls),
+                "ok": self.ok,
+            },
+        }
+
+
+def load_run_plan(run_dir: Path) -> Plan:
+    path = run_dir / "plan.json"
+    if not path.exists():
+        raise RunDirError(f"{run_dir}: not a faultdrill run directory (no plan.json)")
+    return parse_plan(json.loads(path.read_text()), source=str(path))
+
+
+def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
+    """Judge every item recorded under ``run_dir`` (items never run are listed as skipped)."""
+    plan = plan or load_run_plan(run_dir)
+    base_dir = item_dir(run_dir, "baseline", "baseline")
+    baseline = reference = None
+    if (base_dir / "events").is_dir():
+        tl = Timeline.load(base_dir / "events")
+        reference = Reference.from_timeline(tl)
+        baseline = evaluate_item(plan, "baseline", None, base_dir, reference)
+    bverdict = baseline.verdict if baseline else None
+    items, skipped = [], []
+    notes = _skip_notes(run_dir)
+    for kind, entries in (("scenario", plan.scenarios()), ("control", list(plan.controls))):
+        for it in entries:
+            work = item_dir(run_dir, kind, it.id)
+            if (work / "events").is_dir():
+                items.append(evaluate_item(plan, kind, it, work, reference, bverdict))
+            else:
+                skipped.append({"id": it.id, "kind": kind, "reason": notes.get(it.id, "not run")})
+    return RunResult(plan, run_dir, baseline, reference, items, skipped)
+
+
+def _skip_notes(run_dir: Path) -> dict[str, str]:
+    path = run_dir / "skipped.json"
+    return json.loads(path.read_text()) if path.exists() else {}

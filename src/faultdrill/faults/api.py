@@ -1,0 +1,107 @@
+"""The fault seam: what a drill injects, and how it is undone.
+
+A *fault* is one plug-in per kind (``kill-worker``, ``link-loss``...). Its *spec* is frozen
+plan data (a pydantic model with a ``kind`` literal); its implementation has two verbs:
+
+* ``inject(ctx)`` applies the fault. It must record every change in the ledger
+  (``ctx.ledger.record``) BEFORE applying it, so that a crash between the two leaves an
+  entry that cleanup can still undo.
+* the change's *undo* is registered with the ledger by kind (``faultdrill.ledger.undoer``),
+  so the same code reverts it in-process, on a signal, or from ``faultdrill cleanup`` after
+  the harness died. Undo is safe to repeat and safe when nothing was applied.
+
+A fault states the platform abilities it needs (``requires``); the plan validator refuses a
+plan that asks a platform for a fault it cannot do, before any drill starts.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from faultdrill.errors import DrillError
+
+if TYPE_CHECKING:
+    from faultdrill.events import EventSink
+    from faultdrill.ledger import Ledger
+    from faultdrill.platforms.api import Platform
+
+
+class FaultSpec(BaseModel):
+    """Base of every fault's plan data. Subclasses add ``kind: Literal[...]`` and params."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: str
+
+    def target_label(self) -> str:
+        """A short human label of what the fault hits (``rank 1``, ``node n2``)."""
+        return "-"
+
+    @property
+    def duration_s(self) -> float | None:
+        """How long the fault stays applied before the drill reverts it (None: one-shot)."""
+        return None
+
+
+@dataclass
+class FaultContext:
+    """What a fault may touch while it is injected."""
+
+    platform: Platform
+    ledger: Ledger
+    sink: EventSink
+    scenario_id: str
+    stop_event: threading.Event = field(default_factory=threading.Event)
+
+
+class Fault(ABC):
+    """One injected fault. Instances are single-use: inject once, revert once or more."""
+
+    kind: ClassVar[str]
+    spec_model: ClassVar[type[FaultSpec]]
+    #: Platform abilities (``faultdrill.platforms.api`` protocol names) this fault needs.
+    requires: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, spec: FaultSpec) -> None:
+        self.spec = spec
+        self.entry_ids: list[str] = []
+
+    @abstractmethod
+    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+        """Apply the fault; return flat facts for the injection event (pids hit, rule...).
+
+        Blocks only as long as applying takes (not for ``duration_s``). Raises FaultError.
+        """
+
+    @classmethod
+    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
+        """A problem with this spec in this plan (a rank that does not exist...), or None."""
+        return None
+
+    def revert(self, ctx: FaultContext) -> None:
+        """Undo what ``inject`` applied. Idempotent; a no-op for one-shot faults."""
+        for entry_id in reversed(self.entry_ids):
+            ctx.ledger.revert(entry_id)
+
+
+FAULTS: dict[str, type[Fault]] = {}
+
+
+def register(cls: type[Fault]) -> type[Fault]:
+    """Class decorator: add a fault kind to the registry (duplicates are refused)."""
+    if cls.kind in FAULTS:
+        raise DrillError(f"fault kind {cls.kind!r} registered twice")
+    FAULTS[cls.kind] = cls
+    return cls
+
+
+def make_fault(spec: FaultSpec) -> Fault:
+    return FAULTS[spec.kind](spec)
+
+
+FaultFactory = Callable[[FaultSpec], Fault]

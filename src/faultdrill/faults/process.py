@@ -1,0 +1,114 @@
+"""Process faults (round 1): a worker exits."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from faultdrill import procfs
+from faultdrill.errors import FaultError
+from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
+from faultdrill.ledger import undoer
+from faultdrill.platforms.api import ABILITY_SIGNAL_WORKERS, SignalsWorkers
+
+
+class WorkerTarget(BaseModel):
+    """Which worker: exactly one of a global rank or a node (all its workers' lowest rank)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    rank: int | None = Field(None, ge=0)
+    node: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> WorkerTarget:
+        if (self.rank is None) == (self.node is None):
+            raise ValueError("set exactly one of 'rank' or 'node'")
+        return self
+
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"a worker on node {self.node}"
+
+
+class KillWorkerSpec(FaultSpec):
+    kind: Literal["kill-worker"] = "kill-worker"
+    target: WorkerTarget
+    signal: Literal["SIGKILL", "SIGTERM"] = "SIGKILL"
+    grace_s: float = Field(3.0, ge=0, description="with SIGTERM: wait this long, then SIGKILL")
+
+    def target_label(self) -> str:
+        return self.target.label()
+
+
+@undoer("signal")
+def _undo_signal(data: dict[str, Any]) -> None:
+    """A delivered signal cannot be taken back; recorded so the ledger shows it happened."""
+
+
+@register
+class KillWorker(Fault):
+    """Kill one worker process (SIGKILL, or SIGTERM then SIGKILL after a grace period)."""
+
+    kind = "kill-worker"
+    spec_model = KillWorkerSpec
+    requires = frozenset({ABILITY_SIGNAL_WORKERS})
+
+    @classmethod
+    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
+        assert isinstance(spec, KillWorkerSpec)
+        world = plan.resources.world_size
+        if spec.target.rank is not None and spec.target.rank >= world:
+            return f"kill-worker target rank {spec.target.rank} does not exist (world size {world})"
+        return None
+
+    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+        spec = self.spec
+        assert isinstance(spec, KillWorkerSpec)
+        platform = ctx.platform
+        if not isinstance(platform, SignalsWorkers):
+            raise FaultError(f"platform {platform.name!r} cannot signal workers")
+        found = platform.worker_pids(rank=spec.target.rank, node=spec.target.node)
+        if not found:
+            raise FaultError(f"no live worker holds {spec.target.label()}")
+        # A worker the platform launched (child of an agent) before any stray process that
+        # merely claims the rank, such as a detached old replica.
+        agents = {r.pid for r in platform.replicas() if r.role == "agent"}
+        victim = min(
+            found,
+            key=lambda r: (r.ppid not in agents, r.rank if r.rank is not None else 1 << 30, r.pid),
+        )
+        sig = signal.Signals[spec.signal]
+        eid = ctx.ledger.record(
+            "signal",
+            {"pid": victim.pid, "start_time": victim.start_time, "signal": spec.signal},
+            f"{spec.signal} pid {victim.pid} (rank {victim.rank}, node {victim.node})",
+        )
+        if not procfs.kill_checked(victim.pid, victim.start_time, sig):
+            raise FaultError(f"worker pid {victim.pid} exited before it could be signalled")
+        ctx.ledger.mark_applied(eid)
+        ctx.ledger.revert(eid)  # nothing to undo; closes the entry
+        if sig == signal.SIGTERM and spec.grace_s >= 0:
+            threading.Thread(
+                target=_escalate,
+                args=(victim.pid, victim.start_time, spec.grace_s),
+                daemon=True,
+            ).start()
+        return {
+            "pid": victim.pid,
+            "rank": victim.rank,
+            "node": victim.node,
+            "signal": spec.signal,
+            "command": f"kill -{spec.signal[3:]} {victim.pid}",
+        }
+
+
+def _escalate(pid: int, start: int, grace_s: float) -> None:
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not procfs.alive(pid, start):
+            return
+        time.sleep(0.05)
+    procfs.kill_checked(pid, start, signal.SIGKILL)

@@ -1,0 +1,119 @@
+"""Real torchrun, with its decisions put on the drill's timeline.
+
+Runs ``torch.distributed.run.main`` unchanged (``python -m faultdrill.platforms.torchrun_agent
+<torchrun args>`` behaves exactly like ``torchrun <args>``) after attaching a logging handler
+to ``torch.distributed``. The agent's own log records (worker group failed, rendezvous
+complete with its round's master port, membership change, exit barrier...) become
+``platform`` events with the agent's own clock readings, instead of being parsed from
+stderr later with pipe delays.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+# Order matters: the most specific phrase first. Values are event kinds.
+_CLASSIFY = (
+    ("Rendezvous complete for workers", "rdzv_complete"),
+    ("Rendezvous'ing worker group", "rdzv_start"),
+    ("Starting worker group", "workers_starting"),
+    ("Stopping worker group", "workers_stopping"),
+    ("attempts left; will restart worker group", "worker_group_failed"),
+    ("new nodes from group_rank", "membership_change"),
+    ("worker group successfully finished", "workers_succeeded"),
+    ("Local worker group finished", "exit_barrier"),
+    ("Done waiting for other agents", "exit_barrier_done"),
+    ("Error waiting on exit barrier", "exit_barrier_error"),
+    ("death signal", "agent_signalled"),
+    ("failed (exitcode", "worker_failed"),
+    ("RendezvousTimeoutError", "rdzv_timeout"),
+    ("RendezvousConnectionError", "rdzv_connection_error"),
+    ("RendezvousClosedError", "rdzv_closed"),
+    ("keep-alive", "keep_alive"),
+)
+
+
+class _TimelineHandler(logging.Handler):
+    def __init__(self, fd: int, node: str, task: str) -> None:
+        super().__init__(level=logging.INFO)
+        self._fd = fd
+        self._base = {"src": "platform", "task": task, "node": node, "pid": os.getpid()}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+        except Exception:  # a malformed record must not take the agent down
+            msg = str(record.msg)
+        kind = next((k for phrase, k in _CLASSIFY if phrase in msg), "agent_log")
+        fields: dict[str, Any] = {
+            "kind": kind,
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": msg[:2000],
+        }
+        if kind == "rdzv_complete" and isinstance(record.args, dict):
+            for key in (
+                "restart_count",
+                "master_addr",
+                "master_port",
+                "group_rank",
+                "group_world_size",
+                "global_ranks",
+            ):
+                if key in record.args:
+                    fields[key] = record.args[key]
+        if (
+            kind == "worker_group_failed"
+            and isinstance(record.args, tuple)
+            and len(record.args) >= 3
+        ):
+            fields["state"], fields["restarts_left"] = record.args[1], record.args[2]
+        line = {"ts": time.time(), "mono": time.monotonic(), **self._base, **fields}
+        os.write(self._fd, (json.dumps(line, default=str) + "\n").encode())
+
+
+def _emit(fd: int, node: str, task: str, kind: str, **fields: Any) -> None:
+    line = {
+        "ts": time.time(),
+        "mono": time.monotonic(),
+        "src": "platform",
+        "task": task,
+        "kind": kind,
+        "node": node,
+        "pid": os.getpid(),
+        **fields,
+    }
+    os.write(fd, (json.dumps(line, default=str) + "\n").encode())
+
+
+def main() -> None:
+    events_dir = os.environ["FAULTDRILL_EVENTS_DIR"]
+    node = os.environ.get("FAULTDRILL_NODE", "node")
+    task = os.environ.get("FAULTDRILL_TASK_ID", "")
+    path = os.path.join(events_dir, f"agent-{node}.jsonl")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    logging.getLogger("torch.distributed").addHandler(_TimelineHandler(fd, node, task))
+    _emit(fd, node, task, "agent_start", argv=sys.argv[1:])
+    rc = 0
+    try:
+        from torch.distributed.run import main as torchrun_main
+
+        torchrun_main(sys.argv[1:])
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else 1
+        raise
+    except BaseException as exc:
+        rc = 1
+        _emit(fd, node, task, "agent_error", error=type(exc).__name__, msg=str(exc)[:2000])
+        raise
+    finally:
+        _emit(fd, node, task, "agent_exit", rc=rc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""The probe: what a training script calls to put its progress on the drill's timeline.
+
+Standard library only, so it can be imported by any training script without torch or
+faultdrill's other dependencies. A script that is not run under faultdrill (no
+``FAULTDRILL_EVENTS_DIR`` in the environment) gets a probe that does nothing.
+
+Contract
+--------
+* One append-only JSON-lines file per rank, ``<events dir>/probe-rank<R>.jsonl``. Every
+  event is written with a single ``os.write`` on an ``O_APPEND`` descriptor, unbuffered,
+  so a SIGKILL loses at most the line being written, and a process that restarts on the
+  same rank appends after it. A torn last line is terminated before the first new event,
+  so readers only ever lose that one line.
+* Every event carries ``ts`` (wall clock), ``mono`` (``time.monotonic()``, shared by all
+  processes of one host and the drill's ordering clock), ``src`` = ``"probe"``, ``kind``,
+  ``task``, ``rank`` and ``pid``. Kinds and their extra fields:
+
+  ============  ===============================================================
+  run_start     world_size, local_rank, node, host, restart_count, master,
+                config_digest  (call after the process group is initialised)
+  step          step, loss, samples: ``[[start, end), ...]`` global sample ids
+  ckpt_save     id, step, path, sha256, bytes, data_position  (after it is durable)
+  ckpt_load     id, step, path, verified, data_position, rejected ``[{id, reason}]``
+  ckpt_none     rejected: nothing valid to load; training starts from scratch
+  run_end       status, final_step, model_digest
+  ============  ===============================================================
+
+* The cost per ``step`` call is one ``json.dumps`` and one ``write``; sample ids given as
+  a list are folded into ranges first. See ``docs/probe.md`` and ``bench/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["ENV_EVENTS_DIR", "Probe", "SampleIds", "fold_ranges", "probe_from_env"]
+
+ENV_EVENTS_DIR = "FAULTDRILL_EVENTS_DIR"
+ENV_TASK_ID = "FAULTDRILL_TASK_ID"
+ENV_NODE = "FAULTDRILL_NODE"
+
+SampleIds = Sequence[int] | Sequence[Sequence[int]] | range
+
+
+def fold_ranges(ids: SampleIds) -> list[list[int]]:
+    """Fold sample ids into sorted half-open ``[start, end)`` ranges.
+
+    Accepts a ``range``, a list of ints, or a list of ``[start, end)`` pairs (kept as
+    given). Duplicates inside one call are kept visible: ``[3, 3]`` gives ``[[3, 4], [3, 4]]``
+    so that the sample ledger check can see them.
+    """
+    if isinstance(ids, range):
+        if ids.step != 1:
+            return [[i, i + 1] for i in ids]
+        return [[ids.start, ids.stop]] if ids.stop > ids.start else []
+    if not ids:
+        return []
+    first = ids[0]
+    if not isinstance(first, int):
+        return [[int(pair[0]), int(pair[1])] for pair in ids]  # type: ignore[index]
+    out: list[list[int]] = []
+    start = prev = int(first)
+    for raw in ids[1:]:
+        i = int(raw)  # type: ignore[arg-type]
+        if i == prev + 1:
+            prev = i
+            continue
+        out.append([start, prev + 1])
+        start = prev = i
+    out.append([start, prev + 1])
+    return out
+
+
+class Probe:
+    """Writes one rank's events. Safe to call from the training loop on every step."""
+
+    def __init__(
+        self,
+        events_dir: str | os.PathLike[str] | None,
+        *,
+        rank: int = 0,
+        task_id: str = "",
+    ) -> None:
+        self.rank = rank
+        self.task_id = task_id
+        self.pid = os.getpid()
+        self._fd: int | None = None
+        if events_dir is None:
+            return
+        os.makedirs(events_dir, exist_ok=True)
+        path = os.path.join(os.fspath(events_dir), f"probe-rank{rank}.jsonl")
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._terminate_torn_line(path)
+        # The prefix of every line is fixed per process: build it once.
+        head = json.dumps({"src": "probe", "task": task_id, "rank": rank, "pid": self.pid})
+        self._head = head[:-1]
+
+    @property
+    def enabled(self) -> bool:
+        return self._fd is not None
+
+    def _terminate_torn_line(self, path: str) -> None:
+        assert self._fd is not None
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                os.write(self._fd, b"\n")
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Append one event. Fields must be JSON-serialisable and flat where possible."""
+        if self._fd is None:
+            return
+        body = json.dumps(fields, separators=(",", ":"))
+        line = (
+            f'{self._head},"ts":{time.time()!r},"mono":{time.monotonic()!r},'
+            f'"kind":"{kind}"' + ("," + body[1:] if len(body) > 2 else "}") + "\n"
+        )
+        os.write(self._fd, line.encode())
+
+    # --- the six calls a training script makes -------------------------------------
+
+    def run_start(
+        self,
+        *,
+        world_size: int,
+        local_rank: int = 0,
+        restart_count: int | None = None,
+        config_digest: str = "",
+        **extra: Any,
+    ) -> None:
+        """Call once the process group is initialised (the replica is ready)."""
+        env = os.environ
+        if restart_count is None:
+            raw = env.get("TORCHELASTIC_RESTART_COUNT") or env.get("SLURM_RESTART_COUNT") or "0"
+            restart_count = int(raw)
+        master = None
+        if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+            master = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+        self.emit(
+            "run_start",
+            world_size=world_size,
+            local_rank=local_rank,
+            node=env.get(ENV_NODE) or socket.gethostname(),
+            host=socket.gethostname(),
+            restart_count=restart_count,
+            master=master,
+            config_digest=config_digest,
+            **extra,
+        )
+
+    def step(self, step: int, loss: float, samples: SampleIds | Iterable[int] = ()) -> None:
+        """Record one optimizer step: its number, this rank's loss, the samples it consumed."""
+        ids = samples if isinstance(samples, (range, list, tuple)) else list(samples)
+        self.emit("step", step=step, loss=float(loss), samples=fold_ranges(ids))  # type: ignore[arg-type]
+
+    def checkpoint_saved(
+        self,
+        *,
+        ckpt_id: str,
+        step: int,
+        path: str,
+        sha256: str,
+        data_position: int,
+        size_bytes: int | None = None,
+    ) -> None:
+        """Call only after the checkpoint is durable and published (``latest`` moved)."""
+        self.emit(
+            "ckpt_save",
+            id=ckpt_id,
+            step=step,
+            path=path,
+            sha256=sha256,
+            bytes=size_bytes,
+            data_position=data_position,
+        )
+
+    def checkpoint_loaded(
+        self,
+        *,
+        ckpt_id: str,
+        step: int,
+        path: str,
+        verified: bool,
+        data_position: int,
+        rejected: Sequence[dict[str, str]] = (),
+    ) -> None:
+        """Call after restoring; ``verified`` says whether its digest was checked first."""
+        self.emit(
+            "ckpt_load",
+            id=ckpt_id,
+            step=step,
+            path=path,
+            verified=verified,
+            data_position=data_position,
+            rejected=list(rejected),
+        )
+
+    def no_checkpoint(self, rejected: Sequence[dict[str, str]] = ()) -> None:
+        """Call when starting from scratch, with any checkpoints found but refused."""
+        self.emit("ckpt_none", rejected=list(rejected))
+
+    def run_end(self, *, final_step: int, model_digest: str = "", status: str = "ok") -> None:
+        self.emit("run_end", status=status, final_step=final_step, model_digest=model_digest)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def probe_from_env(rank: int | None = None) -> Probe:
+    """The probe for this process, configured by the launcher's environment.
+
+    ``rank`` defaults to ``$RANK`` (set by torchrun, and by faultdrill's other platforms).
+    """
+    if rank is None:
+        rank = int(os.environ.get("RANK", "0"))
+    return Probe(
+        os.environ.get(ENV_EVENTS_DIR),
+        rank=rank,
+        task_id=os.environ.get(ENV_TASK_ID, ""),
+    )

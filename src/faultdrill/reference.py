@@ -1,0 +1,61 @@
+"""The reference: what the fault-free baseline run says a correct run looks like."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from faultdrill.intervals import merge
+from faultdrill.timeline import StepTable, Timeline
+
+__all__ = ["Reference"]
+
+
+@dataclass
+class Reference:
+    """Committed steps of the baseline: per (rank, step) loss, samples, final digest."""
+
+    run_id: str
+    steps: StepTable
+    final_digest: str | None
+    world_size: int | None
+    config_digests: frozenset[str]
+    last_step: int
+    cover_starts: np.ndarray
+    cover_ends: np.ndarray
+
+    @classmethod
+    def from_timeline(cls, tl: Timeline, run_id: str = "baseline") -> Reference:
+        chain, _notes = tl.committed_chain()
+        st = tl.steps.take(tl.rows_in(chain)) if chain else StepTable.empty()
+        final = tl.final_incarnation()
+        digests = {str(e.get("model_digest")) for e in final.ends} if final else set()
+        digests.discard("")
+        digests.discard("None")
+        cs, ce = merge(st.rng_start, st.rng_end)
+        return cls(
+            run_id=run_id,
+            steps=st,
+            final_digest=next(iter(digests)) if len(digests) == 1 else None,
+            world_size=final.world_size if final else None,
+            config_digests=frozenset(
+                str(e.get("config_digest", "")) for i in tl.incarnations for e in i.starts
+            ),
+            last_step=int(st.step.max()) if len(st) else 0,
+            cover_starts=cs,
+            cover_ends=ce,
+        )
+
+    def step_loss(self) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, global loss per step): the mean over ranks, for tolerance comparison."""
+        return mean_loss_per_step(self.steps)
+
+
+def mean_loss_per_step(st: StepTable) -> tuple[np.ndarray, np.ndarray]:
+    if len(st) == 0:
+        return np.zeros(0, np.int64), np.zeros(0)
+    steps, inv = np.unique(st.step, return_inverse=True)
+    sums = np.bincount(inv, weights=st.loss)
+    counts = np.bincount(inv)
+    return steps, sums / counts

@@ -1,0 +1,125 @@
+"""A whole drill: the baseline first, then the rounds in order, then the controls.
+
+Round discipline: a round runs only if every scenario of the earlier rounds passed, unless
+that earlier round says ``continue_on_failure``. Items not run are listed with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from faultdrill.checks import Verdict
+from faultdrill.engine import Reporter, environment_facts, execute_item, item_dir, write_plan_copy
+from faultdrill.errors import DrillError
+from faultdrill.evaluate import ItemResult, RunResult, evaluate_item
+from faultdrill.plan import Plan
+from faultdrill.reference import Reference
+from faultdrill.report import write_reports
+from faultdrill.timeline import Timeline
+
+__all__ = ["run_plan", "write_dossier"]
+
+
+def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> None:
+    """The baseline's frozen dossiers: task, data, resources, recovery, responsibility."""
+    res = plan.resources
+    dossier = {
+        "task": {
+            "id": plan.task.id,
+            "submitter": plan.task.submitter,
+            "config_version": plan.task.config_version,
+            "code_id": plan.task.code_id,
+            "entrypoint": plan.task.entrypoint.model_dump(mode="json"),
+            "workload": plan.task.workload,
+        },
+        "data": plan.data.model_dump(mode="json"),
+        "resources": {
+            **res.model_dump(mode="json"),
+            "world_size": res.world_size,
+            "topology": f"{res.nodes} node(s) x {res.procs_per_node} process(es), "
+            f"{res.spares} spare(s), isolation {res.isolation}",
+            "timeouts_note": "these timeouts decide detection time",
+        },
+        "recovery": {
+            "checkpoint": plan.checkpoint.model_dump(mode="json"),
+            "max_restarts": res.max_restarts,
+        },
+        "seeds": plan.seeds,
+        "responsibility": plan.responsibility.model_dump(mode="json"),
+        "observation": {
+            **plan.observation.model_dump(mode="json"),
+            "baseline_window": {
+                "start": started,
+                "end": ended,
+                "seconds": round(ended - started, 3),
+            },
+        },
+        "environment": environment_facts(),
+    }
+    path = item_dir(run_dir, "baseline", "baseline") / "dossier.json"
+    path.write_text(json.dumps(dossier, indent=2) + "\n")
+
+
+def run_plan(
+    plan: Plan,
+    run_dir: Path,
+    *,
+    source: Path | None = None,
+    only: set[str] | None = None,
+    controls: bool = True,
+    report: Reporter = lambda _i, _s: None,
+    on_item: Callable[[str, str, Verdict | None], None] = lambda _i, _k, _v: None,
+) -> RunResult:
+    """Execute and judge a plan into ``run_dir``. ``only`` limits scenarios/controls by id."""
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise DrillError(f"{run_dir} is not empty; choose a new --out directory")
+    write_plan_copy(plan, source, run_dir)
+    skipped: dict[str, str] = {}
+    started = time.time()
+    base_work = execute_item(plan, "baseline", None, run_dir, report)
+    write_dossier(plan, run_dir, started, time.time())
+    reference = Reference.from_timeline(Timeline.load(base_work / "events"))
+    base = evaluate_item(plan, "baseline", None, base_work, reference)
+    on_item("baseline", "baseline", base.verdict)
+    items: list[ItemResult] = []
+    blocked_by: str | None = None
+    if base.verdict != Verdict.PASS:
+        blocked_by = "the baseline did not pass its own checks"
+    for rnd in plan.rounds:
+        round_ok = True
+        for sc in rnd.scenarios:
+            if only is not None and sc.id not in only:
+                continue
+            if blocked_by:
+                skipped[sc.id] = f"not run: {blocked_by}"
+                on_item(sc.id, "scenario", None)
+                continue
+            work = execute_item(plan, "scenario", sc, run_dir, report)
+            res = evaluate_item(plan, "scenario", sc, work, reference, base.verdict)
+            items.append(res)
+            on_item(sc.id, "scenario", res.verdict)
+            round_ok &= res.verdict == Verdict.PASS
+        if not round_ok and not rnd.continue_on_failure and blocked_by is None:
+            blocked_by = f"round {rnd.round} did not pass (set continue_on_failure to go on)"
+    if controls:
+        for ctl in plan.controls:
+            if only is not None and ctl.id not in only:
+                continue
+            work = execute_item(plan, "control", ctl, run_dir, report)
+            res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
+            items.append(res)
+            on_item(ctl.id, "control", res.verdict)
+    (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
+    result = RunResult(
+        plan,
+        run_dir,
+        base,
+        reference,
+        items,
+        [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
+    )
+    write_reports(result)
+    return result

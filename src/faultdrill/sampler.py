@@ -1,0 +1,141 @@
+"""The process sampler: which pids hold which rank and incarnation, alive or not.
+
+A background thread reads the platform's replicas at a fixed rate and emits a ``proc_seen``
+event the first time a (pid, start time) appears and a ``proc_gone`` event (with the last
+time it was seen) the first time it is missing. Listening ports of the job's processes are
+recorded once a second, so that the end-of-job snapshot can say whether they were released.
+Extra samplers (e.g. the network track) plug in as ``tick`` callables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from faultdrill import procfs
+from faultdrill.events import EventSink
+from faultdrill.platforms.api import Platform, Replica
+
+__all__ = ["ProcessSampler", "end_snapshot"]
+
+
+class ProcessSampler:
+    def __init__(self, platform: Platform, sink: EventSink, hz: float) -> None:
+        self.platform = platform
+        self.sink = sink
+        self.period = 1.0 / hz
+        self.known: dict[tuple[int, int], tuple[Replica, float]] = {}
+        self.ports_seen: set[int] = set()
+        self.extra: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="process-sampler", daemon=True)
+        self._lock = threading.Lock()
+        self._last_ports = 0.0
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.sample()  # one last reading, so the end state is on the timeline
+        # Events are emitted on change only; this one says until when "no change" held.
+        self.sink.emit("sampler", "sampling_stopped", alive=len(self.known))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            with contextlib.suppress(Exception):  # a failed reading is a gap, not a crash
+                self.sample()
+            for tick in self.extra:
+                with contextlib.suppress(Exception):
+                    tick()
+            self._stop.wait(max(0.0, self.period - (time.monotonic() - t)))
+
+    def sample(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            current = {(r.pid, r.start_time): r for r in self.platform.replicas()}
+            for key, rep in current.items():
+                if key not in self.known:
+                    self.sink.emit(
+                        "sampler",
+                        "proc_seen",
+                        pid=rep.pid,
+                        start_time=rep.start_time,
+                        role=rep.role,
+                        rank=rep.rank,
+                        node=rep.node,
+                        restart_count=rep.restart_count,
+                    )
+                self.known[key] = (rep, now)
+            for key in [k for k in self.known if k not in current]:
+                rep, last = self.known.pop(key)
+                self.sink.emit(
+                    "sampler",
+                    "proc_gone",
+                    pid=rep.pid,
+                    start_time=rep.start_time,
+                    role=rep.role,
+                    rank=rep.rank,
+                    node=rep.node,
+                    last_seen_mono=last,
+                )
+            if now - self._last_ports >= 1.0 and current:
+                self._last_ports = now
+                held = procfs.listening_ports(pid for pid, _ in current)
+                new = {p for ports in held.values() for p in ports} - self.ports_seen
+                if new:
+                    self.ports_seen |= new
+                    self.sink.emit(
+                        "sampler",
+                        "ports",
+                        ports=sorted(new),
+                        by_pid={str(k): v for k, v in held.items()},
+                    )
+
+
+def end_snapshot(
+    platform: Platform, sampler: ProcessSampler, *, settle_s: float, after_stop: bool
+) -> dict[str, Any]:
+    """What of the job is left now: live processes, ports still listening, and what the
+    platform says it still holds (mounts, frozen groups, rules...)."""
+    sampler.sample()
+    alive = [
+        {"pid": r.pid, "role": r.role, "rank": r.rank, "node": r.node} for r in platform.replicas()
+    ]
+    still = []
+    if sampler.ports_seen:
+        listening = _listening_now()
+        still = sorted(sampler.ports_seen & listening)
+    leftovers = platform.leftovers()
+    return {
+        "alive": alive,
+        "ports": still,
+        "leftovers": leftovers,
+        "settle_s": settle_s,
+        "after_stop": after_stop,
+    }
+
+
+def _listening_now() -> set[int]:
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 3 and cols[3] == "0A":
+                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports

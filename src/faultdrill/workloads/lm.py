@@ -1,0 +1,686 @@
+"""The reference workload: a small, real, deterministic DDP language-model training job.
+
+Run by torchrun as a module, with one script option (torchrun takes abbreviations of its
+own options even after the module name, so the option's name is unambiguous)::
+
+    torchrun --nproc-per-node=2 --standalone -m faultdrill.workloads.lm \\
+        --workload-config=/path/config.json
+
+Without torchrun's environment (no ``RANK``) it runs as a single process of world size 1.
+
+Contract
+--------
+* **Config**: a JSON object whose keys are :class:`LMConfig`'s fields, loaded strictly by
+  :func:`load_config` (unknown key, wrong type or broken rule: :class:`ConfigError` naming
+  the file, the field, the rule and the value). ``global_batch`` must be divisible by the
+  world size, checked once the process group exists. A config error exits with status 2
+  and one line on stderr. ``config_digest`` (in ``run_start``) is the sha256 of the
+  canonical JSON (sorted keys, no spaces) of the fields in :data:`DIGEST_FIELDS`: those
+  that decide the numbers a correct run computes. ``ckpt_dir``, ``ckpt_every``,
+  ``ckpt_keep``, ``gloo_timeout_s``, ``step_sleep_s``, ``save_error`` and ``bad_mode`` are
+  left out, so a drill and its baseline share a digest.
+* **Data**: a synthetic corpus of ``dataset_size`` token sequences drawn from a sparse
+  random Markov chain (each token has two possible successors), so the loss falls from
+  ln(vocab) towards ln 2. Sample ``i`` depends only on ``(seed, i)``. Global stream
+  position ``p`` is dataset index ``perm_e[p % dataset_size]`` with ``e = p //
+  dataset_size`` and ``perm_e`` drawn from a ``torch.Generator`` seeded with ``(seed, e)``.
+  Step ``s`` (1-based) consumes positions ``[(s-1)*B, s*B)``, ``B = global_batch``; rank
+  ``r`` of ``W`` takes the contiguous ``B/W`` positions starting at ``(s-1)*B + r*B/W``.
+  Those positions are the sample ids of the ``step`` events; ``data_position`` is the
+  number of positions consumed (``step * B`` in a correct run).
+* **Determinism**: a fault-free run and a run killed and resumed at the same world size
+  give bitwise-identical per-rank losses and final model digest. Each rank's RNG streams
+  (python, numpy, torch) are saved in every checkpoint and restored at the same world
+  size; at another world size they are reseeded from ``(seed, rank, step)``.
+* **Events** (``faultdrill.probe``): ``run_start`` once the process group is up;
+  ``ckpt_load`` or ``ckpt_none`` on every rank; ``step`` per rank per optimizer step with
+  the rank's local loss; ``ckpt_save`` on rank 0 once the checkpoint is durable and
+  ``latest`` moved; ``run_end`` on every rank after the process group is destroyed, with
+  the sha256 of the model's state_dict (key, then raw bytes, in key order). The ``path``
+  of ``ckpt_save`` and ``ckpt_load`` is the checkpoint's ``state.pt``, the file whose
+  sha256 and size ``ckpt_save`` records.
+* **Checkpoints** (see ``_ckpt``): every ``ckpt_every`` steps and at the last step. All
+  ranks gather their RNG states to rank 0, rank 0 saves, and all ranks meet at a barrier
+  after the save, so no rank runs ahead of a save that fails. A save that fails with
+  ``OSError`` is logged and skipped (``save_error="skip"``) or raised (``"crash"``).
+
+Known-bad modes (``bad_mode``), negative controls that break recovery on restart:
+
+=============================  ==============================================================
+resume-ignored                 never loads (``ckpt_none``), restarts at step 1; still saves
+data-position-not-restored     restores model, optimizer, step; data stream restarts at 0
+skip-ahead                     restores all, but the stream resumes one global batch late
+optimizer-not-restored         restores model, step, data; fresh optimizer and LR schedule
+load-unverified                follows ``latest`` and unpickles it unchecked (verified=False)
+stale-replica                  first incarnation's highest rank leaves an old replica behind
+publish-before-durable         moves ``latest`` before ``state.pt`` is written and fsynced
+=============================  ==============================================================
+
+``stale-replica`` starts its replica at most once per ``ckpt_dir`` (it claims the marker
+file ``.stale-replica-started`` there). The bad modes report in ``ckpt_load`` what the
+checkpoint says (its ``data_position``), as a buggy script would; only their ``step``
+events show what they really consumed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import hashlib
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from faultdrill.errors import DrillError
+from faultdrill.probe import Probe, probe_from_env
+from faultdrill.workloads import _ckpt
+
+__all__ = [
+    "BAD_MODES",
+    "DIGEST_FIELDS",
+    "ConfigError",
+    "Corpus",
+    "LMConfig",
+    "TinyLM",
+    "check_world_size",
+    "config_digest",
+    "config_from_dict",
+    "load_config",
+    "main",
+    "model_digest",
+    "run",
+]
+
+PROG = "faultdrill.workloads.lm"
+
+BAD_MODES = (
+    "resume-ignored",
+    "data-position-not-restored",
+    "skip-ahead",
+    "optimizer-not-restored",
+    "load-unverified",
+    "stale-replica",
+    "publish-before-durable",
+)
+SAVE_ERRORS = ("skip", "crash")
+STALE_MARKER = ".stale-replica-started"
+_CLAIM_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+
+
+class ConfigError(DrillError, ValueError):
+    """The workload config is unreadable or breaks a rule; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """The workload's configuration, validated by :func:`config_from_dict`."""
+
+    ckpt_dir: str
+    steps: int = 40
+    global_batch: int = 8
+    seq_len: int = 16
+    vocab: int = 32
+    d_model: int = 32
+    n_layers: int = 2
+    n_heads: int = 2
+    dropout: float = 0.0
+    lr: float = 3e-3
+    warmup_steps: int = 5
+    seed: int = 1234
+    dataset_size: int = 512
+    ckpt_every: int = 10
+    ckpt_keep: int = 3
+    gloo_timeout_s: float = 30.0
+    step_sleep_s: float = 0.0
+    save_error: str = "skip"
+    bad_mode: str | None = None
+
+
+DIGEST_FIELDS = (
+    "steps",
+    "global_batch",
+    "seq_len",
+    "vocab",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "dropout",
+    "lr",
+    "warmup_steps",
+    "seed",
+    "dataset_size",
+)
+
+_INT_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "int"}
+_FLOAT_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "float"}
+# Rules beyond the type: field -> (predicate, rule as said in the error).
+_MIN_INT = {
+    "steps": 1,
+    "global_batch": 1,
+    "seq_len": 1,
+    "vocab": 2,
+    "d_model": 1,
+    "n_layers": 1,
+    "n_heads": 1,
+    "warmup_steps": 0,
+    "seed": 0,
+    "dataset_size": 1,
+    "ckpt_every": 1,
+    "ckpt_keep": 1,
+}
+
+
+def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
+    """Validate a parsed config object; raises :class:`ConfigError` naming ``source``."""
+
+    def fail(name: str, rule: str, value: Any) -> ConfigError:
+        return ConfigError(f"{source}: field {name!r}: {rule} (got {value!r})")
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: must be a JSON object (got {type(raw).__name__})")
+    known = {f.name for f in dataclasses.fields(LMConfig)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(
+                f"{source}: unknown field {key!r} (known: {', '.join(sorted(known))})"
+            )
+    if "ckpt_dir" not in raw:
+        raise ConfigError(f"{source}: field 'ckpt_dir' is required")
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name in _INT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise fail(name, "must be an integer", value)
+            if value < _MIN_INT[name]:
+                raise fail(name, f"must be >= {_MIN_INT[name]}", value)
+        elif name in _FLOAT_FIELDS:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+            ):
+                raise fail(name, "must be a finite number", value)
+            value = float(value)
+        values[name] = value
+    cfg_ckpt = values["ckpt_dir"]
+    if not isinstance(cfg_ckpt, str) or not cfg_ckpt:
+        raise fail("ckpt_dir", "must be a non-empty string", cfg_ckpt)
+    if not 0.0 <= values.get("dropout", 0.0) < 1.0:
+        raise fail("dropout", "must be in [0, 1)", values["dropout"])
+    for name in ("lr", "gloo_timeout_s"):
+        if name in values and values[name] <= 0:
+            raise fail(name, "must be > 0", values[name])
+    if values.get("step_sleep_s", 0.0) < 0:
+        raise fail("step_sleep_s", "must be >= 0", values["step_sleep_s"])
+    if "save_error" in values and values["save_error"] not in SAVE_ERRORS:
+        raise fail("save_error", f"must be one of {', '.join(SAVE_ERRORS)}", values["save_error"])
+    if values.get("bad_mode") is not None and values["bad_mode"] not in BAD_MODES:
+        raise fail("bad_mode", f"must be null or one of {', '.join(BAD_MODES)}", values["bad_mode"])
+    cfg = LMConfig(**values)
+    if cfg.d_model % cfg.n_heads:
+        raise fail("n_heads", f"must divide d_model {cfg.d_model}", cfg.n_heads)
+    return cfg
+
+
+def load_config(path: str | os.PathLike[str]) -> LMConfig:
+    """Read and validate a config file; raises :class:`ConfigError`."""
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8") as f:
+            raw = json.load(f)
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"{source}: not valid JSON: {exc}") from exc
+    return config_from_dict(raw, source)
+
+
+def config_digest(cfg: LMConfig) -> str:
+    """sha256 of the canonical JSON of the :data:`DIGEST_FIELDS`."""
+    canon = {name: getattr(cfg, name) for name in DIGEST_FIELDS}
+    return hashlib.sha256(
+        json.dumps(canon, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+
+
+def _derive_seed(*parts: object) -> int:
+    """A 63-bit seed that depends only on ``parts`` (no global RNG involved)."""
+    text = ":".join(str(p) for p in parts)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & (2**63 - 1)
+
+
+# --- data ----------------------------------------------------------------------------
+
+
+class Corpus:
+    """The synthetic corpus and its global sample stream (see the module docstring)."""
+
+    def __init__(self, cfg: LMConfig) -> None:
+        self.size = cfg.dataset_size
+        self.seed = cfg.seed
+        table_gen = torch.Generator().manual_seed(_derive_seed(cfg.seed, "table"))
+        successors = torch.randint(cfg.vocab, (cfg.vocab, 2), generator=table_gen)
+        starts = torch.empty(self.size, dtype=torch.long)
+        choices = torch.empty(self.size, cfg.seq_len, dtype=torch.long)
+        for i in range(self.size):
+            gen = torch.Generator().manual_seed(_derive_seed(cfg.seed, "sample", i))
+            starts[i] = torch.randint(cfg.vocab, (1,), generator=gen)
+            choices[i] = torch.randint(2, (cfg.seq_len,), generator=gen)
+        tokens = [starts]
+        for t in range(cfg.seq_len):
+            tokens.append(successors[tokens[-1], choices[:, t]])
+        self.samples = torch.stack(tokens, dim=1)  # (dataset_size, seq_len + 1)
+        self._perms: dict[int, torch.Tensor] = {}
+
+    def _perm(self, epoch: int) -> torch.Tensor:
+        if epoch not in self._perms:
+            gen = torch.Generator().manual_seed(_derive_seed(self.seed, "epoch", epoch))
+            self._perms = {epoch: torch.randperm(self.size, generator=gen)}
+        return self._perms[epoch]
+
+    def indices(self, positions: range) -> list[int]:
+        return [int(self._perm(p // self.size)[p % self.size]) for p in positions]
+
+    def batch(self, positions: range) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and next-token targets for a range of global stream positions."""
+        rows = self.samples[self.indices(positions)]
+        return rows[:, :-1], rows[:, 1:]
+
+
+# --- model ---------------------------------------------------------------------------
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model),
+            nn.GELU(),
+            nn.Linear(4 * d_model, d_model),
+            nn.Dropout(dropout),
+        )
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.ln1(x)
+        attended, _ = self.attn(h, h, h, attn_mask=mask, need_weights=False)
+        x = x + attended
+        mixed: torch.Tensor = self.mlp(self.ln2(x))
+        return x + mixed
+
+
+class TinyLM(nn.Module):
+    """A decoder-only transformer: token and position embeddings, causal blocks, a head."""
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.pos = nn.Embedding(cfg.seq_len, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            _Block(cfg.d_model, cfg.n_heads, cfg.dropout) for _ in range(cfg.n_layers)
+        )
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab)
+        # A constant, not a buffer: DDP would broadcast a buffer before every forward.
+        self.causal_mask = torch.triu(
+            torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool), diagonal=1
+        )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1]
+        x = self.drop(self.tok(tokens) + self.pos(torch.arange(n)))
+        mask = self.causal_mask[:n, :n]
+        for block in self.blocks:
+            x = block(x, mask)
+        logits: torch.Tensor = self.head(self.ln_f(x))
+        return logits
+
+
+def model_digest(model: nn.Module) -> str:
+    """sha256 over the state_dict: each key, then its tensor's raw bytes, in key order."""
+    h = hashlib.sha256()
+    for key, tensor in model.state_dict().items():
+        h.update(key.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _lr_factor(cfg: LMConfig, done: int) -> float:
+    """Linear warmup over ``warmup_steps``, then cosine decay to 10% at the last step."""
+    if done < cfg.warmup_steps:
+        return (done + 1) / (cfg.warmup_steps + 1)
+    progress = min(1.0, (done - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+    return 0.1 + 0.45 * (1.0 + math.cos(math.pi * progress))
+
+
+# --- RNG state -----------------------------------------------------------------------
+
+
+def _seed_streams(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    """This process's RNG streams, as objects ``torch.load(weights_only=True)`` accepts."""
+    _, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    return {
+        "python": random.getstate(),
+        "numpy": {
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "torch": torch.get_rng_state(),
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    python = state["python"]
+    random.setstate((python[0], tuple(python[1]), python[2]))
+    num = state["numpy"]
+    keys = num["keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, num["pos"], num["has_gauss"], num["cached_gaussian"]))
+    torch.set_rng_state(state["torch"])
+
+
+# --- the job -------------------------------------------------------------------------
+
+
+class _Job:
+    """One incarnation of one rank: init, resume, train, checkpoint, finish."""
+
+    def __init__(self, cfg: LMConfig, probe: Probe, rank: int, world: int) -> None:
+        self.cfg = cfg
+        self.probe = probe
+        self.rank = rank
+        self.world = world
+        self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+        self.digest = config_digest(cfg)
+        self.per_rank = cfg.global_batch // world
+        self.corpus = Corpus(cfg)
+        _seed_streams(cfg.seed)
+        self.model = TinyLM(cfg)
+        _seed_streams(_derive_seed(cfg.seed, "rank", rank))
+        self.optimizer, self.scheduler = self._fresh_optimizer()
+        self.step = 0
+        self.position = 0
+        self.stale_pipe: int | None = None
+
+    def _fresh_optimizer(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+        cfg = self.cfg
+        optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=0.01)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: _lr_factor(cfg, done))
+        return optimizer, scheduler
+
+    def resume(self) -> None:
+        """Restore from the newest good checkpoint (or not, per ``bad_mode``) and say so."""
+        cfg, mode = self.cfg, self.cfg.bad_mode
+        if mode == "resume-ignored":
+            self.probe.no_checkpoint([])
+            return
+        if mode == "load-unverified":
+            result = _ckpt.load_unverified(cfg.ckpt_dir)
+        else:
+            result = _ckpt.load(cfg.ckpt_dir)
+        chosen: list[str | None] = [None] * self.world
+        loaded = result.loaded
+        dist.all_gather_object(chosen, loaded.id if loaded else None)
+        if len(set(chosen)) != 1:
+            raise RuntimeError(f"ranks chose different checkpoints: {chosen}")
+        if loaded is None:
+            self.probe.no_checkpoint(result.rejected)
+            return
+        state = loaded.state
+        self.model.load_state_dict(state["model"])
+        if mode != "optimizer-not-restored":
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.step = loaded.step
+        self.position = int(state["data_position"])
+        if mode == "data-position-not-restored":
+            self.position = 0
+        elif mode == "skip-ahead":
+            self.position += cfg.global_batch
+        rng = state["rng"]
+        if len(rng) == self.world:
+            _set_rng_state(rng[self.rank])
+        else:
+            _seed_streams(_derive_seed(cfg.seed, "rank", self.rank, "step", self.step))
+        self.probe.checkpoint_loaded(
+            ckpt_id=loaded.id,
+            step=loaded.step,
+            path=loaded.path,
+            verified=loaded.verified,
+            data_position=loaded.data_position,
+            rejected=result.rejected,
+        )
+
+    def start_stale_replica(self) -> None:
+        """``stale-replica``: leave an old replica of this rank behind (see ``_stale``).
+
+        Only the first caller per ``ckpt_dir`` starts one: ``TORCHELASTIC_RESTART_COUNT``
+        is per agent, and an agent restarted only because of a peer keeps count 0.
+        """
+        os.makedirs(self.cfg.ckpt_dir, exist_ok=True)
+        try:
+            claim = os.open(os.path.join(self.cfg.ckpt_dir, STALE_MARKER), _CLAIM_FLAGS)
+        except FileExistsError:
+            return
+        os.write(claim, f"{os.getpid()}\n".encode())
+        os.close(claim)
+        read_fd, write_fd = os.pipe()
+        env = dict(os.environ)
+        src = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        cfg = self.cfg
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "faultdrill.workloads._stale",
+                f"--rank={self.rank}",
+                f"--world-size={self.world}",
+                f"--global-batch={cfg.global_batch}",
+                f"--start-step={self.step}",
+                f"--vocab={cfg.vocab}",
+                f"--config-digest={self.digest}",
+                f"--parent-fd={read_fd}",
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(read_fd,),
+            start_new_session=True,
+        )
+        os.close(read_fd)
+        os.set_blocking(write_fd, False)
+        self.stale_pipe = write_fd
+
+    def train(self, ddp: nn.Module) -> None:
+        cfg = self.cfg
+        ddp.train()
+        for step in range(self.step + 1, cfg.steps + 1):
+            lo = self.position + self.rank * self.per_rank
+            ids = range(lo, lo + self.per_rank)
+            inputs, targets = self.corpus.batch(ids)
+            self.optimizer.zero_grad(set_to_none=True)
+            logits = ddp(inputs)
+            loss = nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), targets.reshape(-1))
+            loss.backward()
+            self.optimizer.step()
+            self.scheduler.step()
+            self.step = step
+            self.position += cfg.global_batch
+            self.probe.step(step, loss.item(), ids)
+            if self.stale_pipe is not None:  # tell the lurking old replica where we are
+                try:
+                    os.write(self.stale_pipe, f"s{step}\n".encode())
+                except OSError:
+                    self.stale_pipe = None
+            if cfg.step_sleep_s:
+                time.sleep(cfg.step_sleep_s)
+            if step % cfg.ckpt_every == 0 or step == cfg.steps:
+                self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Gather RNG states, save on rank 0, then hold every rank at a barrier."""
+        cfg = self.cfg
+        rng: list[dict[str, Any] | None] = [None] * self.world
+        dist.all_gather_object(rng, _rng_state())
+        if self.rank == 0:
+            state = {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng": rng,
+                "step": self.step,
+                "data_position": self.position,
+                "config_digest": self.digest,
+            }
+            try:
+                saved = _ckpt.save(
+                    cfg.ckpt_dir,
+                    step=self.step,
+                    state=state,
+                    data_position=self.position,
+                    world_size=self.world,
+                    written_by={
+                        "rank": self.rank,
+                        "pid": os.getpid(),
+                        "restart_count": self.restart_count,
+                    },
+                    keep=cfg.ckpt_keep,
+                    publish_before_durable=cfg.bad_mode == "publish-before-durable",
+                )
+            except OSError as exc:
+                if cfg.save_error == "crash":
+                    raise
+                print(
+                    f"{PROG}: checkpoint at step {self.step} not saved: {exc}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            else:
+                self.probe.checkpoint_saved(
+                    ckpt_id=saved.id,
+                    step=saved.step,
+                    path=saved.path,
+                    sha256=saved.sha256,
+                    data_position=saved.data_position,
+                    size_bytes=saved.size,
+                )
+        dist.barrier()
+
+    def end_stale_replica(self) -> None:
+        if self.stale_pipe is not None:
+            with contextlib.suppress(OSError):  # it is gone already (its lifetime ran out)
+                os.write(self.stale_pipe, b"end\n")
+            os.close(self.stale_pipe)
+            self.stale_pipe = None
+
+
+def _init_process_group(cfg: LMConfig) -> None:
+    timeout = timedelta(seconds=cfg.gloo_timeout_s)
+    if "RANK" in os.environ:
+        dist.init_process_group("gloo", timeout=timeout)
+    else:
+        dist.init_process_group(
+            "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
+        )
+
+
+def check_world_size(cfg: LMConfig, world: int) -> None:
+    """Raise :class:`ConfigError` unless ``world`` ranks can split the global batch evenly."""
+    if cfg.global_batch % world:
+        raise ConfigError(
+            f"field 'global_batch': {cfg.global_batch} is not divisible by world size {world}"
+        )
+
+
+def run(cfg: LMConfig) -> None:
+    """Train per ``cfg`` as this process's rank; returns once ``run_end`` is recorded.
+
+    Blocks in collectives with the other ranks (up to ``gloo_timeout_s`` each). Raises
+    :class:`ConfigError` for a world size that does not divide ``global_batch``, and
+    whatever stopped training otherwise (no ``run_end`` then). The process group is
+    destroyed before it returns or raises.
+    """
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    _init_process_group(cfg)
+    ddp: nn.Module | None = None
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        check_world_size(cfg, world)
+        probe = probe_from_env(rank)
+        job = _Job(cfg, probe, rank, world)
+        probe.run_start(
+            world_size=world,
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            restart_count=job.restart_count,
+            config_digest=job.digest,
+        )
+        job.resume()
+        if cfg.bad_mode == "stale-replica" and job.restart_count == 0 and rank == world - 1:
+            job.start_stale_replica()  # once per ckpt_dir, see there
+        ddp = DistributedDataParallel(job.model, bucket_cap_mb_list=[0])
+        job.train(ddp)
+        digest = model_digest(job.model)
+    except BaseException as exc:
+        # The traceback's frames hold the DDP model too; see below.
+        traceback.clear_frames(exc.__traceback__)
+        ddp = None
+        gc.collect()
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+        raise
+    # DDP must be collected before destroy_process_group, or the exit may abort (rc -6).
+    ddp = None
+    gc.collect()
+    dist.destroy_process_group()
+    probe.run_end(final_step=job.step, model_digest=digest)
+    job.end_stale_replica()
+    probe.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=PROG, allow_abbrev=False, description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--workload-config", required=True, help="path of the JSON config")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.workload_config)
+        run(cfg)
+    except ConfigError as exc:
+        print(f"{PROG}: config error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""Shared fixtures: the demo plan, its first scenario and control, the stock baseline."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+
+from faultdrill.plan import Control, Plan, Scenario, load_plan
+from faultdrill.reference import Reference
+from tests.timelines import Judge, baseline
+
+DEMO_PLAN = Path(str(files("faultdrill") / "plans" / "demo.yaml"))
+
+
+@pytest.fixture(scope="session")
+def plan() -> Plan:
+    return load_plan(DEMO_PLAN)
+
+
+@pytest.fixture(scope="session")
+def scenario(plan: Plan) -> Scenario:
+    """``kill-worker``: rank 1 killed, the job expected to complete, resuming latest-valid."""
+    return plan.scenarios()[0]
+
+
+@pytest.fixture(scope="session")
+def control(plan: Plan) -> Control:
+    return plan.controls[0]
+
+
+@pytest.fixture()
+def reference() -> Reference:
+    """The stock fault-free run (:func:`timelines.baseline`) as the checks' reference."""
+    return Reference.from_timeline(baseline().build())
+
+
+@pytest.fixture()
+def judge(plan: Plan, scenario: Scenario, reference: Reference) -> Judge:
+    """Runs a check on the ``kill-worker`` scenario against the stock baseline."""
+    return Judge(plan, scenario, reference)

@@ -1,0 +1,67 @@
+"""Shared helpers for tests that run real drills (subprocesses, torchrun)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from faultdrill import procfs
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "src" / "faultdrill" / "plans" / "demo.yaml"
+
+
+def demo_raw() -> dict[str, Any]:
+    return yaml.safe_load(DEMO.read_text())
+
+
+def small_plan(tmp_path: Path, **workload: Any) -> tuple[Path, str]:
+    """The demo plan with a unique task id (to find its processes) and workload overrides."""
+    raw = demo_raw()
+    task_id = f"t-{uuid.uuid4().hex[:10]}"
+    raw["task"]["id"] = task_id
+    raw["task"]["workload"].update(workload)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path, task_id
+
+
+def cli_env(state_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["FAULTDRILL_STATE_DIR"] = str(state_dir)
+    return env
+
+
+def faultdrill(*args: str, env: dict[str, str], **kw: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "faultdrill.cli", *args], env=env, **kw)
+
+
+def task_pids(task_id: str) -> list[int]:
+    return procfs.pids_with_env("FAULTDRILL_TASK_ID", task_id)
+
+
+def wait_for(pred: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def has_steps(events_dir: Path, n: int = 3) -> bool:
+    files = list(events_dir.glob("probe-rank*.jsonl"))
+    return bool(files) and all(f.read_text().count('"kind":"step"') >= n for f in files)
+
+
+def kill_task(task_id: str) -> None:
+    """Last-resort cleanup so a failing test never leaks processes."""
+    for pid in task_pids(task_id):
+        procfs.kill_checked(pid, None, 9)

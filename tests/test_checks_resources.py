@@ -1,0 +1,213 @@
+"""Resource checks on tiny literal timelines: stale replicas, duplicate ranks, leftovers."""
+
+from __future__ import annotations
+
+from faultdrill.checks import Verdict
+from tests.timelines import NEW, OLD, TL, Judge, baseline, ids, restart
+
+P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
+
+
+def outlive(tl: TL, pid: int, rank: int, last_seen: float | None) -> TL:
+    """Make old ``pid`` live until ``last_seen`` (None: still alive when sampling ended)."""
+    tl.drop("sampler", where=lambda r: r["pid"] == pid)
+    gone = None if last_seen is None else last_seen + 0.3
+    return tl.proc(pid, rank, 0.05, gone, last_seen=last_seen, node=f"n{rank}")
+
+
+# --- resources.no-stale-replica ---------------------------------------------------------
+
+NS = "resources.no-stale-replica"
+
+
+def test_no_stale_replica_passes_when_old_replicas_are_gone_in_time(judge: Judge) -> None:
+    assert judge.one(NS, restart()) == (
+        P,
+        "1 restart(s); every older replica was gone before its successor made progress",
+    )
+
+
+def test_no_stale_replica_passes_without_restart(judge: Judge) -> None:
+    assert judge.one(NS, baseline()) == (P, "no restart; no replica was superseded")
+
+
+def test_no_stale_replica_fails_on_an_old_replica_alive_after_the_first_new_step(
+    judge: Judge,
+) -> None:
+    # incarnation 1's first step is at t=8.0; old rank 1 was last seen at 9.0
+    assert judge.one(NS, outlive(restart(), OLD[1], 1, 9.0)) == (
+        F,
+        "1 process(es) of an older incarnation still alive after incarnation 1 made "
+        "progress: pid 101 (rank 1, node n1, alive 1.0 s after)",
+    )
+
+
+def test_no_stale_replica_fails_on_an_old_replica_alive_at_the_end(judge: Judge) -> None:
+    # never gone: alive until the last sample (incarnation 1's exit at t=10.5)
+    verdict, msg = judge.one(NS, outlive(restart(), OLD[0], 0, None))
+    assert verdict is F
+    assert "pid 100 (rank 0, node n0, alive 2.5 s after)" in msg
+
+
+def test_no_stale_replica_passes_when_the_old_replica_left_before_the_first_step(
+    judge: Judge,
+) -> None:
+    # alive after the new incarnation announced itself (7.0), gone before its step at 8.0
+    assert judge.one(NS, outlive(restart(), OLD[1], 1, 7.9))[0] is P
+
+
+def test_no_stale_replica_fails_on_an_unannounced_worker_from_before_the_restart(
+    judge: Judge,
+) -> None:
+    tl = restart().proc(150, 1, 3.0, 9.5, last_seen=9.2, node="n1")
+    verdict, msg = judge.one(NS, tl)
+    assert verdict is F
+    assert "pid 150 (rank 1, node n1, alive 1.2 s after)" in msg
+
+
+def test_no_stale_replica_fails_when_the_old_incarnation_keeps_stepping(judge: Judge) -> None:
+    tl = restart().step(OLD[1], 1, 6, 8.5, [ids(6, 1)])
+    assert judge.one(NS, tl) == (
+        F,
+        "1 step(s) emitted by an older incarnation after incarnation 1 started making "
+        "progress (split brain); first: pid 101 rank 1 step 6",
+    )
+
+
+def test_no_stale_replica_reports_both_a_live_and_a_stepping_old_replica(judge: Judge) -> None:
+    tl = outlive(restart(), OLD[1], 1, 9.0).step(OLD[1], 1, 6, 8.5, [ids(6, 1)])
+    found = judge.run(NS, tl)
+    assert [f.verdict for f in found] == [F, F]
+    assert "still alive" in found[0].message and "split brain" in found[1].message
+    assert found[0].data["pids"] == [OLD[1]]
+
+
+def test_no_stale_replica_retests_without_sampler_data(judge: Judge) -> None:
+    assert judge.one(NS, restart().drop("sampler")) == (
+        R,
+        "the process table was not sampled (no worker seen)",
+    )
+
+
+def test_no_stale_replica_ignores_agents(judge: Judge) -> None:
+    tl = restart().proc(90, None, 0.0, 11.0, role="agent")
+    assert judge.one(NS, tl)[0] is P
+    assert judge.one(NS, TL().proc(90, None, 0.0, 11.0, role="agent"))[0] is R
+
+
+# --- resources.no-duplicate-rank --------------------------------------------------------
+
+ND = "resources.no-duplicate-rank"
+
+
+def test_no_duplicate_rank_passes_when_each_rank_has_one_process(judge: Judge) -> None:
+    assert judge.one(ND, restart()) == (
+        P,
+        "every rank was held by one live process at a time while training made progress",
+    )
+
+
+def test_no_duplicate_rank_fails_on_two_pids_announcing_one_rank(judge: Judge) -> None:
+    tl = restart().run_start(1, 202, "10.0.0.1:29501", 7.02)
+    assert judge.one(ND, tl) == (
+        F,
+        "incarnation 1: rank 1 announced by 2 processes (pids [201, 202])",
+    )
+
+
+def test_no_duplicate_rank_fails_on_two_live_workers_of_one_rank_while_stepping(
+    judge: Judge,
+) -> None:
+    # pid 250 holds rank 0 next to pid 200 from 7.5 to 8.5, across the step at 8.0
+    tl = restart().proc(250, 0, 7.5, 8.8, last_seen=8.5, node="n2")
+    assert judge.one(ND, tl) == (
+        F,
+        "rank 0 held by pids 200 (node n0) and 250 (node n2) at once for 1.0 s while "
+        "training made progress",
+    )
+
+
+def test_no_duplicate_rank_allows_an_overlap_without_progress(judge: Judge) -> None:
+    # old rank 1 lingers until 7.5, after new rank 1 appeared (7.05), but no step ran meanwhile
+    assert judge.one(ND, outlive(restart(), OLD[1], 1, 7.5))[0] is P
+
+
+def test_no_duplicate_rank_catches_a_stale_replica_overlapping_steps(judge: Judge) -> None:
+    verdict, msg = judge.one(ND, outlive(restart(), OLD[1], 1, 9.0))
+    assert verdict is F
+    assert "rank 1 held by pids 101 (node n1) and 201 (node n1) at once" in msg
+
+
+def test_no_duplicate_rank_retests_when_no_replica_was_seen(judge: Judge) -> None:
+    verdict, msg = judge.one(ND, TL().job("failed", 1.0))
+    assert verdict is R and "process table was not sampled" in msg
+
+
+def test_no_duplicate_rank_judges_announcements_without_sampler_data(judge: Judge) -> None:
+    # announcements alone cannot prove one process per rank, but can prove two
+    assert judge.one(ND, restart().drop("sampler"))[0] is R
+    tl = restart().drop("sampler").run_start(1, 202, "10.0.0.1:29501", 7.02)
+    assert judge.one(ND, tl)[0] is F
+
+
+# --- resources.released-at-end ----------------------------------------------------------
+
+RA = "resources.released-at-end"
+
+
+def at_end(
+    alive: list[dict[str, object]] | None = None,
+    ports: list[int] | None = None,
+    leftovers: list[str] | None = None,
+) -> TL:
+    """The healthy restart whose end-of-job snapshot found these left."""
+    return (
+        restart()
+        .drop("harness", "procs_final")
+        .procs_final(11.5, alive=alive or [], ports=ports or [], leftovers=leftovers or [])
+    )
+
+
+def test_released_at_end_passes_when_nothing_is_left(judge: Judge) -> None:
+    assert judge.one(RA, restart()) == (
+        P,
+        "no process, listening port or temp dir of the job left 1.0 s after it ended",
+    )
+
+
+def test_released_at_end_fails_on_processes_left(judge: Judge) -> None:
+    alive = [{"pid": NEW[1], "role": "worker", "rank": 1, "node": "n1"}]
+    [f] = judge.run(RA, at_end(alive=alive))
+    assert (f.verdict, f.message) == (
+        F,
+        "1 process(es) of the job still alive 1.0 s after it ended: pid 201 (worker, "
+        "rank 1, node n1)",
+    )
+    assert f.data == {"pids": [NEW[1]]}
+
+
+def test_released_at_end_fails_on_ports_left(judge: Judge) -> None:
+    assert judge.one(RA, at_end(ports=[29501])) == (F, "listening port(s) still held: [29501]")
+
+
+def test_released_at_end_fails_on_leftovers(judge: Judge) -> None:
+    assert judge.one(RA, at_end(leftovers=["/tmp/fd-ckpt", "mount /mnt/x"])) == (
+        F,
+        "left behind: /tmp/fd-ckpt, mount /mnt/x",
+    )
+
+
+def test_released_at_end_reports_every_kind_of_leftover(judge: Judge) -> None:
+    tl = at_end(
+        alive=[{"pid": 7, "role": "agent", "rank": None, "node": "n0"}],
+        ports=[29500],
+        leftovers=["/tmp/x"],
+    )
+    assert judge.verdicts(RA, tl) == [F, F, F]
+
+
+def test_released_at_end_retests_without_a_snapshot(judge: Judge) -> None:
+    assert judge.one(RA, restart().drop("harness", "procs_final")) == (
+        R,
+        "no end-of-job resource snapshot was recorded",
+    )

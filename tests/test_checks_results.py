@@ -1,0 +1,288 @@
+"""Results checks on tiny literal timelines: losses against the baseline (bitwise or within
+tolerance), the final model digest, and the final checkpoint."""
+
+from __future__ import annotations
+
+from faultdrill.checks import Verdict
+from faultdrill.checks.results import comparison_mode
+from faultdrill.reference import Reference
+from faultdrill.timeline import Timeline
+from tests.timelines import NEW, OLD, TL, Judge, baseline, finish, first_run, loss_at, restart
+
+P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
+
+
+def mean_loss(step: int, rank: int) -> float:
+    """What a healthy 2-rank run reports as its mean loss at ``step``."""
+    return (loss_at(step, 0) + loss_at(step, 1)) / 2
+
+
+def shrunk(scale: float = 1.0) -> TL:
+    """Rank 1's node is lost; incarnation 1 runs on one rank (world size 1, 4 samples per
+    step, the same global batch) from ckpt-4, its loss ``scale`` times the 2-rank mean."""
+    tl = first_run(TL().job("running", 0.0), 5).inject(5.5)
+    tl.run_start(0, NEW[0], "10.0.0.1:29501", 7.0, world_size=1).load(0, NEW[0], "ckpt-4", 4, 7.1)
+    tl.steps(NEW[0], 0, range(5, 7), t0=8.0, sps=4, loss=lambda s, r: mean_loss(s, r) * scale)
+    return finish(tl.save(0, NEW[0], "ckpt-6", 6, 9.5), 6, 10.0, NEW[:1], latest="ckpt-6")
+
+
+# --- the comparison mode ----------------------------------------------------------------
+
+
+def test_comparison_mode_is_bitwise_when_world_and_config_are_unchanged(judge: Judge) -> None:
+    assert comparison_mode(judge.ctx(restart())) == (
+        "bitwise",
+        "world size and config unchanged from the baseline",
+    )
+
+
+def test_comparison_mode_is_tolerance_when_the_world_size_changed(judge: Judge) -> None:
+    assert comparison_mode(judge.ctx(shrunk())) == (
+        "tolerance",
+        "world size(s) [1, 2] or config differ from the baseline's",
+    )
+
+
+def test_comparison_mode_is_tolerance_when_the_config_changed(judge: Judge) -> None:
+    tl = restart().edit("probe", "run_start", lambda r: r["pid"] in NEW, config_digest="cfg-2")
+    assert comparison_mode(judge.ctx(tl))[0] == "tolerance"
+
+
+def test_comparison_mode_follows_the_plan(judge: Judge) -> None:
+    bitwise = judge.scenario("pass_criteria", results="bitwise")
+    tolerance = judge.scenario("pass_criteria", results="tolerance")
+    assert comparison_mode(bitwise.ctx(shrunk()))[0] == "bitwise"
+    assert comparison_mode(tolerance.ctx(restart()))[0] == "tolerance"
+    assert comparison_mode(judge.replace(reference=None).ctx(restart()))[0] == "tolerance"
+
+
+# --- results.loss-matches-baseline ------------------------------------------------------
+
+LM = "results.loss-matches-baseline"
+
+
+def test_loss_matches_bitwise(judge: Judge) -> None:
+    [f] = judge.run(LM, restart())
+    assert (f.verdict, f.message) == (
+        P,
+        "all 12 committed (rank, step) losses are bitwise equal to the baseline (world "
+        "size and config unchanged from the baseline)",
+    )
+    assert f.data == {"mode": "bitwise"}
+
+
+def test_loss_fails_on_the_smallest_difference_in_bitwise_mode(judge: Judge) -> None:
+    off = loss_at(6, 1) + 1e-12
+    tl = restart().edit("probe", "step", lambda r: r["pid"] == NEW[1] and r["step"] == 6, loss=off)
+    [f] = judge.run(LM, tl)
+    assert f.verdict is F
+    assert f.message.startswith(
+        "1 of 12 committed (rank, step) losses differ from the "
+        "baseline (world size and config unchanged from the baseline); "
+        "first at step 6 rank 1: "
+    )
+    assert f"{off!r} vs baseline {loss_at(6, 1)!r}" in f.message
+    assert f.data == {"first_step": 6, "differing": 1, "mode": "bitwise"}
+
+
+def test_loss_fails_from_the_first_step_after_a_bad_restore(judge: Judge) -> None:
+    # the optimizer state was not restored: every step after the resume differs
+    tl = restart().edit("probe", "step", lambda r: r["pid"] in NEW, loss=9.0)
+    [f] = judge.run(LM, tl)
+    assert f.verdict is F
+    assert "4 of 12 committed (rank, step) losses differ" in f.message
+    assert "first at step 5 rank 0" in f.message
+
+
+def test_loss_ignores_recomputed_steps(judge: Judge) -> None:
+    tl = restart().edit("probe", "step", lambda r: r["pid"] in OLD and r["step"] == 5, loss=9.0)
+    assert judge.one(LM, tl)[0] is P
+
+
+def test_loss_fails_on_steps_the_baseline_never_ran(judge: Judge) -> None:
+    found = judge.run(LM, restart(last=7))
+    assert [(f.verdict, f.message) for f in found] == [
+        (F, "2 committed (rank, step) pairs have no baseline counterpart")
+    ]
+
+
+def test_loss_within_tolerance_after_the_world_size_changed(judge: Judge) -> None:
+    [f] = judge.run(LM, shrunk(1 + 1e-5))
+    assert f.verdict is P
+    assert f.message.startswith(
+        "mean loss of all 6 common steps within rtol=0.001 of the "
+        "baseline (worst relative difference 1.00e-05; world size(s) "
+        "[1, 2] or config differ from the baseline's)"
+    )
+    assert f.data["mode"] == "tolerance"
+
+
+def test_loss_fails_outside_tolerance_after_the_world_size_changed(judge: Judge) -> None:
+    verdict, msg = judge.one(LM, shrunk(1.01))
+    assert verdict is F
+    assert msg.startswith(
+        "2 of 6 steps' mean loss outside rtol=0.001, atol=1e-05 of the "
+        "baseline (world size(s) [1, 2] or config differ from the "
+        "baseline's); first at step 5: "
+    )
+
+
+def test_loss_tolerance_comes_from_the_plan(judge: Judge) -> None:
+    loose = judge.plan.model_copy(
+        update={"tolerance": judge.plan.tolerance.model_copy(update={"rtol": 0.05})}
+    )
+    assert judge.replace(plan=loose).one(LM, shrunk(1.01))[0] is P
+
+
+def test_loss_bitwise_on_request_fails_a_changed_world(judge: Judge) -> None:
+    bitwise = judge.scenario("pass_criteria", results="bitwise")
+    verdict, msg = bitwise.one(LM, shrunk())
+    assert verdict is F
+    assert "(the plan asks for bitwise equality)" in msg
+
+
+def test_loss_retests_without_baseline(judge: Judge) -> None:
+    assert judge.replace(reference=None).one(LM, restart()) == (
+        R,
+        "no baseline losses to compare with",
+    )
+    empty = Reference.from_timeline(TL().build())
+    assert judge.replace(reference=empty).one(LM, restart())[0] is R
+
+
+def test_loss_retests_without_committed_progress(judge: Judge) -> None:
+    assert judge.one(LM, restart().drop("probe", "step")) == (R, "no incarnation made progress")
+
+
+# --- results.final-model-digest ---------------------------------------------------------
+
+FD = "results.final-model-digest"
+
+
+def digest(tl: TL, value: str | None, rank: int | None = None) -> TL:
+    return tl.edit(
+        "probe", "run_end", lambda r: rank is None or r["rank"] == rank, model_digest=value
+    )
+
+
+def test_final_digest_matches_the_baseline(judge: Judge) -> None:
+    assert judge.one(FD, restart()) == (P, "final model identical to the baseline's (model-1...)")
+
+
+def test_final_digest_fails_when_it_differs(judge: Judge) -> None:
+    [f] = judge.run(FD, digest(restart(), "model-2"))
+    assert (f.verdict, f.message) == (
+        F,
+        "final model model-2... differs from the baseline's model-1...",
+    )
+    assert f.data == {"got": "model-2", "baseline": "model-1"}
+
+
+def test_final_digest_fails_when_ranks_disagree(judge: Judge) -> None:
+    assert judge.one(FD, digest(restart(), "model-2", rank=1)) == (
+        F,
+        "ranks ended with different models: ['model-1', 'model-2']",
+    )
+
+
+def test_final_digest_does_not_apply_in_tolerance_mode(judge: Judge) -> None:
+    verdict, msg = judge.one(FD, shrunk())
+    assert verdict is P
+    assert msg.startswith("not applicable: world size(s) [1, 2] or config differ")
+
+
+def test_final_digest_does_not_apply_when_the_job_is_expected_to_fail(judge: Judge) -> None:
+    fails = judge.scenario("expected", job="fails")
+    assert fails.one(FD, digest(restart(), "model-2")) == (
+        P,
+        "not applicable: the plan expects this job to fail",
+    )
+
+
+def test_final_digest_retests_without_a_baseline_digest(judge: Judge) -> None:
+    ref = Reference.from_timeline(digest(baseline(), "").build())
+    assert judge.replace(reference=ref).one(FD, restart()) == (
+        R,
+        "the baseline recorded no final model digest",
+    )
+
+
+def test_final_digest_retests_without_a_baseline(judge: Judge) -> None:
+    assert judge.replace(reference=None).one(FD, restart()) == (
+        R,
+        "no baseline to compare the final model with",
+    )
+    empty = Reference.from_timeline(TL().build())
+    assert judge.replace(reference=empty).one(FD, restart())[0] is R
+
+
+def test_final_digest_retests_without_a_run_digest(judge: Judge) -> None:
+    assert judge.one(FD, restart().drop("probe", "run_end")) == (
+        R,
+        "the run recorded no final model digest (no run_end)",
+    )
+    assert judge.one(FD, digest(restart(), ""))[0] is R
+
+
+def test_final_digest_retests_when_run_end_carries_no_digest(judge: Judge) -> None:
+    # a run_end without model_digest (a script not using the probe's run_end) is no evidence
+    tl = restart()
+    for r in tl.recs:
+        if r["kind"] == "run_end":
+            del r["model_digest"]
+    assert judge.one(FD, tl)[0] is R
+    assert judge.one(FD, digest(restart(), None, rank=1))[0] is P
+
+
+# --- results.final-checkpoint-verifies --------------------------------------------------
+
+FC = "results.final-checkpoint-verifies"
+
+
+def inventory(latest: str | None, bad: dict[str, str] | None = None) -> TL:
+    tl = restart().drop("harness", "ckpt_inventory").drop("harness", "ckpt_latest")
+    return tl.inventory(11.6, latest, bad=bad)
+
+
+def test_final_checkpoint_verifies(judge: Judge) -> None:
+    assert judge.one(FC, restart()) == (
+        P,
+        "latest checkpoint ckpt-6 (step 6) verifies against its manifest",
+    )
+
+
+def test_final_checkpoint_fails_when_the_latest_does_not_verify(judge: Judge) -> None:
+    [f] = judge.run(FC, inventory("ckpt-6", {"ckpt-6": "sha256 differs from the one recorded"}))
+    assert (f.verdict, f.message) == (
+        F,
+        "latest checkpoint ckpt-6 does not verify: sha256 differs from the one recorded",
+    )
+    assert f.data == {"id": "ckpt-6"}
+
+
+def test_final_checkpoint_only_judges_the_latest(judge: Judge) -> None:
+    assert judge.one(FC, inventory("ckpt-6", {"ckpt-2": "missing"}))[0] is P
+
+
+def test_final_checkpoint_fails_on_a_broken_latest_pointer(judge: Judge) -> None:
+    assert judge.one(FC, inventory("ckpt-9")) == (
+        F,
+        "the latest pointer does not lead to a checkpoint: latest names 'ckpt-9', which "
+        "no save reported",
+    )
+
+
+def test_final_checkpoint_retests_without_inventory(judge: Judge) -> None:
+    tl = restart().drop("harness", "ckpt_inventory")
+    assert judge.one(FC, tl) == (R, "no checkpoint inventory was taken")
+
+
+def test_final_checkpoint_retests_without_a_pointer_record(judge: Judge) -> None:
+    tl = inventory(None).drop("harness", "ckpt_latest")
+    assert judge.one(FC, tl) == (R, "no latest pointer state was recorded")
+
+
+def test_shrunk_timeline_is_what_it_claims() -> None:
+    tl: Timeline = shrunk().build()
+    assert [i.world_size for i in tl.incarnations] == [2, 1]
+    assert tl.incarnations[1].first_step == 5

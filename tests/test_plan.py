@@ -1,0 +1,156 @@
+"""The plan is validated at load: each bad plan gives one clear error naming file, field, fix."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from faultdrill.cli import main
+from faultdrill.errors import PlanError
+from faultdrill.plan import load_plan, parse_plan, plan_schema
+
+DEMO = Path(__file__).resolve().parents[1] / "src" / "faultdrill" / "plans" / "demo.yaml"
+
+
+def demo_raw() -> dict[str, Any]:
+    return yaml.safe_load(DEMO.read_text())
+
+
+def write(tmp_path: Path, raw: Any) -> Path:
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw) if not isinstance(raw, str) else raw)
+    return path
+
+
+def error_of(tmp_path: Path, raw: Any) -> PlanError:
+    with pytest.raises(PlanError) as info:
+        load_plan(write(tmp_path, raw))
+    return info.value
+
+
+def test_demo_plan_is_valid_and_frozen() -> None:
+    plan = load_plan(DEMO)
+    assert plan.task.id == "demo-lm"
+    assert [s.id for s in plan.scenarios()] == ["kill-worker"]
+    with pytest.raises(Exception, match="frozen"):
+        plan.task.id = "other"  # type: ignore[misc]
+
+
+def mutate(path: str, value: Any) -> dict[str, Any]:
+    raw = demo_raw()
+    node: Any = raw
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if k.isdigit() else node[k]
+    last = keys[-1]
+    if value is KeyError:
+        del node[last]
+    else:
+        node[int(last) if last.isdigit() else last] = value
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "where", "phrase"),
+    [
+        ("task.entrypont", {"module": "x"}, "task.entrypont", "unknown key 'entrypont'"),
+        ("resources.nodes", "two", "resources.nodes", "valid integer"),
+        ("resources.nodes", 0, "resources.nodes", "greater than or equal to 1"),
+        ("responsibility", KeyError, "responsibility", "required field is missing"),
+        (
+            "rounds.0.scenarios.0.fault.kind",
+            "kill-wroker",
+            "rounds[0].scenarios[0].fault.kind",
+            "not a known fault kind; use one of: kill-worker",
+        ),
+        (
+            "rounds.0.scenarios.0.trigger",
+            {"at_step": 3, "after_s": 2},
+            "rounds[0].scenarios[0].trigger",
+            "set exactly one of at_step",
+        ),
+        (
+            "rounds.0.scenarios.0.fault.target",
+            {"rank": 7},
+            "(top level)",
+            "target rank 7 does not exist (world size 2)",
+        ),
+        (
+            "controls.0.expected_check",
+            "progress.nope",
+            "(top level)",
+            "'progress.nope' is not a check",
+        ),
+        ("resources.platform", "slurmish", "(top level)", "'slurmish' is unknown"),
+        (
+            "rounds.0.scenarios.0.expected.recovery",
+            "magic",
+            "rounds[0].scenarios[0].expected.recovery",
+            "'magic' is not allowed",
+        ),
+        ("task.id", "bad id with spaces", "task.id", "should match pattern"),
+    ],
+)
+def test_bad_plan_gives_one_clear_error(
+    tmp_path: Path, path: str, value: Any, where: str, phrase: str
+) -> None:
+    err = error_of(tmp_path, mutate(path, value))
+    assert str(tmp_path / "plan.yaml") in str(err)
+    assert len(err.problems) == 1, err.problems
+    loc, msg = err.problems[0]
+    assert loc == where
+    assert phrase in msg
+
+
+def test_duplicate_ids_refused(tmp_path: Path) -> None:
+    raw = demo_raw()
+    raw["controls"][1]["id"] = raw["controls"][0]["id"]
+    assert "repeated: ctl-resume-ignored" in str(error_of(tmp_path, raw))
+
+
+def test_rounds_must_increase(tmp_path: Path) -> None:
+    raw = demo_raw()
+    raw["rounds"].append(copy.deepcopy(raw["rounds"][0]))
+    raw["rounds"][1]["scenarios"][0]["id"] = "again"
+    assert "increasing and unique" in str(error_of(tmp_path, raw))
+
+
+def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
+    err = error_of(tmp_path, "task: {id: x\nresources: [")
+    assert err.problems[0][0].startswith("line ")
+
+
+def test_not_a_mapping(tmp_path: Path) -> None:
+    assert "must be a mapping" in str(error_of(tmp_path, "- just\n- a list\n"))
+
+
+def test_missing_file() -> None:
+    with pytest.raises(PlanError, match="cannot read"):
+        load_plan("/nonexistent/plan.yaml")
+
+
+def test_cli_prints_error_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, mutate("resources.nodes", "two"))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "resources.nodes" in err and "Traceback" not in err
+
+
+def test_schema_is_json_schema() -> None:
+    schema = plan_schema()
+    assert schema["additionalProperties"] is False
+    assert "task" in schema["required"]
+
+
+def test_parse_plan_digest_is_stable() -> None:
+    a, b = parse_plan(demo_raw()), parse_plan(demo_raw())
+    assert a.digest() == b.digest()
+    raw = demo_raw()
+    raw["seeds"]["global"] = 99
+    assert parse_plan(raw).digest() != a.digest()
