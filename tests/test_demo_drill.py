@@ -47,8 +47,12 @@ def item(report: dict[str, Any], item_id: str) -> dict[str, Any]:
 
 
 def failing_checks(s: dict[str, Any]) -> set[str]:
-    return {f["check"] for ev in s["evidence"].values() for f in ev["findings"]
-            if f["verdict"] == "fail"}
+    return {
+        f["check"]
+        for ev in s["evidence"].values()
+        for f in ev["findings"]
+        if f["verdict"] == "fail"
+    }
 
 
 def test_baseline_passes_its_own_checks(demo: tuple[RunResult, dict[str, Any]]) -> None:
@@ -67,7 +71,10 @@ def test_kill_worker_recovers_from_the_last_valid_checkpoint(
     assert s["verdict"] == "pass", json.dumps(s["evidence"], indent=1)
     assert s["recovery_class"] == "automatic"
     assert {k: v["verdict"] for k, v in s["evidence"].items()} == {
-        "progress": "pass", "resources": "pass", "results": "pass"}
+        "progress": "pass",
+        "resources": "pass",
+        "results": "pass",
+    }
     q = s["questions"]
     assert q["resumed_from"]["checkpoint"] == "step-000010"
     assert q["resumed_from"]["step"] == 10 and q["resumed_from"]["data_position"] == 80
@@ -76,7 +83,9 @@ def test_kill_worker_recovers_from_the_last_valid_checkpoint(
     # loose bounds: detection is the agent's monitor interval, recovery includes imports
     assert 0 <= t["detect_s"] < 5 and 0 < t["recover_s"] < 60
     assert t["recomputed_steps"] >= 5
-    assert q["worker_lost_at"]["since_injection_s"] <= q["new_replicas_ready_at"]["since_injection_s"]
+    assert (
+        q["worker_lost_at"]["since_injection_s"] <= q["new_replicas_ready_at"]["since_injection_s"]
+    )
     assert q["old_replica_stopped_at"] is not None
 
 
