@@ -35,7 +35,8 @@ def error_of(tmp_path: Path, raw: Any) -> PlanError:
 def test_demo_plan_is_valid_and_frozen() -> None:
     plan = load_plan(DEMO)
     assert plan.task.id == "demo-lm"
-    assert [s.id for s in plan.scenarios()] == ["kill-worker"]
+    ids = [s.id for s in plan.scenarios()]
+    assert ids[0] == "kill-worker" and {"link-jitter", "node-loss"} <= set(ids)
     with pytest.raises(Exception, match="frozen"):
         plan.task.id = "other"  # type: ignore[misc]
 
@@ -65,7 +66,7 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
             "rounds.0.scenarios.0.fault.kind",
             "kill-wroker",
             "rounds[0].scenarios[0].fault.kind",
-            "not a known fault kind; use one of: kill-worker",
+            "not a known fault kind; use one of: ",
         ),
         (
             "rounds.0.scenarios.0.trigger",

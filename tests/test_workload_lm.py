@@ -434,11 +434,15 @@ def test_save_error_skip_and_crash(
 
     monkeypatch.setattr(_ckpt, "save", read_only)
     ev = local.run(save_error="skip")
-    assert kinds(ev) == ["run_start", "ckpt_none", "run_end"]
+    failed = ["ckpt_save_failed", "ckpt_save_failed"]
+    assert kinds(ev) == ["run_start", "ckpt_none", *failed, "run_end"]
+    first = next(e for e in ev if e["kind"] == "ckpt_save_failed")
+    assert (first["step"], first["errno"]) == (3, 30) and first["duration_s"] >= 0
     assert "checkpoint at step 3 not saved: [Errno 30] Read-only" in capfd.readouterr().err
     with pytest.raises(OSError, match="Read-only"):
         local.run(save_error="crash")
-    assert kinds(read_events(local.tmp / f"ev{local.n}", 0)) == ["run_start", "ckpt_none"]
+    crashed = kinds(read_events(local.tmp / f"ev{local.n}", 0))
+    assert crashed == ["run_start", "ckpt_none", "ckpt_save_failed"]
 
 
 def samples_after_restart(local: Local, mode: str) -> tuple[list[dict[str, Any]], list[Any]]:

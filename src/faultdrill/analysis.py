@@ -31,6 +31,9 @@ LOST_KINDS = frozenset(
         "rdzv_timeout",
         "rdzv_connection_error",
         "rdzv_closed",
+        "dead_node",
+        "timeout_fired",
+        "peer_error",
     }
 )
 

@@ -68,6 +68,14 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
     from faultdrill.runner import run_plan
 
     plan = load_plan(plan_path)
+    source: Path | None = plan_path
+    if demo:
+        from faultdrill.platforms.netns import without_netns_if_unavailable
+
+        plan, note = without_netns_if_unavailable(plan)
+        if note:
+            print(f"faultdrill: {note}", file=sys.stderr)
+            source = None
     out = out or Path(
         f"faultdrill-{'demo' if demo else plan.task.id}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
@@ -87,7 +95,7 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
         result = run_plan(
             plan,
             out,
-            source=plan_path,
+            source=source,
             only=only,
             controls=not getattr(args, "no_controls", False),
             report=con.progress,
@@ -99,8 +107,36 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
         f"{summ['retest']} retest; controls caught: {summ['controls_caught']}/"
         f"{summ['controls']}; overall: {'OK' if result.ok else 'NOT OK'}"
     )
-    con.say(f"report: {out / 'report.md'}\nmachine-readable: {out / 'report.json'}")
+    _deliverables(out, args, bundle=demo or getattr(args, "bundle", False), say=con.say)
     return 0 if result.ok else 1
+
+
+def _deliverables(
+    run_dir: Path, args: argparse.Namespace, *, bundle: bool, say: Any, junit: bool = True
+) -> None:
+    """Reports in the chosen language, the JUnit file, the bundle; says where each is."""
+    from faultdrill.report import render_reports
+
+    lang = getattr(args, "lang", "en")
+    if lang == "en" and (run_dir / "report.html").exists():  # written in English by the run
+        paths = {k: str(run_dir / f"report.{x}") for k, x in (("html", "html"), ("markdown", "md"))}
+        paths["json"] = str(run_dir / "report.json")
+    else:
+        paths = render_reports(run_dir, lang)
+    say(
+        f"report: {paths['html']}\nreport (Markdown): {paths['markdown']}\n"
+        f"machine-readable: {paths['json']}"
+    )
+    if junit and getattr(args, "junit", None):
+        from faultdrill.junit import report_suite, write_junit
+
+        report = json.loads((run_dir / "report.json").read_text())
+        say(f"junit: {write_junit(args.junit, report_suite(report))}")
+    if bundle:
+        from faultdrill.bundle import make_bundle
+
+        archive, manifest = make_bundle(run_dir, lang=getattr(args, "lang", "en"))
+        say(f"bundle: {archive} (manifest sha256 {manifest['manifest_sha256']})")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -116,14 +152,100 @@ def cmd_check(args: argparse.Namespace) -> int:
     from faultdrill.report import write_reports
 
     result = evaluate_run(args.run_dir)
-    paths = write_reports(result)
+    paths = write_reports(result, args.lang)
     summ = result.to_json()["summary"]
     print(
         f"re-checked {args.run_dir}: scenarios {summ['passed']}/{summ['scenarios']} pass, "
         f"controls caught {summ['controls_caught']}/{summ['controls']}; overall "
-        f"{'OK' if result.ok else 'NOT OK'}\nreport: {paths['markdown']}"
+        f"{'OK' if result.ok else 'NOT OK'}\nreport: {paths['markdown']}\n"
+        f"report (HTML): {paths['html']}"
     )
     return 0 if result.ok else 1
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from faultdrill.bundle import make_bundle, verify_bundle
+
+    target = args.target
+    if target[0] == "verify" and len(target) == 2:
+        res = verify_bundle(Path(target[1]))
+        print("\n".join(res.lines()))
+        return 0 if res.ok else 1
+    if len(target) != 1:
+        raise DrillError("usage: faultdrill bundle RUN_DIR [--out FILE] | bundle verify ARCHIVE")
+    run_dir = Path(target[0])
+    if not run_dir.is_dir():
+        raise DrillError(f"{run_dir}: no such run directory")
+    archive, manifest = make_bundle(
+        run_dir, args.out, lang=args.lang, with_checkpoints=args.with_checkpoints
+    )
+    print(
+        f"bundle: {archive}\n{len(manifest['files'])} file(s); manifest sha256 "
+        f"{manifest['manifest_sha256']}\nverify with: faultdrill bundle verify {archive}"
+    )
+    return 0
+
+
+def _band(args: argparse.Namespace) -> Any:
+    from faultdrill.diff import Band
+
+    if args.time_band_s < 0 or args.time_band_rel < 0:
+        raise DrillError("--time-band-s and --time-band-rel must be >= 0")
+    return Band(abs_s=args.time_band_s, rel=args.time_band_rel)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from faultdrill.replay import replay_bundle
+
+    ids = [i for chunk in args.scenario or [] for i in chunk.split(",") if i]
+    out = args.out or Path(f"faultdrill-replay-{time.strftime('%Y%m%d-%H%M%S')}")
+    con = _Console(args.quiet)
+    with con.live():
+        rr = replay_bundle(
+            args.bundle,
+            args.operator,
+            out,
+            scenarios=ids or None,
+            lang=args.lang,
+            band=_band(args),
+            verify=not args.no_verify,
+            report=con.progress,
+            on_item=con.item_done,
+        )
+    print("\n".join(rr.lines()))
+    _deliverables(out, args, bundle=False, say=print, junit=False)
+    if args.junit:
+        from faultdrill.junit import replay_suite, report_suite, write_junit
+
+        report = json.loads((out / "report.json").read_text())
+        print(f"junit: {write_junit(args.junit, replay_suite(rr), report_suite(report))}")
+    return 0 if rr.matches else 1
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from faultdrill.diff import diff_reports, load_report
+
+    a, la = load_report(args.a, verify=not args.no_verify)
+    b, lb = load_report(args.b, verify=not args.no_verify)
+    res = diff_reports(a, b, label_a=la, label_b=lb, band=_band(args), gate_times=args.gate_times)
+    print("\n".join(res.lines()))
+    if args.json:
+        args.json.write_text(json.dumps(res.to_json(), indent=2, default=str) + "\n")
+    if args.junit:
+        from faultdrill.junit import diff_suite, write_junit
+
+        write_junit(args.junit, diff_suite(res))
+    return 1 if res.regressed else 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from faultdrill.report.serve import serve
+
+    try:
+        serve(args.source, args.host, args.port, args.lang)
+    except KeyboardInterrupt:
+        return 0
+    return 0
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
@@ -201,6 +323,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lang(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--lang", choices=("en", "zh"), default="en", help="language of report.md/report.html"
+    )
+
+
+def _junit(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML for CI")
+
+
+def _band_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--time-band-s", type=float, default=3.0, help="times agree within this many seconds"
+    )
+    sp.add_argument(
+        "--time-band-rel",
+        type=float,
+        default=0.5,
+        help="... or within this fraction of the original, whichever is larger",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="faultdrill", description=__doc__.split("\n")[0] if __doc__ else ""
@@ -226,14 +370,65 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--quiet", action="store_true", help="no live progress (for CI)")
     sp.add_argument("--only", help="comma-separated scenario/control ids to run")
     sp.add_argument("--no-controls", action="store_true", help="skip the negative controls")
+    _lang(sp)
+    _junit(sp)
     sp = add("run", cmd_run, "run the drills of a plan file")
     sp.add_argument("plan", type=Path)
     sp.add_argument("--out", type=Path)
     sp.add_argument("--quiet", action="store_true")
     sp.add_argument("--only", help="comma-separated scenario/control ids to run")
     sp.add_argument("--no-controls", action="store_true")
+    sp.add_argument("--bundle", action="store_true", help="also write the evidence bundle")
+    _lang(sp)
+    _junit(sp)
     sp = add("check", cmd_check, "re-run the checks offline on a recorded run directory")
     sp.add_argument("run_dir", type=Path)
+    _lang(sp)
+    sp = add(
+        "bundle",
+        cmd_bundle,
+        "pack a run into one verifiable archive (`bundle RUN_DIR`), or check one "
+        "(`bundle verify ARCHIVE`)",
+    )
+    sp.add_argument("target", nargs="+", metavar="RUN_DIR | verify ARCHIVE")
+    sp.add_argument("--out", type=Path, help="archive to write (default: RUN_DIR.bundle.tar.gz)")
+    sp.add_argument(
+        "--with-checkpoints", action="store_true", help="include checkpoint files (large)"
+    )
+    _lang(sp)
+    sp = add(
+        "replay",
+        cmd_replay,
+        "re-run a bundle's scenarios on this environment as another operator and compare",
+    )
+    sp.add_argument("bundle", type=Path, help="bundle archive (or run directory)")
+    sp.add_argument("--operator", required=True, help="the person replaying the drill")
+    sp.add_argument(
+        "--scenario", action="append", help="scenario/control id (repeat or comma-separate)"
+    )
+    sp.add_argument("--out", type=Path, help="new run directory")
+    sp.add_argument("--quiet", action="store_true")
+    sp.add_argument("--no-verify", action="store_true", help="use a bundle that fails verify")
+    _band_args(sp)
+    _lang(sp)
+    _junit(sp)
+    sp = add("diff", cmd_diff, "regression diff of two runs or bundles; exit 1 on a regression")
+    sp.add_argument("a", type=Path, help="before: run directory, bundle or report.json")
+    sp.add_argument("b", type=Path, help="after: run directory, bundle or report.json")
+    sp.add_argument("--json", type=Path, help="also write the diff as JSON")
+    sp.add_argument(
+        "--gate-times",
+        action="store_true",
+        help="count detection/recovery times outside the band as regressions",
+    )
+    sp.add_argument("--no-verify", action="store_true", help="compare bundles that fail verify")
+    _band_args(sp)
+    _junit(sp)
+    sp = add("serve", cmd_serve, "serve a run's HTML report locally (read-only)")
+    sp.add_argument("source", type=Path, help="run directory or bundle")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=8000)
+    _lang(sp)
     sp = add("cleanup", cmd_cleanup, "undo every change recorded in ledgers (after a crash)")
     sp.add_argument(
         "paths",

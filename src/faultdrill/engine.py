@@ -38,7 +38,7 @@ from faultdrill.inventory import take_inventory
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Control, Plan, Scenario, StopConditions, Trigger
 from faultdrill.platforms import PLATFORMS
-from faultdrill.platforms.api import JobSpec, JobState, Platform
+from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
 from faultdrill.sampler import ProcessSampler, end_snapshot
 from faultdrill.timeline import Timeline
 
@@ -287,10 +287,18 @@ def execute_item(
     sink = EventSink(work / "events", plan.task.id)
     ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
     ledger.activate()
-    platform: Platform = PLATFORMS[plan.resources.platform](plan.resources, work, ledger, sink)
+    platform_cls = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
+    platform: Platform = platform_cls(plan.resources, work, ledger, sink)
     stop = plan.stop_for(item.stop) if item is not None else plan.stop
     fault: Fault | None = make_fault(item.fault) if item is not None else None
-    ctx = FaultContext(platform=platform, ledger=ledger, sink=sink, scenario_id=item_id)
+    ctx = FaultContext(
+        platform=platform,
+        ledger=ledger,
+        sink=sink,
+        scenario_id=item_id,
+        ckpt_dir=work / plan.checkpoint.dir,
+        latest_file=plan.checkpoint.latest_file,
+    )
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
     sink.emit(
         "harness",
@@ -309,8 +317,12 @@ def execute_item(
             try:
                 platform.prepare()
                 job = build_job(plan, item, work, run_id)
+                if fault is not None:
+                    _prepare_fault(fault, ctx)
                 platform.submit(job)
                 sampler.start()
+                if isinstance(platform, NetworkTrack):
+                    platform.start_network_track(plan.observation.net_hz)
                 outcome, natural_end = _watch_job(
                     plan, kind, item, fault, ctx, platform, stop, work, report
                 )
@@ -410,6 +422,17 @@ def _watch_job(
                 last_step=watch.max_step,
             )
             return f"stopped: {reason[0]}", False
+
+
+def _prepare_fault(fault: Fault, ctx: FaultContext) -> None:
+    """What the fault needs in place before the job starts (most faults: nothing)."""
+    try:
+        facts = fault.prepare(ctx)
+    except FaultError as exc:
+        ctx.sink.emit("fault", "inject_failed", fault=fault.spec.kind, error=f"prepare: {exc}")
+        return
+    if facts:
+        ctx.sink.emit("fault", "prepared", fault=fault.spec.kind, **facts)
 
 
 def _inject(fault: Fault, ctx: FaultContext, item: Scenario | Control, watch: _Watch) -> float:

@@ -15,8 +15,12 @@ from typing import Any
 from faultdrill import __version__
 from faultdrill.analysis import Answers, answer_questions
 from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, combine, run_checks
+from faultdrill.checks.network import network_report
+from faultdrill.disruption import describe_disruption
 from faultdrill.engine import environment_facts, item_dir
 from faultdrill.errors import RunDirError
+from faultdrill.goodput import account
+from faultdrill.inventory import inventory_summary
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario, parse_plan
 from faultdrill.reference import Reference
 from faultdrill.timeline import Timeline
@@ -76,6 +80,10 @@ class ItemResult:
     recovery_why: str
     conditions: dict[str, Any]
     timeline: Timeline | None = field(default=None, repr=False)
+    #: Round-3 accounting (``faultdrill.goodput``, ``inventory``, ``disruption``).
+    goodput: dict[str, Any] = field(default_factory=dict)
+    inventory: dict[str, Any] = field(default_factory=dict)
+    disruption: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -130,7 +138,12 @@ class ItemResult:
                 if k in ("progress", "resources", "results")
             },
             "expectation": self.evidence["expectation"].to_json(),
+            "goodput": self.goodput,
+            "inventory": self.inventory,
+            "disruption": self.disruption,
         }
+        if self.timeline is not None:
+            out.update(network_report(self.timeline))
         if self.kind == "control":
             out["expected_check"] = self.expected_check
             out["caught"] = self.caught
@@ -155,6 +168,35 @@ def _conditions(plan: Plan, tl: Timeline) -> dict[str, Any]:
         "environment": env or environment_facts(),
         "note": "times are single observations under these conditions, not a service level",
     }
+
+
+#: Expectations that cannot be judged when the scenario could not run as planned.
+_OUTCOME_CHECKS = ("expectation.job-outcome", "expectation.restart", "expectation.recovery-class")
+
+
+def _aborted_is_retest(tl: Timeline, evidence: dict[str, EvidenceResult]) -> None:
+    """When a stop condition aborted the item, or a spare it needed failed its environment
+    preparation, its outcome expectations become retest, not fail (the progress, resource
+    and result evidence recorded keeps its verdict)."""
+    fired = tl.of("harness", "stop_condition")
+    unprepared = [
+        e
+        for e in tl.of("platform", "spare_rejected")
+        if e.get("category") == "environment-preparation"
+    ]
+    if fired:
+        why = f"stop condition '{fired[0].get('condition')}' aborted the scenario"
+    elif unprepared:
+        why = f"spare {unprepared[0].get('node')} failed its environment preparation"
+    else:
+        return
+    ev = evidence["expectation"]
+    ev.findings = [
+        Finding(f.check, Verdict.RETEST, f"{f.message} (not judged: {why})", f.data)
+        if f.check in _OUTCOME_CHECKS and f.verdict == Verdict.FAIL
+        else f
+        for f in ev.findings
+    ]
 
 
 def evaluate_item(
@@ -216,6 +258,7 @@ def evaluate_item(
                 "explain or correct the plan's expectation",
             )
         evidence["expectation"].findings.append(f)
+    _aborted_is_retest(tl, evidence)
     return ItemResult(
         id=item_id,
         kind=kind,
@@ -229,6 +272,9 @@ def evaluate_item(
         recovery_why=why,
         conditions=_conditions(plan, tl),
         timeline=tl,
+        goodput=account(tl, checkpoint_every=plan.checkpoint.every_steps),
+        inventory=inventory_summary(tl),
+        disruption=describe_disruption(tl, gloo_s=plan.resources.timeouts.gloo_s),
     )
 
 
@@ -312,14 +358,23 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
     bverdict = baseline.verdict if baseline else None
     items, skipped = [], []
     notes = _skip_notes(run_dir)
+    selected = _selection(run_dir)
     for kind, entries in (("scenario", plan.scenarios()), ("control", list(plan.controls))):
         for it in entries:
             work = item_dir(run_dir, kind, it.id)
+            if selected is not None and it.id not in selected:
+                continue  # left out on purpose (--only / --no-controls), not a gap
             if (work / "events").is_dir():
                 items.append(evaluate_item(plan, kind, it, work, reference, bverdict))
             else:
                 skipped.append({"id": it.id, "kind": kind, "reason": notes.get(it.id, "not run")})
     return RunResult(plan, run_dir, baseline, reference, items, skipped)
+
+
+def _selection(run_dir: Path) -> set[str] | None:
+    """Ids the run set out to drill (None: the whole plan)."""
+    path = run_dir / "selection.json"
+    return set(json.loads(path.read_text())["selected"]) if path.exists() else None
 
 
 def _skip_notes(run_dir: Path) -> dict[str, str]:

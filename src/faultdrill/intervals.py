@@ -11,14 +11,19 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """Union of intervals as sorted, disjoint, non-adjacent intervals."""
     if starts.size == 0:
         return starts.astype(np.int64), ends.astype(np.int64)
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
+    if bool((starts[1:] >= starts[:-1]).all()):  # already sorted: skip the sort and copies
+        s = starts
+        run_end = np.maximum.accumulate(ends)
+    else:
+        order = np.argsort(starts, kind="stable")
+        s = starts[order]
+        run_end = ends[order]
+        del order
+        np.maximum.accumulate(run_end, out=run_end)
     # a new block starts where an interval begins after everything before it has ended
-    new = np.empty(s.size, dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
+    idx = np.flatnonzero(s[1:] > run_end[:-1])
+    idx += 1
+    idx = np.concatenate(([0], idx))
     block_end = np.append(idx[1:], s.size) - 1
     return s[idx], run_end[block_end]
 

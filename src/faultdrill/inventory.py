@@ -3,19 +3,27 @@
 Built from the probe's ``ckpt_save`` events (id, step, path, sha256 at save time), so it
 works for any training script that reports its saves; the plan's ``checkpoint.latest_file``
 names the pointer file whose content is the published checkpoint id. For each checkpoint:
-id, step, size, recorded and current sha256, whether it verifies now, whether it was pruned
-by the keep policy, who wrote it (rank, pid, incarnation) and which incarnations loaded it.
+id, step, size, recorded and current sha256, whether it verifies now (against the sha256
+recorded at save and, when the directory has a ``manifest.json`` with ``file``/``bytes``/
+``sha256``, against that too), whether it was pruned by the keep policy, who wrote it
+(rank, pid, incarnation), which incarnations loaded it, which refused it and why, and which
+fault damaged it. Checkpoint directories found on disk that no save reported (a save
+published before it was durable, or left half-written) are listed too, as ``unreported``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 from faultdrill.timeline import Timeline
 
-__all__ = ["sha256_file", "take_inventory"]
+__all__ = ["sha256_file", "take_inventory", "verify_dir"]
+
+MANIFEST = "manifest.json"
 
 
 def sha256_file(path: Path) -> str:
@@ -24,6 +32,36 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def verify_dir(ckpt_path: Path) -> tuple[bool | None, str]:
+    """Whether a checkpoint directory verifies by its own ``manifest.json`` (``file``,
+    ``bytes``, ``sha256``): (True, ""), (False, why), or (None, why) when it has no
+    manifest to verify against."""
+    if not ckpt_path.is_dir():
+        return False, f"{ckpt_path.name}: missing directory"
+    try:
+        manifest = json.loads((ckpt_path / MANIFEST).read_text())
+    except FileNotFoundError:
+        return None, f"{ckpt_path.name}: no {MANIFEST} to verify against"
+    except (OSError, ValueError) as exc:
+        return False, f"{ckpt_path.name}: unreadable {MANIFEST} ({exc})"
+    if not isinstance(manifest, dict):
+        return False, f"{ckpt_path.name}: {MANIFEST} is not an object"
+    state = ckpt_path / str(manifest.get("file", "state.pt"))
+    if not state.is_file():
+        return False, f"{ckpt_path.name}: missing {state.name}"
+    size = state.stat().st_size
+    if manifest.get("bytes") is not None and size != manifest["bytes"]:
+        return False, f"{state.name} has {size} bytes, {MANIFEST} says {manifest['bytes']}"
+    if manifest.get("sha256") and sha256_file(state) != _norm(str(manifest["sha256"])):
+        return False, f"{state.name} sha256 differs from its {MANIFEST}"
+    return True, ""
+
+
+def _step_in(name: str) -> int:
+    digits = re.findall(r"\d+", name)
+    return int(digits[-1]) if digits else 0
 
 
 def _norm(digest: str) -> str:
@@ -36,13 +74,42 @@ def take_inventory(
     """(one record per checkpoint, the latest pointer's state)."""
     saves = sorted(tl.of("probe", "ckpt_save"), key=lambda e: (int(e["step"]), e.mono))
     newest_ids = [str(e["id"]) for e in saves][-keep:]
-    loaded_by: dict[str, list[int]] = {}
+    # (mono, incarnation, ...) per checkpoint id; a record takes those of its own lifetime.
+    loads: dict[str, list[tuple[float, int]]] = {}
+    refusals: dict[str, list[tuple[float, int, Any]]] = {}
     for inc in tl.incarnations:
         for ld in inc.loads:
             if ld.kind == "ckpt_load":
-                loaded_by.setdefault(str(ld["id"]), [])
-                if inc.index not in loaded_by[str(ld["id"])]:
-                    loaded_by[str(ld["id"])].append(inc.index)
+                loads.setdefault(str(ld["id"]), []).append((ld.mono, inc.index))
+            for rej in ld.get("rejected") or []:
+                if isinstance(rej, dict):
+                    refusals.setdefault(str(rej.get("id")), []).append(
+                        (ld.mono, inc.index, rej.get("reason"))
+                    )
+    damages: dict[str, list[tuple[float, str]]] = {}
+    for e in tl.of("fault", "injected"):
+        if e.get("ckpt_id"):
+            damages.setdefault(str(e["ckpt_id"]), []).append(
+                (e.mono, f"{e.get('fault')} ({e.get('damage')})")
+            )
+
+    def during(cid: str, lo: float, hi: float) -> dict[str, Any]:
+        loaded: list[int] = []
+        for mono, inc in loads.get(cid, []):
+            if lo <= mono < hi and inc not in loaded:
+                loaded.append(inc)
+        refused: list[dict[str, Any]] = []
+        for mono, inc, reason in refusals.get(cid, []):
+            if lo <= mono < hi and all(r["inc"] != inc for r in refused):
+                refused.append({"inc": inc, "reason": reason})
+        hit = [what for mono, what in damages.get(cid, []) if lo <= mono < hi]
+        return {"loaded_by": loaded, "rejected_by": refused, "damaged_by": hit[0] if hit else None}
+
+    later: dict[int, float] = {}  # save index -> when the same id was saved again
+    for i, e in enumerate(saves):
+        nxt = [o.mono for o in saves[i + 1 :] if str(o["id"]) == str(e["id"]) and o.mono > e.mono]
+        if nxt:
+            later[i] = min(nxt)
     pointer: dict[str, Any] = {"file": latest_file, "target": None, "problem": None}
     if latest_file:
         try:
@@ -50,7 +117,13 @@ def take_inventory(
         except OSError as exc:
             pointer["problem"] = f"cannot read {latest_file}: {exc.strerror}"
     records = []
-    for e in saves:
+    # A layout whose checkpoints carry manifests: one that lost its manifest does not verify.
+    uses_manifest = any(
+        (Path(str(e.get("path", ""))).parent / MANIFEST).is_file()
+        or (ckpt_dir / str(e["id"]) / MANIFEST).is_file()
+        for e in saves
+    )
+    for i, e in enumerate(saves):
         cid = str(e["id"])
         path = Path(str(e.get("path", "")))
         if not path.is_absolute():
@@ -68,23 +141,94 @@ def take_inventory(
                 "pid": e.get("pid"),
                 "inc": tl.inc_of_pid(int(e.get("pid", -1))),
             },
-            "loaded_by": loaded_by.get(cid, []),
-            "latest": cid == pointer["target"],
+            **during(cid, e.mono, later.get(i, float("inf"))),
+            "latest": cid == pointer["target"] and i not in later,
         }
-        if path.is_file():
+        if i in later:
+            rec.update(
+                state="overwritten",
+                verifies=None,
+                reason="saved again later under the same id (a redone step)",
+            )
+        elif path.is_file():
             rec["size"] = path.stat().st_size
             rec["sha256_now"] = sha256_file(path)
             ok = rec["sha256_now"] == rec["sha256_recorded"]
+            by_manifest, why = verify_dir(path.parent)
+            if by_manifest is None and uses_manifest:
+                by_manifest, why = False, f"no {MANIFEST} (the other checkpoints have one)"
             rec.update(
                 state="present",
-                verifies=ok,
-                reason=None if ok else "sha256 differs from the one recorded at save",
+                verifies=ok and by_manifest is not False,
+                manifest_verifies=by_manifest,
+                reason=None
+                if ok and by_manifest is not False
+                else ("sha256 differs from the one recorded at save" if not ok else why),
             )
-        elif cid not in newest_ids:
+        elif cid not in newest_ids and not rec["damaged_by"]:
             rec.update(state="pruned", verifies=None, reason="removed by the keep policy")
         else:
             rec.update(state="missing", verifies=False, reason=f"{path} is missing")
         records.append(rec)
-    if pointer["target"] and not any(r["latest"] for r in records):
+    reported = {r["id"] for r in records}
+    if ckpt_dir.is_dir():
+        for child in sorted(ckpt_dir.iterdir()):
+            if child.name in reported or child.name.startswith(".") or not child.is_dir():
+                continue
+            ok_dir, why = verify_dir(child)
+            if ok_dir is None and not any(child.iterdir()):
+                continue
+            records.append(
+                {
+                    "id": child.name,
+                    "step": _step_in(child.name),
+                    "path": str(child),
+                    "state": "unreported",
+                    "verifies": ok_dir,
+                    "manifest_verifies": ok_dir,
+                    "reason": "no save reported it" + (f"; {why}" if why else ""),
+                    "written_by": None,
+                    **during(child.name, float("-inf"), float("inf")),
+                    "latest": child.name == pointer["target"],
+                }
+            )
+    if pointer["target"] and not any(r["latest"] and r["state"] != "unreported" for r in records):
         pointer["problem"] = f"{latest_file} names {pointer['target']!r}, which no save reported"
     return records, pointer
+
+
+_EVENT_KEYS = ("ts", "mono", "src", "kind", "task")
+
+
+def inventory_summary(tl: Timeline) -> dict[str, Any]:
+    """The recorded inventory of one item, for report.json: the pointer at the end, one
+    record per checkpoint, the saves that failed, and the pointer as storage faults saw it.
+    Read from events only, so a recorded run can be re-judged offline."""
+    latest = tl.first("harness", "ckpt_latest")
+    return {
+        "taken": latest is not None,
+        "latest": {k: latest.get(k) for k in ("file", "target", "problem")} if latest else None,
+        "checkpoints": [
+            {k: v for k, v in e.to_json().items() if k not in _EVENT_KEYS}
+            for e in tl.of("harness", "ckpt_inventory")
+        ],
+        "failed_saves": [
+            {
+                "step": e.get("step"),
+                "error": e.get("error"),
+                "errno": e.get("errno"),
+                "rank": e.get("rank"),
+                "duration_s": e.get("duration_s"),
+            }
+            for e in tl.of("probe", "ckpt_save_failed")
+        ],
+        "pointer_observed": [
+            {
+                "when": e.get("when"),
+                "latest": e.get("latest"),
+                "verifies": e.get("latest_verifies"),
+                "problem": e.get("latest_problem"),
+            }
+            for e in tl.of("fault", "storage_observed")
+        ],
+    }

@@ -139,6 +139,9 @@ class CheckpointPolicy(_Frozen):
 
 class Observation(_Frozen):
     sample_hz: float = Field(10.0, gt=0, le=50)
+    net_hz: float = Field(
+        4.0, ge=2, le=20, description="network track (isolation netns): samples per second"
+    )
     settle_s: float = Field(1.0, ge=0, description="keep observing this long after the job ends")
 
 

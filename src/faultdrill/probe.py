@@ -19,8 +19,11 @@ Contract
   run_start     world_size, local_rank, node, host, restart_count, master,
                 config_digest  (call after the process group is initialised)
   step          step, loss, samples: ``[[start, end), ...]`` global sample ids
-  ckpt_save     id, step, path, sha256, bytes, data_position  (after it is durable)
-  ckpt_load     id, step, path, verified, data_position, rejected ``[{id, reason}]``
+  ckpt_save     id, step, path, sha256, bytes, data_position  (after it is durable);
+                optional duration_s (seconds the save blocked training)
+  ckpt_save_failed  step, error, errno, duration_s: a save that raised (nothing published)
+  ckpt_load     id, step, path, verified, data_position, rejected ``[{id, reason}]``;
+                optional duration_s (seconds spent finding, verifying and restoring)
   ckpt_none     rejected: nothing valid to load; training starts from scratch
   run_end       status, final_step, model_digest
   ============  ===============================================================
@@ -170,8 +173,12 @@ class Probe:
         sha256: str,
         data_position: int,
         size_bytes: int | None = None,
+        duration_s: float | None = None,
     ) -> None:
-        """Call only after the checkpoint is durable and published (``latest`` moved)."""
+        """Call only after the checkpoint is durable and published (``latest`` moved).
+
+        ``duration_s`` (optional): how long the save blocked training, for goodput."""
+        extra = {} if duration_s is None else {"duration_s": round(float(duration_s), 6)}
         self.emit(
             "ckpt_save",
             id=ckpt_id,
@@ -180,6 +187,24 @@ class Probe:
             sha256=sha256,
             bytes=size_bytes,
             data_position=data_position,
+            **extra,
+        )
+
+    def checkpoint_failed(
+        self,
+        *,
+        step: int,
+        error: str,
+        errno: int | None = None,
+        duration_s: float | None = None,
+    ) -> None:
+        """Call when a save raised: nothing was published (``latest`` must not have moved)."""
+        self.emit(
+            "ckpt_save_failed",
+            step=step,
+            error=error[:500],
+            errno=errno,
+            duration_s=None if duration_s is None else round(float(duration_s), 6),
         )
 
     def checkpoint_loaded(
@@ -191,8 +216,12 @@ class Probe:
         verified: bool,
         data_position: int,
         rejected: Sequence[dict[str, str]] = (),
+        duration_s: float | None = None,
     ) -> None:
-        """Call after restoring; ``verified`` says whether its digest was checked first."""
+        """Call after restoring; ``verified`` says whether its digest was checked first.
+
+        ``duration_s`` (optional): how long finding, verifying and restoring took."""
+        extra = {} if duration_s is None else {"duration_s": round(float(duration_s), 6)}
         self.emit(
             "ckpt_load",
             id=ckpt_id,
@@ -201,6 +230,7 @@ class Probe:
             verified=verified,
             data_position=data_position,
             rejected=list(rejected),
+            **extra,
         )
 
     def no_checkpoint(self, rejected: Sequence[dict[str, str]] = ()) -> None:

@@ -28,7 +28,12 @@ class Reference:
     @classmethod
     def from_timeline(cls, tl: Timeline, run_id: str = "baseline") -> Reference:
         chain, _notes = tl.committed_chain()
-        st = tl.steps.take(tl.rows_in(chain)) if chain else StepTable.empty()
+        st = StepTable.empty()
+        if chain:
+            rows = tl.rows_in(chain)
+            # A fault-free baseline commits every row: share its columns instead of copying
+            # them (tables are never modified in place).
+            st = tl.steps if rows.all() else tl.steps.take(rows)
         final = tl.final_incarnation()
         digests = {str(e.get("model_digest")) for e in final.ends} if final else set()
         digests.discard("")
@@ -53,9 +58,14 @@ class Reference:
 
 
 def mean_loss_per_step(st: StepTable) -> tuple[np.ndarray, np.ndarray]:
-    if len(st) == 0:
+    return mean_loss_by_step(st.step, st.loss)
+
+
+def mean_loss_by_step(step: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct steps, mean loss at each), from parallel columns."""
+    if step.size == 0:
         return np.zeros(0, np.int64), np.zeros(0)
-    steps, inv = np.unique(st.step, return_inverse=True)
-    sums = np.bincount(inv, weights=st.loss)
+    steps, inv = np.unique(step, return_inverse=True)
+    sums = np.bincount(inv, weights=loss)
     counts = np.bincount(inv)
     return steps, sums / counts

@@ -77,6 +77,10 @@ def run_plan(
     if run_dir.exists() and any(run_dir.iterdir()):
         raise DrillError(f"{run_dir} is not empty; choose a new --out directory")
     write_plan_copy(plan, source, run_dir)
+    selected = [s.id for s in plan.scenarios() if only is None or s.id in only]
+    if controls:
+        selected += [c.id for c in plan.controls if only is None or c.id in only]
+    (run_dir / "selection.json").write_text(json.dumps({"selected": selected}, indent=2) + "\n")
     skipped: dict[str, str] = {}
     started = time.time()
     base_work = execute_item(plan, "baseline", None, run_dir, report)

@@ -35,6 +35,9 @@ class ProcessSampler:
         self._thread = threading.Thread(target=self._loop, name="process-sampler", daemon=True)
         self._lock = threading.Lock()
         self._last_ports = 0.0
+        # A child an agent just forked still shows the agent's command line and environment
+        # until it execs into a worker; its first description would stick (proc_seen).
+        self._unborn: dict[tuple[int, int], float] = {}
 
     @property
     def running(self) -> bool:
@@ -65,8 +68,14 @@ class ProcessSampler:
         with self._lock:
             now = time.monotonic()
             current = {(r.pid, r.start_time): r for r in self.platform.replicas()}
+            agents = {r.pid for r in current.values() if r.role == "agent"}
+            self._unborn = {k: t for k, t in self._unborn.items() if k in current}
             for key, rep in current.items():
                 if key not in self.known:
+                    unborn = rep.role != "worker" and rep.ppid in agents
+                    if unborn and now - self._unborn.setdefault(key, now) < 1.0:
+                        continue  # not exec'd yet: describe it at a later sample
+                    self._unborn.pop(key, None)
                     self.sink.emit(
                         "sampler",
                         "proc_seen",

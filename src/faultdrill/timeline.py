@@ -18,6 +18,7 @@ Nothing here judges; checks (``faultdrill.checks``) do.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from faultdrill.events import Event, read_jsonl
+from faultdrill.events import Event
 
 __all__ = [
     "Incarnation",
@@ -107,12 +108,7 @@ class StepTable:
     def take(self, rows: np.ndarray) -> StepTable:
         """The sub-table of the given row indices (or boolean mask), ranges included."""
         idx = np.flatnonzero(rows) if rows.dtype == bool else rows
-        counts = np.diff(self.rng_off)[idx]
-        off = np.zeros(idx.shape[0] + 1, dtype=I8)
-        np.cumsum(counts, out=off[1:])
-        starts = np.repeat(self.rng_off[:-1][idx], counts)
-        within = np.arange(int(off[-1]), dtype=I8) - np.repeat(off[:-1], counts)
-        src = starts + within
+        off, src = self._range_index(idx)
         return StepTable(
             mono=self.mono[idx],
             rank=self.rank[idx],
@@ -124,6 +120,32 @@ class StepTable:
             rng_end=self.rng_end[src],
             inc=self.inc[idx],
         )
+
+    def ranges(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the sample ranges of the given rows (index array or boolean
+        mask), in row order; copies only those two columns, unlike :meth:`take`."""
+        one_each = (
+            rows.dtype == bool
+            and self.rng_start.shape[0] == len(self) == rows.shape[0]
+            and not self.rng_off[0]
+            and bool((self.rng_off[1:] - self.rng_off[:-1] == 1).all())
+        )
+        if one_each:  # one range per row, as the probe writes contiguous ids: no index needed
+            return self.rng_start[rows], self.rng_end[rows]
+        idx = np.flatnonzero(rows) if rows.dtype == bool else rows
+        _off, src = self._range_index(idx)
+        return self.rng_start[src], self.rng_end[src]
+
+    def _range_index(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For rows ``idx``: their new CSR offsets and the positions of their ranges."""
+        first = self.rng_off[:-1][idx]
+        counts = self.rng_off[1:][idx] - first
+        off = np.zeros(idx.shape[0] + 1, dtype=I8)
+        np.cumsum(counts, out=off[1:])
+        # position of range j of the result: first[row] + (j - off[row])
+        src = np.repeat(first - off[:-1], counts)
+        src += np.arange(int(off[-1]), dtype=I8)
+        return off, src
 
 
 @dataclass
@@ -229,14 +251,28 @@ class Timeline:
 
     @classmethod
     def load(cls, events_dir: Path) -> Timeline:
-        """Read every ``*.jsonl`` under ``events_dir`` (a run's or a scenario's)."""
-        records: list[dict[str, Any]] = []
+        """Read every ``*.jsonl`` under ``events_dir`` (a run's or a scenario's).
+
+        Streams: step events go straight into columns, so memory stays near the size of
+        the resulting table rather than of the parsed JSON. A line that is torn, not JSON
+        or not an object is skipped and counted in ``torn_lines``."""
+        events: list[Event] = []
+        steps = _StepColumns()
+        task = ""
         torn = 0
         for path in sorted(events_dir.glob("*.jsonl")):
-            n_before = len(records)
-            records.extend(read_jsonl(path))
-            torn += _count_unparsed(path, len(records) - n_before)
-        tl = cls.from_records(records)
+            with open(path, "rb") as f:
+                for line in f:
+                    raw = _parse_line(line)
+                    if raw is None:
+                        torn += 1
+                        continue
+                    if raw.get("src") == "probe" and raw.get("kind") == "step":
+                        steps.add(raw)
+                    else:
+                        events.append(Event.from_json(raw))
+                    task = task or str(raw.get("task", ""))
+        tl = cls._assemble(task, events, steps.table())
         tl.torn_lines = torn
         return tl
 
@@ -244,25 +280,22 @@ class Timeline:
     def from_records(cls, records: Iterable[dict[str, Any]]) -> Timeline:
         """Build from raw event dicts in any order (tests use tiny literal lists)."""
         events: list[Event] = []
-        cols: dict[str, list[Any]] = {k: [] for k in ("mono", "rank", "pid", "step", "loss")}
-        samples: list[list[list[int]]] = []
+        steps = _StepColumns()
         task = ""
         for raw in records:
             if raw.get("src") == "probe" and raw.get("kind") == "step":
-                cols["mono"].append(raw["mono"])
-                cols["rank"].append(raw.get("rank", 0))
-                cols["pid"].append(raw.get("pid", 0))
-                cols["step"].append(raw["step"])
-                cols["loss"].append(raw.get("loss", float("nan")))
-                samples.append(raw.get("samples") or [])
+                steps.add(raw)
             else:
                 events.append(Event.from_json(raw))
             task = task or str(raw.get("task", ""))
-        order = np.argsort(np.asarray(cols["mono"], dtype=np.float64), kind="stable")
-        steps = StepTable.from_columns(
-            cols["mono"], cols["rank"], cols["pid"], cols["step"], cols["loss"], samples
-        )
-        steps = steps.take(order) if len(steps) else steps
+        return cls._assemble(task, events, steps.table())
+
+    @classmethod
+    def _assemble(cls, task: str, events: list[Event], steps: StepTable) -> Timeline:
+        """Sort events and steps by time (stable: ties keep file order), then derive."""
+        mono = steps.mono
+        if len(steps) and not bool((mono[1:] >= mono[:-1]).all()):
+            _reorder(steps, np.argsort(mono, kind="stable"))
         events.sort(key=lambda e: e.mono)
         return cls.from_parts(task, events, steps)
 
@@ -420,25 +453,16 @@ class Timeline:
                 incs[idx].ends.append(ev)
         st = self.steps
         if len(st):
-            pids = np.fromiter(pid_inc.keys(), dtype=I8, count=len(pid_inc))
-            idxs = np.fromiter(pid_inc.values(), dtype=I8, count=len(pid_inc))
-            order = np.argsort(pids)
-            pids, idxs = pids[order], idxs[order]
-            pos = np.searchsorted(pids, st.pid)
-            pos_c = np.clip(pos, 0, max(len(pids) - 1, 0))
-            hit = (
-                (pos < len(pids)) & (pids[pos_c] == st.pid)
-                if len(pids)
-                else np.zeros(len(st), bool)
-            )
-            st.inc = np.where(hit, idxs[pos_c] if len(pids) else -1, -1).astype(I8)
+            st.inc = _lookup(pid_inc, st.pid)
             for inc in incs:
                 m = st.inc == inc.index
                 if not m.any():
                     continue
-                steps, monos = st.step[m], st.mono[m]
-                inc.first_step, inc.last_step = int(steps.min()), int(steps.max())
-                inc.first_step_mono, inc.last_step_mono = float(monos.min()), float(monos.max())
+                # masked reductions: no copy of the incarnation's rows
+                inc.first_step = int(st.step.min(where=m, initial=np.iinfo(I8).max))
+                inc.last_step = int(st.step.max(where=m, initial=np.iinfo(I8).min))
+                inc.first_step_mono = float(st.mono.min(where=m, initial=np.inf))
+                inc.last_step_mono = float(st.mono.max(where=m, initial=-np.inf))
         self.incarnations = incs
 
     def _derive_procs(self) -> None:
@@ -479,7 +503,124 @@ class Timeline:
         return int((self.steps.inc < 0).sum())
 
 
-def _count_unparsed(path: Path, parsed: int) -> int:
-    with open(path, "rb") as f:
-        lines = sum(1 for _ in f)
-    return max(0, lines - parsed)
+def _reorder(st: StepTable, order: np.ndarray) -> None:
+    """Put the rows of a table nobody else holds yet in ``order``, column by column: the
+    same result as :meth:`StepTable.take`, with one column's copy alive at a time."""
+    off, src = st._range_index(order)
+    for name in ("mono", "rank", "pid", "step", "loss", "inc"):
+        setattr(st, name, getattr(st, name)[order])
+    st.rng_start = st.rng_start[src]
+    st.rng_end = st.rng_end[src]
+    st.rng_off = off
+
+
+def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
+    """``table[k]`` for every ``k`` in ``keys`` (-1 where absent), in linear time."""
+    out = np.full(keys.shape[0], -1, dtype=I8)
+    if not table or not keys.size:
+        return out
+    known = np.fromiter(table.keys(), dtype=I8, count=len(table))
+    values = np.fromiter(table.values(), dtype=I8, count=len(table))
+    lo = min(int(known.min()), int(keys.min()))
+    span = max(int(known.max()), int(keys.max())) - lo + 1
+    if span <= 1 << 23:  # pids are small integers: a lookup table (<= 64 MiB), no search
+        lut = np.full(span, -1, dtype=I8)
+        lut[known - lo] = values
+        at = keys - lo
+        np.take(lut, at, out=out)
+        return out
+    order = np.argsort(known)
+    known, values = known[order], values[order]
+    pos = np.searchsorted(known, keys)
+    np.minimum(pos, known.size - 1, out=pos)
+    hit = known[pos] == keys
+    out[hit] = values[pos[hit]]
+    return out
+
+
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def _parse_line(line: bytes) -> dict[str, Any] | None:
+    """One events line as an object, or None if it is torn (no newline: the writer died
+    mid-write), not JSON, or not an object: what :func:`~faultdrill.events.read_jsonl`
+    accepts, decoded faster for the usual line (one object, then the newline)."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        text = line.decode()
+        obj, end = _raw_decode(text)
+        if end != len(text) - 1:  # more than the newline follows: let json.loads judge
+            obj = json.loads(text)
+    except ValueError:  # not JSON, or not UTF-8: json.loads has the final word
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return None
+    return obj if isinstance(obj, dict) else None
+
+
+class _StepColumns:
+    """Step events gathered as columns, converted to numpy every :attr:`CHUNK` rows, so
+    the event dicts never pile up (at 10 M steps they would take several GiB)."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self) -> None:
+        self._done: list[list[np.ndarray]] = [[] for _ in range(8)]  # chunks, per column
+        self._open()
+
+    def _open(self) -> None:
+        self.mono: list[Any] = []
+        self.rank: list[Any] = []
+        self.pid: list[Any] = []
+        self.step: list[Any] = []
+        self.loss: list[Any] = []
+        self.counts: list[int] = []
+        self.pairs: list[Any] = []
+
+    def add(self, raw: dict[str, Any]) -> None:
+        samples = raw.get("samples") or []
+        self.mono.append(raw["mono"])
+        self.rank.append(raw.get("rank", 0))
+        self.pid.append(raw.get("pid", 0))
+        self.step.append(raw["step"])
+        self.loss.append(raw.get("loss", float("nan")))
+        self.counts.append(len(samples))
+        self.pairs.extend(samples)
+        if len(self.step) >= self.CHUNK:
+            self._close()
+
+    def _close(self) -> None:
+        if not self.step:
+            return
+        pairs = np.asarray(self.pairs, dtype=I8).reshape(-1, 2)
+        chunk = (
+            np.asarray(self.mono, dtype=np.float64),
+            np.asarray(self.rank, dtype=I8),
+            np.asarray(self.pid, dtype=I8),
+            np.asarray(self.step, dtype=I8),
+            np.asarray(self.loss, dtype=np.float64),
+            np.asarray(self.counts, dtype=I8),
+            pairs[:, 0].copy(),
+            pairs[:, 1].copy(),
+        )
+        for done, col in zip(self._done, chunk, strict=True):
+            done.append(col)
+        self._open()
+
+    def table(self) -> StepTable:
+        """Everything added so far, in the order added."""
+        self._close()
+        if not self._done[0]:
+            return StepTable.empty()
+        cols = []
+        for done in self._done:  # one column at a time: its chunks are freed as it is joined
+            cols.append(np.concatenate(done) if len(done) > 1 else done[0])
+            done.clear()
+        mono, rank, pid, step, loss, counts, starts, ends = cols
+        off = np.zeros(counts.shape[0] + 1, dtype=I8)
+        np.cumsum(counts, out=off[1:])
+        return StepTable.from_columns(
+            mono, rank, pid, step, loss, rng_off=off, rng_start=starts, rng_end=ends
+        )

@@ -1,6 +1,13 @@
 """Checks, one module per kind of evidence; importing this package registers them all."""
 
-from faultdrill.checks import expectation, progress, resources, results  # noqa: F401
+from faultdrill.checks import (  # noqa: F401
+    expectation,
+    network,
+    progress,
+    resources,
+    results,
+    storage,
+)
 from faultdrill.checks.api import (
     CATEGORIES,
     CHECKS,

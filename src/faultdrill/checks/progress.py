@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
-from faultdrill.intervals import describe, merge, overlaps, subtract
+from faultdrill.intervals import describe, length, merge, overlaps, subtract
 from faultdrill.timeline import Incarnation, Timeline
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -253,12 +253,20 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
     if notes:
         return [ctx.finding(name, R, "committed progress cannot be traced: " + "; ".join(notes))]
     rows = tl.rows_in(chain)
-    committed = tl.steps.take(rows)
-    if committed.rng_start.size == 0:
+    # Only the committed rows' ranges are copied, and each union is merged once: at 10 M
+    # steps a copy of the whole table would double the memory the checks need.
+    s, e = tl.steps.ranges(rows)
+    if s.size == 0:
         return [ctx.finding(name, R, "steps carry no sample ids; the ledger cannot be checked")]
-    s, e = committed.rng_start, committed.rng_end
     out = []
-    dup, first = overlaps(s, e)
+    order = np.argsort(s, kind="stable")  # sorted copies replace the unsorted ones
+    s = s[order]
+    e = e[order]
+    del order
+    total = length(s, e)
+    ms, me = merge(s, e)
+    dup, first = overlaps(s, e) if total != length(ms, me) else (0, None)
+    del s, e
     if dup:
         out.append(
             ctx.finding(
@@ -271,13 +279,17 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
                 duplicated=dup,
             )
         )
-    last = int(committed.step.max())
+    last = int(tl.steps.step.max(where=rows, initial=np.iinfo(np.int64).min))
     ref = ctx.reference
     if ref is not None and len(ref.steps):
         keep = ref.steps.step <= last
-        ref_rows = ref.steps.take(keep)
-        missing = subtract(ref_rows.rng_start, ref_rows.rng_end, s, e)
-        extra = subtract(s, e, ref_rows.rng_start, ref_rows.rng_end)
+        if keep.all():
+            rs, re_ = ref.cover_starts, ref.cover_ends
+        else:
+            rs, re_ = merge(*ref.steps.ranges(keep))
+        # subtract() works on unions, so the merged forms give the same answer
+        missing = subtract(rs, re_, ms, me)
+        extra = subtract(ms, me, rs, re_)
         if missing[0].size:
             n = int((missing[1] - missing[0]).sum())
             out.append(
@@ -303,7 +315,6 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
             )
         basis = "compared with the baseline"
     else:
-        ms, me = merge(s, e)
         if ms.size > 1:
             gaps_s, gaps_e = me[:-1], ms[1:]
             n = int((gaps_e - gaps_s).sum())
@@ -318,15 +329,13 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
             )
         basis = "contiguity only (no baseline to compare with)"
     recomputed = tl.recomputed(chain)
-    redo = tl.steps.take(tl.rows_in(recomputed))
-    redo_n = int((redo.rng_end - redo.rng_start).sum())
+    redo_n = length(*tl.steps.ranges(tl.rows_in(recomputed)))
     info = {
         "committed_steps": sum(seg.steps for seg in chain),
         "recomputed": [{"inc": g.inc, "first": g.first, "last": g.last} for g in recomputed],
         "recomputed_samples": redo_n,
     }
     if not out:
-        total = int((e - s).sum())
         rec = ", ".join(f"steps {g.first}-{g.last} of incarnation {g.inc}" for g in recomputed)
         out.append(
             ctx.finding(

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
-from faultdrill.reference import mean_loss_per_step
+from faultdrill.reference import mean_loss_by_step
+from faultdrill.timeline import StepTable
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -33,6 +34,45 @@ def comparison_mode(ctx: CheckContext) -> tuple[str, str]:
     return "tolerance", f"world size(s) {sorted(sizes)} or config differ from the baseline's"
 
 
+def _baseline_loss(
+    ref: StepTable, st: StepTable, rows: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """For the selected rows of ``st``: the baseline's loss at the same (step, rank), and
+    whether the baseline has that (step, rank) at all. Memory and time are linear: at
+    10 M rows a sort of the baseline's keys and copies of whole tables would not fit."""
+    lo, hi = int(ref.step.min()), int(ref.step.max())
+    key = st.step[rows]  # -> (step - lo) * width + rank, in place
+    key -= lo
+    key *= width
+    key += st.rank[rows]
+    cells = (hi - lo + 1) * width
+    dense = (
+        cells <= 2 * len(ref) + 65536
+        and int(ref.rank.min()) >= 0
+        and int(st.rank.min(where=rows, initial=0)) >= 0
+    )
+    if dense:  # steps and ranks are dense small integers: one grid cell per (step, rank)
+        grid = np.full(cells, np.nan)
+        has = np.zeros(cells, dtype=bool)
+        cell = ref.step - lo
+        cell *= width
+        cell += ref.rank
+        grid[cell] = ref.loss
+        has[cell] = True
+        del cell
+        inside = (key >= 0) & (key < cells)
+        np.clip(key, 0, cells - 1, out=key)
+        return grid[key], inside & has[key]
+    ref_key = ref.step - lo
+    ref_key *= width
+    ref_key += ref.rank
+    order = np.argsort(ref_key)
+    ref_key, ref_loss = ref_key[order], ref.loss[order]
+    del order
+    pos = np.clip(np.searchsorted(ref_key, key), 0, ref_key.size - 1)
+    return ref_loss[pos], ref_key[pos] == key
+
+
 @check("results.loss-matches-baseline", "results")
 def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     """The loss of every committed step equals the baseline's at that step."""
@@ -42,30 +82,29 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     chain, notes = tl.committed_chain()
     if not chain:
         return [ctx.finding(name, R, "; ".join(notes) or "no committed progress")]
-    got = tl.steps.take(tl.rows_in(chain))
+    rows = tl.rows_in(chain)
+    st = tl.steps
+    n_got = int(rows.sum())
     mode, why = comparison_mode(ctx)
     if mode == "bitwise":
-        width = int(max(got.rank.max(initial=0), ref.steps.rank.max(initial=0))) + 1
-        ref_key = ref.steps.step * width + ref.steps.rank
-        order = np.argsort(ref_key)
-        ref_key, ref_loss = ref_key[order], ref.steps.loss[order]
-        key = got.step * width + got.rank
-        pos = np.clip(np.searchsorted(ref_key, key), 0, max(ref_key.size - 1, 0))
-        known = ref_key[pos] == key
-        equal = known & (ref_loss[pos] == got.loss)
+        width = int(max(st.rank.max(where=rows, initial=0), ref.steps.rank.max(initial=0))) + 1
+        base, known = _baseline_loss(ref.steps, st, rows, width)
+        equal = known & (base == st.loss[rows])
         unknown = int((~known).sum())
         differ = np.flatnonzero(known & ~equal)
         out = []
         if differ.size:
-            i = int(differ[np.argmin(got.step[differ])])
+            at = np.flatnonzero(rows)[differ]  # table rows of the differing losses
+            j = int(np.argmin(st.step[at]))
+            i = int(at[j])
             out.append(
                 ctx.finding(
                     name,
                     F,
-                    f"{differ.size} of {len(got)} committed (rank, step) losses differ from "
-                    f"the baseline ({why}); first at step {int(got.step[i])} rank {int(got.rank[i])}: "
-                    f"{float(got.loss[i])!r} vs baseline {float(ref_loss[pos[i]])!r}",
-                    first_step=int(got.step[i]),
+                    f"{differ.size} of {n_got} committed (rank, step) losses differ from "
+                    f"the baseline ({why}); first at step {int(st.step[i])} rank {int(st.rank[i])}: "
+                    f"{float(st.loss[i])!r} vs baseline {float(base[differ[j]])!r}",
+                    first_step=int(st.step[i]),
                     differing=int(differ.size),
                     mode=mode,
                 )
@@ -85,14 +124,14 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     P,
-                    f"all {len(got)} committed (rank, step) losses are "
+                    f"all {n_got} committed (rank, step) losses are "
                     f"bitwise equal to the baseline ({why})",
                     mode=mode,
                 )
             )
         return out
     tol = ctx.plan.tolerance
-    g_steps, g_loss = mean_loss_per_step(got)
+    g_steps, g_loss = mean_loss_by_step(st.step[rows], st.loss[rows])
     r_steps, r_loss = ref.step_loss()
     common, gi, ri = np.intersect1d(g_steps, r_steps, return_indices=True)
     if common.size == 0:

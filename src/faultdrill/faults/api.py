@@ -20,6 +20,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -57,6 +58,10 @@ class FaultContext:
     sink: EventSink
     scenario_id: str
     stop_event: threading.Event = field(default_factory=threading.Event)
+    #: The scenario's checkpoint directory (the plan's ``checkpoint.dir``), when known.
+    ckpt_dir: Path | None = None
+    #: The plan's ``checkpoint.latest_file`` (the pointer naming the published checkpoint).
+    latest_file: str = "latest"
 
 
 class Fault(ABC):
@@ -82,6 +87,13 @@ class Fault(ABC):
     def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
         """A problem with this spec in this plan (a rank that does not exist...), or None."""
         return None
+
+    def prepare(self, ctx: FaultContext) -> dict[str, Any]:
+        """Put in place, before the job is submitted, what the fault needs from the start
+        (e.g. the small filesystem a "storage full" outage later fills); returns facts for
+        a ``fault``/``prepared`` event (empty: nothing was done, no event). Recorded in the
+        ledger like ``inject``; undone at the end of the item. Raises FaultError."""
+        return {}
 
     def revert(self, ctx: FaultContext) -> None:
         """Undo what ``inject`` applied. Idempotent; a no-op for one-shot faults."""

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from faultdrill.errors import DrillError
 
@@ -43,10 +43,16 @@ if TYPE_CHECKING:
     from faultdrill.plan import Resources
 
 __all__ = [
+    "ABILITY_NETWORK_LINKS",
+    "ABILITY_NETWORK_TRACK",
+    "ABILITY_NODE_CONTROL",
     "ABILITY_SIGNAL_WORKERS",
     "PLATFORMS",
     "JobSpec",
     "JobState",
+    "NetworkLinks",
+    "NetworkTrack",
+    "NodeControl",
     "NodeInfo",
     "Platform",
     "Replica",
@@ -55,6 +61,12 @@ __all__ = [
 ]
 
 ABILITY_SIGNAL_WORKERS = "signal-workers"
+#: Each node has its own network link that faults can degrade (``NetworkLinks``).
+ABILITY_NETWORK_LINKS = "network-links"
+#: Nodes can be taken down, frozen and drained as a whole (``NodeControl``).
+ABILITY_NODE_CONTROL = "node-control"
+#: Per-node interface counters and round trips can be sampled (``NetworkTrack``).
+ABILITY_NETWORK_TRACK = "network-track"
 
 
 class JobState(str, Enum):
@@ -87,7 +99,9 @@ class Replica:
 class NodeInfo:
     name: str
     address: str
-    state: str  # "up" | "down" | "frozen" | "drained" | "spare"
+    state: (
+        str  # "up" | "down" | "frozen" | "drained" | "spare" | "unusable" (failed its preparation)
+    )
     spare: bool = False
 
 
@@ -128,6 +142,12 @@ class Platform(ABC):
     def abilities_for(cls, resources: Resources) -> frozenset[str]:
         """Abilities this platform has with this resource layout."""
         return frozenset()
+
+    @classmethod
+    def variant_for(cls, resources: Resources) -> type[Platform]:
+        """The class that runs this layout (an adapter may pick a subclass, e.g. for
+        ``isolation: netns``). Construct platforms through this."""
+        return cls
 
     # --- the contract (final) -----------------------------------------------------------
 
@@ -244,6 +264,38 @@ class SignalsWorkers(Protocol):
     """Ability ``signal-workers``: find the pids that hold a rank or live on a node."""
 
     def worker_pids(self, *, rank: int | None = None, node: str | None = None) -> list[Replica]: ...
+
+
+@runtime_checkable
+class NetworkLinks(Protocol):
+    """Ability ``network-links``: each node's link (namespace, interface, address), and a
+    registry of the rules faults have applied, for the network track."""
+
+    def link(self, node: str) -> Any: ...
+
+    def links(self) -> list[Any]: ...
+
+    def add_rule(self, rule: Any) -> None: ...
+
+    def drop_rule(self, rule_id: str) -> None: ...
+
+
+@runtime_checkable
+class NodeControl(Protocol):
+    """Ability ``node-control``: a node's processes, agent and state, as a whole."""
+
+    def node_pids(self, node: str) -> list[int]: ...
+
+    def agent_pid(self, node: str) -> int | None: ...
+
+    def set_node_state(self, node: str, state: str, reason: str) -> None: ...
+
+
+@runtime_checkable
+class NetworkTrack(Protocol):
+    """Ability ``network-track``: sample per-node network counters and round trips."""
+
+    def start_network_track(self, hz: float) -> None: ...
 
 
 PLATFORMS: dict[str, type[Platform]] = {}

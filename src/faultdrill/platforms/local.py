@@ -117,7 +117,17 @@ class LocalPlatform(Platform):
 
     @classmethod
     def abilities_for(cls, resources: Resources) -> frozenset[str]:
-        return frozenset({ABILITY_SIGNAL_WORKERS})
+        if cls is LocalPlatform and resources.isolation == "netns":
+            return cls.variant_for(resources).abilities_for(resources) | round3_abilities()
+        return frozenset({ABILITY_SIGNAL_WORKERS, *round3_abilities()})
+
+    @classmethod
+    def variant_for(cls, resources: Resources) -> type[Platform]:
+        if resources.isolation == "netns":
+            from faultdrill.platforms.netns import NetnsPlatform
+
+            return NetnsPlatform
+        return cls
 
     # --- layout -------------------------------------------------------------------------
 
@@ -327,6 +337,38 @@ class LocalPlatform(Platform):
         for entry in reversed(self.ledger.pending()):
             if entry.kind in ("cgroup", "run-processes"):
                 self.ledger.revert(entry.id)
+
+    # --- control plane (faults.control_plane) --------------------------------------------
+
+    def control_plane_label(self) -> str:
+        node = self.job.nodes[0] if self.job else self.node_names[0]
+        return f"c10d rendezvous store {self.rdzv_host}:{self.rdzv_port} in the agent of {node}"
+
+    def control_plane_processes(self) -> list[Replica]:
+        """The process hosting the c10d rendezvous store: the first node's agent."""
+        if self.job is None or self.job.nodes[0] not in self._agents:
+            return []
+        node = self.job.nodes[0]
+        agent = self._agents[node]
+        if agent.proc.poll() is not None:
+            return []
+        rep = describe_process(agent.proc.pid, node)
+        return [rep] if rep is not None else []
+
+
+#: Abilities of round-3 faults, named here as strings to keep platforms free of fault
+#: imports: ``control-plane`` (faults.control_plane: ``control_plane_processes``) and
+#: ``checkpoint-mounts`` (faults.storage: the harness may mount over the checkpoint dir,
+#: as root, and the job sees this host's mounts).
+ROUND3_ABILITIES = ("control-plane", "checkpoint-mounts")
+
+
+def round3_abilities() -> frozenset[str]:
+    """``checkpoint-mounts`` needs root; without it, plans with storage faults are refused
+    at validation (and the demo leaves them out)."""
+    if os.geteuid() == 0:
+        return frozenset(ROUND3_ABILITIES)
+    return frozenset(a for a in ROUND3_ABILITIES if a != "checkpoint-mounts")
 
 
 def describe_process(pid: int, node: str) -> Replica | None:

@@ -35,7 +35,9 @@ _CLASSIFY = (
     ("RendezvousConnectionError", "rdzv_connection_error"),
     ("RendezvousClosedError", "rdzv_closed"),
     ("keep-alive", "keep_alive"),
+    ("Detected dead node", "dead_node"),
 )
+_RDZV_LOGGER = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
 
 
 class _TimelineHandler(logging.Handler):
@@ -91,17 +93,32 @@ def _emit(fd: int, node: str, task: str, kind: str, **fields: Any) -> None:
     os.write(fd, (json.dumps(line, default=str) + "\n").encode())
 
 
+def _watch_dead_nodes(handler: logging.Handler) -> None:
+    """The rendezvous says that a peer's keep-alive expired ("Detected dead node") only at
+    DEBUG level: let exactly that record through to the timeline, no other DEBUG record.
+    Set after the import, which sets the logger's level from LOGLEVEL."""
+    import torch.distributed.elastic.rendezvous.dynamic_rendezvous  # noqa: F401
+
+    log = logging.getLogger(_RDZV_LOGGER)
+    log.addFilter(lambda r: r.levelno >= logging.INFO or "Detected dead node" in r.getMessage())
+    log.setLevel(logging.DEBUG)
+    handler.setLevel(logging.DEBUG)
+
+
 def main() -> None:
     events_dir = os.environ["FAULTDRILL_EVENTS_DIR"]
     node = os.environ.get("FAULTDRILL_NODE", "node")
     task = os.environ.get("FAULTDRILL_TASK_ID", "")
     path = os.path.join(events_dir, f"agent-{node}.jsonl")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    logging.getLogger("torch.distributed").addHandler(_TimelineHandler(fd, node, task))
+    handler = _TimelineHandler(fd, node, task)
+    logging.getLogger("torch.distributed").addHandler(handler)
     _emit(fd, node, task, "agent_start", argv=sys.argv[1:])
     rc = 0
     try:
         from torch.distributed.run import main as torchrun_main
+
+        _watch_dead_nodes(handler)
 
         torchrun_main(sys.argv[1:])
     except SystemExit as exc:

@@ -1,57 +1,78 @@
 """report.md: the human report, rendered from the report.json data (never from live state),
-so that any recorded run can be re-rendered."""
+so that any recorded run can be re-rendered. Every fixed text goes through
+:mod:`faultdrill.report.i18n` (``lang`` ``en`` or ``zh``); findings' messages are data and
+stay as recorded."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from faultdrill.netsampler import network_lines
+from faultdrill.report.i18n import Translator, translator
+from faultdrill.report.round3 import item_sections
+from faultdrill.report.scope import derive_scope
+
 __all__ = ["render_markdown"]
 
-_MARK = {"pass": "PASS", "retest": "RETEST", "fail": "FAIL"}
+_EN = translator("en")
 
 
-def _fmt_s(v: Any) -> str:
-    return "n/a" if v is None else f"{v:.2f} s"
+def _mark(v: str, t: Translator = _EN) -> str:
+    return t.verdict(v)
 
 
-def _when(q: dict[str, Any] | None) -> str:
+def _fmt_s(v: Any, t: Translator = _EN) -> str:
+    return t.seconds(v)
+
+
+def _when(q: dict[str, Any] | None, t: Translator = _EN) -> str:
     if not q:
-        return "not observed"
+        return t("when.none")
     rel = q.get("since_injection_s")
-    return f"{q['wall']} (+{rel:.2f} s after injection)" if rel is not None else q["wall"]
+    return t("when.rel", wall=q["wall"], rel=rel) if rel is not None else q["wall"]
 
 
-def _resumed(r: dict[str, Any] | None) -> str:
+def _resumed(r: dict[str, Any] | None, t: Translator = _EN) -> str:
     if not r:
-        return "no restart observed"
+        return t("resumed.none")
     if r.get("checkpoint") is None:
-        return "from scratch (step 0, data position 0)"
-    ver = {True: "verified", False: "NOT verified", None: "verification unknown"}[r.get("verified")]
-    return (
-        f"checkpoint `{r['checkpoint']}`, step {r['step']}, data position "
-        f"{r['data_position']} ({ver})"
+        return t("resumed.scratch")
+    ver = {True: "ver.true", False: "ver.false"}.get(r.get("verified"), "ver.none")  # type: ignore[arg-type]
+    return t(
+        "resumed.ckpt", ckpt=r["checkpoint"], step=r["step"], pos=r["data_position"], ver=t(ver)
     )
 
 
-def _findings(ev: dict[str, Any]) -> list[str]:
-    return [f"  - {_MARK[f['verdict']]} `{f['check']}`: {f['message']}" for f in ev["findings"]]
+def _findings(ev: dict[str, Any], t: Translator = _EN) -> list[str]:
+    return [f"  - {_mark(f['verdict'], t)} `{f['check']}`: {f['message']}" for f in ev["findings"]]
 
 
-def _item(s: dict[str, Any], lines: list[str]) -> None:
+def _item(s: dict[str, Any], lines: list[str], t: Translator = _EN) -> None:
     title = f" — {s['title']}" if s.get("title") else ""
     lines.append(f"### {s['id']}{title}")
     lines.append("")
-    verdict = _MARK[s["verdict"]]
+    verdict = _mark(s["verdict"], t)
     if s.get("control"):
-        caught = "CAUGHT" if s.get("caught") else "MISSED"
+        caught = t("ctl.caught") if s.get("caught") else t("ctl.missed")
         lines.append(
-            f"**Negative control: {caught}** by `{s['expected_check']}` "
-            f"(workload mutation: `{s.get('workload_mutation')}`); verdict {verdict}"
+            "**"
+            + t(
+                "ctl.line",
+                caught=caught,
+                check=s["expected_check"],
+                mutation=s.get("workload_mutation"),
+                verdict=verdict,
+            )
+            + "**"
         )
     else:
         lines.append(
-            f"**Verdict: {verdict}** · recovery class: **{s['recovery_class']}** "
-            f"({s['recovery_class_why']})"
+            t(
+                "verdict.line",
+                verdict=f"**{verdict}**",
+                cls=f"**{t.cls(s['recovery_class'])}**",
+                why=t.cls_why(s["recovery_class"], s["recovery_class_why"]),
+            )
         )
     lines.append("")
     fault = s["fault"] or {}
@@ -59,157 +80,264 @@ def _item(s: dict[str, Any], lines: list[str]) -> None:
     lines += [
         "| | |",
         "|---|---|",
-        f"| Preconditions | baseline recorded and passed; {'; '.join(pre) or 'none beyond the baseline'} |",
-        f"| Injection | `{fault.get('kind')}` on {fault.get('target')}, {s.get('trigger')} |",
+        f"| {t('row.preconditions')} | {t('pre.baseline')}; {'; '.join(pre) or t('pre.none')} |",
+        f"| {t('row.injection')} | "
+        + t(
+            "inj.text", kind=fault.get("kind"), target=fault.get("target"), trigger=s.get("trigger")
+        )
+        + " |",
     ]
     exp = s.get("expected")
     if exp:
         lines.append(
-            f"| Expected state | job {exp['job']}, recovery {exp['recovery']}, resume from "
-            f"{exp['resume']}{'; ' + exp['state'] if exp.get('state') else ''} |"
+            f"| {t('row.expected')} | "
+            + t(
+                "exp.text",
+                job=t.opt(f"exp.job.{exp['job']}", exp["job"]),
+                recovery=t.cls(exp["recovery"]),
+                resume=t.opt(f"exp.resume.{exp['resume']}", exp["resume"]),
+            )
+            + f"{'; ' + exp['state'] if exp.get('state') else ''} |"
         )
     actions = s.get("operator_actions") or []
-    action = (
-        "; ".join(f"{a.get('action')} by {a.get('operator')}" for a in actions)
-        or "none: the platform acted alone"
+    action = "; ".join(
+        t("action.by", action=a.get("action"), operator=a.get("operator")) for a in actions
+    ) or t("action.none")
+    lines.append(f"| {t('row.recovery')} | {action} |")
+    lines.append(f"| {t('row.outcome')} | {s.get('outcome')} |")
+    lines.append(
+        f"| {t('row.conclusion')} | **{verdict}**; "
+        + t(
+            "conclusion.cls",
+            cls=t.cls(s["recovery_class"]),
+            why=t.cls_why(s["recovery_class"], s["recovery_class_why"]),
+        )
+        + " |"
     )
-    lines.append(f"| Recovery action | {action} |")
-    lines.append(f"| Job outcome | {s.get('outcome')} |")
     lines.append("")
-    q, t = s["questions"], s["times"]
+    q, tm = s["questions"], s["times"]
+    rc = tm["recomputed_steps"]
     lines += [
-        "**The four questions**",
+        f"**{t('q.title')}**",
         "",
-        f"1. Worker deemed lost: {_when(q['worker_lost_at'])} — by {q['worker_lost_by']}",
-        f"2. Old replica stopped: {_when(q['old_replica_stopped_at'])}"
+        f"1. {t('q.1')}: {_when(q['worker_lost_at'], t)} — {t('q.by', by=q['worker_lost_by'])}",
+        f"2. {t('q.2')}: {_when(q['old_replica_stopped_at'], t)}"
         + (f" — {q['old_replica_note']}" if q.get("old_replica_note") else ""),
-        f"3. New replicas ready: {_when(q['new_replicas_ready_at'])}",
-        f"4. Training continued from: {_resumed(q['resumed_from'])}; first new step "
-        f"{_when(q.get('first_step_after_at'))}",
+        f"3. {t('q.3')}: {_when(q['new_replicas_ready_at'], t)}",
+        f"4. {t('q.4')}: {_resumed(q['resumed_from'], t)}; "
+        + t("q.first_step", when=_when(q.get("first_step_after_at"), t)),
         "",
-        f"Observed: detection {_fmt_s(t['detect_s'])}, new replicas ready "
-        f"{_fmt_s(t.get('ready_s'))}, first new step {_fmt_s(t['recover_s'])} after injection; "
-        f"recomputed steps: {t['recomputed_steps'] if t['recomputed_steps'] is not None else 'n/a'}.",
+        t(
+            "times.line",
+            detect=_fmt_s(tm["detect_s"], t),
+            ready=_fmt_s(tm.get("ready_s"), t),
+            recover=_fmt_s(tm["recover_s"], t),
+            recomputed=rc if rc is not None else t("na"),
+        ),
         "",
-        "**Evidence**",
+        f"**{t('evidence.title')}**",
         "",
     ]
     for cat in ("progress", "resources", "results"):
         ev = s["evidence"][cat]
-        lines.append(f"- {cat}: **{_MARK[ev['verdict']]}**")
-        lines += _findings(ev)
-    lines.append(f"- expectation: **{_MARK[s['expectation']['verdict']]}**")
-    lines += _findings(s["expectation"])
+        lines.append(f"- {t.evidence(cat)}: **{_mark(ev['verdict'], t)}**")
+        lines += _findings(ev, t)
+    lines.append(f"- {t.evidence('expectation')}: **{_mark(s['expectation']['verdict'], t)}**")
+    lines += _findings(s["expectation"], t)
     lines.append("")
+    lines += item_sections(s)
+    lines += network_lines(s)
     c = s["conditions"]
     env = c.get("environment") or {}
     lines.append(
-        f"_Conditions of these observations_: platform {c['platform']} (isolation "
-        f"{c['isolation']}), {c['nodes']} node(s) x {c['procs_per_node']} process(es), world "
-        f"size(s) {c['world_sizes']}, checkpoint every {c['checkpoint_every_steps']} steps, "
-        f"max restarts {c['max_restarts']}, timeouts {c['timeouts']}, process sampling "
-        f"{c['sample_hz']} Hz; host {env.get('host')} ({env.get('cpus')} CPUs, kernel "
-        f"{env.get('kernel')}), python {env.get('python')}, torch {env.get('torch')}. "
-        f"{c['note']}."
+        f"_{t('cond.title')}_: "
+        + t(
+            "cond.line",
+            platform=c["platform"],
+            isolation=c["isolation"],
+            nodes=c["nodes"],
+            ppn=c["procs_per_node"],
+            ws=c["world_sizes"],
+            every=c["checkpoint_every_steps"],
+            restarts=c["max_restarts"],
+            timeouts=c["timeouts"],
+            hz=c["sample_hz"],
+            host=env.get("host"),
+            cpus=env.get("cpus"),
+            kernel=env.get("kernel"),
+            python=env.get("python"),
+            torch=env.get("torch"),
+        )
+        + f" {t('cond.note')}"
     )
     lines.append("")
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: dict[str, Any], lang: str = "en") -> str:
+    t = translator(lang)
     plan = report["plan"]
     summ = report["summary"]
     base = report["baseline"]
     resp = plan["responsibility"]
     lines = [
-        f"# Fault drill report: {report['task_id']}",
+        f"# {t('title', task=report['task_id'])}",
         "",
-        f"faultdrill {report['faultdrill_version']} · plan {report['plan_digest'][:19]}",
+        t("subtitle", version=report["faultdrill_version"], digest=report["plan_digest"][:19]),
         "",
-        "## Summary",
+        f"## {t('summary.title')}",
         "",
-        f"- Scenarios: {summ['scenarios']} run — {summ['passed']} pass, {summ['failed']} fail, "
-        f"{summ['retest']} retest.",
-        f"- Negative controls: {summ['controls_caught']} of {summ['controls']} caught by the "
-        "check their bug violates.",
-        f"- Baseline: {_MARK[base['verdict']]}, {base['steps']} steps, final model "
-        f"`{(base['final_model_digest'] or 'n/a')[:16]}`, world size {base['world_size']}.",
-        f"- Overall: **{'OK' if summ['ok'] else 'NOT OK'}** — pass means recovery from valid "
-        "progress was proven by progress, resource and result evidence; anything unexplained "
-        "is retest, never pass.",
+        "- "
+        + t(
+            "summary.scenarios",
+            n=summ["scenarios"],
+            p=summ["passed"],
+            f=summ["failed"],
+            r=summ["retest"],
+        ),
+        "- " + t("summary.controls", c=summ["controls_caught"], n=summ["controls"]),
+        "- "
+        + t(
+            "summary.baseline",
+            verdict=_mark(base["verdict"], t),
+            steps=base["steps"],
+            digest=(base["final_model_digest"] or t("na"))[:16],
+            ws=base["world_size"],
+        ),
+        "- " + t("summary.overall", ok=f"**{t('ok') if summ['ok'] else t('not-ok')}**"),
         "",
-        "| scenario | round | fault | verdict | recovery class | detect | first new step | "
-        "recomputed |",
+        "| "
+        + " | ".join(
+            t(k)
+            for k in (
+                "col.scenario",
+                "col.round",
+                "col.fault",
+                "col.verdict",
+                "col.class",
+                "col.detect",
+                "col.recover",
+                "col.recomputed",
+            )
+        )
+        + " |",
         "|---|---|---|---|---|---|---|---|",
     ]
     real = [s for s in report["scenarios"] if not s["control"]]
     ctls = [s for s in report["scenarios"] if s["control"]]
     for s in real:
-        t = s["times"]
+        tm = s["times"]
         lines.append(
             f"| {s['id']} | {s['round']} | {s['fault']['kind']} ({s['fault']['target']}) | "
-            f"{_MARK[s['verdict']]} | {s['recovery_class']} | {_fmt_s(t['detect_s'])} | "
-            f"{_fmt_s(t['recover_s'])} | {t['recomputed_steps']} |"
+            f"{_mark(s['verdict'], t)} | {t.cls(s['recovery_class'])} | "
+            f"{_fmt_s(tm['detect_s'], t)} | {_fmt_s(tm['recover_s'], t)} | "
+            f"{tm['recomputed_steps']} |"
         )
     for sk in report.get("skipped") or []:
-        lines.append(f"| {sk['id']} | | | NOT RUN | | | | {sk['reason']} |")
+        lines.append(f"| {sk['id']} | | | {t('verdict.not-run')} | | | | {sk['reason']} |")
     if ctls:
         lines += [
             "",
-            "| negative control | bug | expected check | caught | verdict |",
+            "| "
+            + " | ".join(
+                t(k)
+                for k in (
+                    "col.control",
+                    "col.bug",
+                    "col.expected_check",
+                    "col.caught",
+                    "col.verdict",
+                )
+            )
+            + " |",
             "|---|---|---|---|---|",
         ]
         for s in ctls:
             lines.append(
                 f"| {s['id']} | `{s.get('workload_mutation')}` | `{s['expected_check']}` "
-                f"| {'yes' if s['caught'] else '**NO**'} | {_MARK[s['verdict']]} |"
+                f"| {t('yes') if s['caught'] else '**' + t('no') + '**'} | "
+                f"{_mark(s['verdict'], t)} |"
             )
-    lines += ["", "## Baseline (frozen before any fault)", ""]
+    lines += ["", f"## {t('baseline.title')}", ""]
     dossier = base.get("dossier") or {}
     task = dossier.get("task", {})
     lines += [
-        f"- Task: `{task.get('id')}`, config version `{task.get('config_version')}`, code "
-        f"`{task.get('code_id')}`",
-        f"- Data: snapshot `{plan['data']['snapshot']}` {plan['data'].get('digest') or ''}, "
-        f"read position {plan['data']['read_position']}",
-        f"- Resources: {dossier.get('resources', {}).get('topology', '?')}",
-        f"- Checkpoint policy: every {plan['checkpoint']['every_steps']} steps, keep "
-        f"{plan['checkpoint']['keep']}",
-        f"- Seeds: {plan['seeds']}",
-        f"- Observation window: {dossier.get('observation', {}).get('baseline_window')}",
-        f"- Responsibility: injector {resp['injector']}, observer {resp['observer']}, recovery "
-        f"operator {resp['recovery_operator']}, signer {resp['signer']}",
+        "- "
+        + t(
+            "baseline.task",
+            id=task.get("id"),
+            cfg=task.get("config_version"),
+            code=task.get("code_id"),
+        ),
+        "- "
+        + t(
+            "baseline.data",
+            snap=plan["data"]["snapshot"],
+            digest=plan["data"].get("digest") or "",
+            pos=plan["data"]["read_position"],
+        ),
+        "- " + t("baseline.resources", topology=dossier.get("resources", {}).get("topology", "?")),
+        "- "
+        + t(
+            "baseline.ckpt",
+            every=plan["checkpoint"]["every_steps"],
+            keep=plan["checkpoint"]["keep"],
+        ),
+        "- " + t("baseline.seeds", seeds=plan["seeds"]),
+        "- " + t("baseline.window", window=dossier.get("observation", {}).get("baseline_window")),
+        "- "
+        + t(
+            "baseline.resp",
+            injector=resp["injector"],
+            observer=resp["observer"],
+            operator=resp["recovery_operator"],
+            signer=resp["signer"],
+        ),
     ]
     if base.get("evidence"):
         for cat in ("progress", "resources", "results"):
-            lines.append(f"- Baseline {cat} self-check: {_MARK[base['evidence'][cat]['verdict']]}")
-    lines += ["", "## Scenarios", ""]
+            lines.append(
+                "- "
+                + t(
+                    "baseline.selfcheck",
+                    cat=t.evidence(cat),
+                    verdict=_mark(base["evidence"][cat]["verdict"], t),
+                )
+            )
+    lines += ["", f"## {t('scenarios.title')}", ""]
     for s in real:
-        _item(s, lines)
+        _item(s, lines, t)
     if ctls:
         lines += [
-            "## Negative controls",
+            f"## {t('controls.title')}",
             "",
-            "Each control runs a known-bad workload under the same fault; the named check "
-            "must fail it. A control that is not caught means the drill cannot be trusted "
-            "to see that bug.",
+            t("controls.intro"),
             "",
         ]
         for s in ctls:
-            _item(s, lines)
+            _item(s, lines, t)
     lines += [
-        "## Verified scope and what stays to be verified",
+        f"## {t('scope.title')}",
         "",
-        f"- Verified: the scenarios above, on platform `{plan['resources']['platform']}` with "
-        f"{plan['resources']['nodes']} node(s) x {plan['resources']['procs_per_node']} "
-        f"process(es), entrypoint `{plan['task']['entrypoint'].get('module') or plan['task']['entrypoint'].get('script')}`.",
-        "- To be verified: every other model, framework version, world size, network, storage "
-        "and node combination; fault kinds not in this plan.",
+        f"| {t('col.dimension')} | {t('col.verified')} | {t('col.to_verify')} |",
+        "|---|---|---|",
+        *(
+            f"| {t('scope.dim.' + row.dimension)} | {row.verified} | {'; '.join(row.to_verify)} |"
+            for row in derive_scope(report, t)
+        ),
         "",
-        "## Sign-off",
+        f"## {t('signoff.title')}",
         "",
-        f"- Injector: {resp['injector']} ____________  - Observer: {resp['observer']} ____________",
-        f"- Recovery operator: {resp['recovery_operator']} ____________  - Signer: "
-        f"{resp['signer']} ____________",
-        "",
+        "- "
+        + t("signoff.line", role=t("role.injector"), name=resp["injector"])
+        + "  - "
+        + t("signoff.line", role=t("role.observer"), name=resp["observer"]),
+        "- "
+        + t("signoff.line", role=t("role.recovery_operator"), name=resp["recovery_operator"])
+        + "  - "
+        + t("signoff.line", role=t("role.signer"), name=resp["signer"]),
     ]
+    replayer = (dossier.get("responsibility") or {}).get("replay_operator")
+    if replayer:
+        lines.append("- " + t("signoff.line", role=t("role.replay_operator"), name=replayer))
+    lines.append("")
     return "\n".join(lines)

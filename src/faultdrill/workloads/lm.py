@@ -35,7 +35,8 @@ Contract
 * **Events** (``faultdrill.probe``): ``run_start`` once the process group is up;
   ``ckpt_load`` or ``ckpt_none`` on every rank; ``step`` per rank per optimizer step with
   the rank's local loss; ``ckpt_save`` on rank 0 once the checkpoint is durable and
-  ``latest`` moved; ``run_end`` on every rank after the process group is destroyed, with
+  ``latest`` moved, ``ckpt_save_failed`` on rank 0 when a save raised ``OSError``; saves
+  and loads carry ``duration_s``; ``run_end`` on every rank after the process group is destroyed, with
   the sha256 of the model's state_dict (key, then raw bytes, in key order). The ``path``
   of ``ckpt_save`` and ``ckpt_load`` is the checkpoint's ``state.pt``, the file whose
   sha256 and size ``ckpt_save`` records.
@@ -441,6 +442,7 @@ class _Job:
         if mode == "resume-ignored":
             self.probe.no_checkpoint([])
             return
+        started = time.monotonic()
         if mode == "load-unverified":
             result = _ckpt.load_unverified(cfg.ckpt_dir)
         else:
@@ -476,6 +478,7 @@ class _Job:
             verified=loaded.verified,
             data_position=loaded.data_position,
             rejected=result.rejected,
+            duration_s=time.monotonic() - started,
         )
 
     def start_stale_replica(self) -> None:
@@ -552,6 +555,7 @@ class _Job:
         rng: list[dict[str, Any] | None] = [None] * self.world
         dist.all_gather_object(rng, _rng_state())
         if self.rank == 0:
+            started = time.monotonic()
             state = {
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
@@ -577,6 +581,12 @@ class _Job:
                     publish_before_durable=cfg.bad_mode == "publish-before-durable",
                 )
             except OSError as exc:
+                self.probe.checkpoint_failed(
+                    step=self.step,
+                    error=f"{type(exc).__name__}: {exc}",
+                    errno=exc.errno,
+                    duration_s=time.monotonic() - started,
+                )
                 if cfg.save_error == "crash":
                     raise
                 print(
@@ -592,6 +602,7 @@ class _Job:
                     sha256=saved.sha256,
                     data_position=saved.data_position,
                     size_bytes=saved.size,
+                    duration_s=time.monotonic() - started,
                 )
         dist.barrier()
 

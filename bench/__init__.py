@@ -1,0 +1,1 @@
+"""faultdrill's benchmarks: ``python bench/run.py`` (see ``bench/README.md``)."""

@@ -1,0 +1,207 @@
+"""Checkpoint faults (round 3): the newest published checkpoint is damaged before a restart.
+
+``corrupt-checkpoint`` damages the checkpoint the pointer file (``latest``) names, then
+(by default) kills one worker so that the job must restart and load:
+
+=================  ======================================================================
+flip-bytes         flip the lowest bit of ``flip_count`` bytes inside the largest tensor of
+                   the state file (for a torch zip archive; else the middle of the file):
+                   the file still unpickles, only a digest check notices
+truncate           cut the state file to half its size
+remove-manifest    delete the checkpoint's ``manifest.json``
+latest-to-missing  move the checkpoint's directory out of the checkpoint dir, so that the
+                   pointer names a missing directory (kept under ``faults/`` as evidence)
+=================  ======================================================================
+
+The injection event names the damaged checkpoint (``ckpt_id``), which the progress checks
+treat as invalid from then on. Damage is not reverted: the damaged checkpoint is the
+evidence; its ledger entry only records what was done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from faultdrill.errors import FaultError
+from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
+from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
+from faultdrill.ledger import undoer
+from faultdrill.platforms.api import ABILITY_SIGNAL_WORKERS
+
+__all__ = ["CorruptCheckpointSpec", "damage_checkpoint"]
+
+Damage = Literal["flip-bytes", "truncate", "remove-manifest", "latest-to-missing"]
+
+
+class CorruptCheckpointSpec(FaultSpec):
+    kind: Literal["corrupt-checkpoint"] = "corrupt-checkpoint"
+    damage: Damage
+    flip_count: int = Field(8, ge=1, le=4096, description="flip-bytes: bytes changed")
+    restart: WorkerTarget | None = Field(
+        default_factory=lambda: WorkerTarget(rank=1),
+        description="kill this worker right after the damage so the job must restart and "
+        "load (null: leave the restart to another cause)",
+    )
+
+    def target_label(self) -> str:
+        return "the checkpoint `latest` names"
+
+
+@undoer("ckpt-damage")
+def _undo_damage(data: dict[str, Any]) -> None:
+    """Damage is not taken back: the damaged checkpoint is evidence. Recorded so the ledger
+    shows what was done, and where the moved directory went."""
+
+
+def _sha256(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _state_file(ckpt: Path) -> Path:
+    """The checkpoint's state file: the one its manifest names, else the largest file."""
+    try:
+        manifest = json.loads((ckpt / "manifest.json").read_text())
+        name = manifest.get("file") if isinstance(manifest, dict) else None
+        if isinstance(name, str) and (ckpt / name).is_file():
+            return ckpt / name
+    except (OSError, ValueError):
+        pass
+    files = [p for p in ckpt.iterdir() if p.is_file() and p.name != "manifest.json"]
+    if not files:
+        raise FaultError(f"{ckpt} holds no state file to damage")
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+def _tensor_region(path: Path) -> tuple[int, int, str]:
+    """(offset, length, member) of the largest stored tensor in a torch zip archive, or the
+    middle half of the file when it is not one."""
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as z:
+            members = [
+                i
+                for i in z.infolist()
+                if "/data/" in i.filename and i.compress_type == zipfile.ZIP_STORED
+            ]
+        if members:
+            big = max(members, key=lambda i: i.file_size)
+            with open(path, "rb") as f:
+                f.seek(big.header_offset)
+                header = f.read(30)
+            name_len = int.from_bytes(header[26:28], "little")
+            extra_len = int.from_bytes(header[28:30], "little")
+            return big.header_offset + 30 + name_len + extra_len, big.file_size, big.filename
+    except (zipfile.BadZipFile, OSError):
+        pass
+    return size // 4, max(1, size // 2), "(whole file)"
+
+
+def damage_checkpoint(
+    ckpt_dir: Path, cid: str, damage: Damage, *, flip_count: int, evidence_dir: Path
+) -> dict[str, Any]:
+    """Apply ``damage`` to checkpoint ``cid``; returns facts. Raises FaultError."""
+    ckpt = ckpt_dir / cid
+    if not ckpt.is_dir():
+        raise FaultError(f"checkpoint directory {ckpt} does not exist")
+    facts: dict[str, Any] = {"ckpt_id": cid, "damage": damage}
+    if damage == "latest-to-missing":
+        evidence_dir.mkdir(parents=True, exist_ok=True)
+        dest = evidence_dir / f"{cid}.moved-away"
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = evidence_dir / f"{cid}.moved-away-{n}"
+        shutil.move(str(ckpt), str(dest))
+        facts.update(moved_to=str(dest), command=f"mv {ckpt} {dest}")
+        return facts
+    if damage == "remove-manifest":
+        manifest = ckpt / "manifest.json"
+        if not manifest.is_file():
+            raise FaultError(f"{ckpt} has no manifest.json to remove")
+        manifest.unlink()
+        facts.update(path=str(manifest), command=f"rm {manifest}")
+        return facts
+    state = _state_file(ckpt)
+    facts.update(path=str(state), sha256_before=_sha256(state), bytes_before=state.stat().st_size)
+    if damage == "truncate":
+        new_size = state.stat().st_size // 2
+        os.truncate(state, new_size)
+        facts.update(bytes_after=new_size, command=f"truncate -s {new_size} {state}")
+    else:
+        offset, length, member = _tensor_region(state)
+        stride = max(4, (length // flip_count) // 4 * 4)
+        offsets = [offset + i * stride for i in range(flip_count) if i * stride < length]
+        with open(state, "r+b") as f:
+            for off in offsets:
+                f.seek(off)
+                byte = f.read(1)
+                f.seek(off)
+                f.write(bytes([byte[0] ^ 0x01]))
+            f.flush()
+            os.fsync(f.fileno())
+        facts.update(
+            member=member,
+            flipped_offsets=offsets[:16],
+            flipped=len(offsets),
+            command=f"flip bit 0 of {len(offsets)} bytes of {member} in {state}",
+        )
+    facts["sha256_after"] = _sha256(state)
+    return facts
+
+
+@register
+class CorruptCheckpoint(Fault):
+    """Damage the checkpoint ``latest`` names, then restart the job by killing a worker."""
+
+    kind = "corrupt-checkpoint"
+    spec_model = CorruptCheckpointSpec
+    requires = frozenset({ABILITY_SIGNAL_WORKERS})
+
+    @classmethod
+    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
+        assert isinstance(spec, CorruptCheckpointSpec)
+        world = plan.resources.world_size
+        rank = spec.restart.rank if spec.restart is not None else None
+        if rank is not None and rank >= world:
+            return f"corrupt-checkpoint restart rank {rank} does not exist (world size {world})"
+        if not plan.checkpoint.latest_file:
+            return "corrupt-checkpoint needs checkpoint.latest_file (the pointer it follows)"
+        return None
+
+    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+        spec = self.spec
+        assert isinstance(spec, CorruptCheckpointSpec)
+        if ctx.ckpt_dir is None:
+            raise FaultError("corrupt-checkpoint: the drill did not say where checkpoints are")
+        try:
+            cid = (ctx.ckpt_dir / ctx.latest_file).read_text().strip()
+        except OSError as exc:
+            raise FaultError(f"no {ctx.latest_file} pointer to follow: {exc.strerror}") from exc
+        if not cid:
+            raise FaultError(f"{ctx.latest_file} names no checkpoint yet")
+        evidence = ctx.ckpt_dir.parent / "faults"
+        eid = ctx.ledger.record(
+            "ckpt-damage",
+            {"ckpt_dir": str(ctx.ckpt_dir), "ckpt_id": cid, "damage": spec.damage},
+            f"{spec.damage} on checkpoint {cid}",
+        )
+        facts = damage_checkpoint(
+            ctx.ckpt_dir, cid, spec.damage, flip_count=spec.flip_count, evidence_dir=evidence
+        )
+        ctx.ledger.update(eid, **{k: v for k, v in facts.items() if k == "moved_to"})
+        ctx.ledger.mark_applied(eid)
+        ctx.ledger.revert(eid)  # nothing to take back; closes the entry
+        if spec.restart is not None:
+            killed = KillWorker(KillWorkerSpec(target=spec.restart)).inject(ctx)
+            facts.update({f"restart_{k}": v for k, v in killed.items()})
+        return facts

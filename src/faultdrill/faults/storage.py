@@ -1,0 +1,361 @@
+"""Storage faults (round 3): the checkpoint directory stops taking writes for a while.
+
+``storage-outage`` makes the scenario's checkpoint directory
+
+* ``read-only``: a bind mount of the directory onto itself, remounted read-only (saves
+  fail with ``EROFS``); reverted by unmounting the bind, which uncovers the directory
+  exactly as it was;
+* ``full``: the directory is a small tmpfs from the start of the item (``prepare``), and
+  the fault fills it with a filler file until only ``leave_free_kb`` remain (saves fail with
+  ``ENOSPC``, small writes such as a pointer file still succeed); reverted by deleting the
+  filler. At the end of the item the tmpfs is unmounted and its contents copied back into
+  the directory, so the run keeps its checkpoints as evidence.
+
+for ``for_s`` seconds, timed (by the scenario's trigger) to overlap a checkpoint save. The
+fault looks at the checkpoint pointer when it starts and just before it ends
+(``storage_observed`` events): what ``latest`` named, and whether that checkpoint verifies
+(its ``manifest.json``, if it has one, against its state file). Checks use that to prove
+that a failed save never became ``latest``.
+
+Every mount and file is recorded in the ledger before it is made; the undo is by recorded
+path only. Mounts are made in the harness's mount namespace, which is the job's on the
+local platform (agents are entered with ``nsenter --net`` only); ``inject`` refuses to act
+when a job process lives in another mount namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from faultdrill.errors import FaultError
+from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
+from faultdrill.inventory import verify_dir
+from faultdrill.ledger import undoer
+
+__all__ = [
+    "ABILITY_CHECKPOINT_MOUNTS",
+    "StorageOutageSpec",
+    "is_mount_point",
+    "observe_pointer",
+]
+
+#: The harness may mount over the job's checkpoint dir (root), and the job's processes see
+#: this host's mounts (declared by the local platform when run as root).
+ABILITY_CHECKPOINT_MOUNTS = "checkpoint-mounts"
+
+FILLER = ".faultdrill-fill"
+
+
+class StorageOutageSpec(FaultSpec):
+    kind: Literal["storage-outage"] = "storage-outage"
+    mode: Literal["read-only", "full"] = Field(
+        description="read-only: EROFS via a read-only bind remount; full: ENOSPC on a small "
+        "tmpfs that is filled"
+    )
+    for_s: float = Field(gt=0, le=600, description="how long the outage lasts")
+    fs_size_mb: int = Field(
+        8, ge=2, le=256, description="full: size of the tmpfs holding the checkpoints"
+    )
+    leave_free_kb: int = Field(
+        64, ge=0, description="full: free space left by the filler (smaller than a checkpoint)"
+    )
+
+    def target_label(self) -> str:
+        return "the checkpoint directory"
+
+    @property
+    def duration_s(self) -> float | None:
+        return self.for_s
+
+
+# --- mounts ------------------------------------------------------------------------------
+
+
+def _unescape(field: str) -> str:
+    """Mountinfo escapes space, tab, newline and backslash as octal."""
+    out, i = [], 0
+    while i < len(field):
+        code = field[i + 1 : i + 4]
+        if field[i] == "\\" and len(code) == 3 and code.isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mounts_at(path: Path) -> list[dict[str, str]]:
+    """Mounts whose mount point is exactly ``path`` (this mount namespace), oldest first."""
+    target = os.path.realpath(path)
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 10 or _unescape(parts[4]) != target:
+                continue
+            sep = parts.index("-")
+            out.append(
+                {
+                    "id": parts[0],
+                    "options": parts[5],
+                    "fstype": parts[sep + 1],
+                    "source": parts[sep + 2],
+                }
+            )
+    return out
+
+
+def is_mount_point(path: Path) -> bool:
+    return bool(mounts_at(path))
+
+
+def _run(argv: list[str]) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise FaultError(f"{' '.join(argv)}: {exc}") from exc
+    if done.returncode != 0:
+        raise FaultError(f"{' '.join(argv)}: {done.stderr.strip() or done.returncode}")
+
+
+def _umount(path: str) -> None:
+    """Unmount the top mount at ``path``; lazily if it is busy (a save holding a file)."""
+    try:
+        _run(["umount", path])
+    except FaultError as exc:
+        if "busy" not in str(exc):
+            raise
+        _run(["umount", "-l", path])
+
+
+def _umount_ours(path: str, mount_ids: list[str], count: int) -> None:
+    """Unmount up to ``count`` mounts at ``path``; when the ids we made are known, only
+    while the top mount is one of them."""
+    for _ in range(count):
+        mounts = mounts_at(Path(path))
+        if not mounts:
+            return
+        if mount_ids and mounts[-1]["id"] not in mount_ids:
+            return
+        _umount(path)
+
+
+@undoer("ro-bind-mount")
+def _undo_ro_bind(data: dict[str, Any]) -> None:
+    """Unmount the read-only bind: the directory underneath is as it was."""
+    _umount_ours(str(data["path"]), list(data.get("mount_ids", [])), 1)
+
+
+@undoer("tmpfs-mount")
+def _undo_tmpfs(data: dict[str, Any]) -> None:
+    """Copy what the tmpfs holds back into the directory underneath, then unmount it."""
+    path = str(data["path"])
+    ours = list(data.get("mount_ids", []))
+    mounts = mounts_at(Path(path))
+    if not mounts or (ours and mounts[-1]["id"] not in ours):
+        return
+    keep = Path(str(data["keep_copy"]))
+    copied = False
+    try:
+        shutil.copytree(path, keep, ignore=shutil.ignore_patterns(FILLER), dirs_exist_ok=True)
+        copied = True
+    except OSError:
+        pass  # the evidence copy is a courtesy: the mount must go regardless
+    _umount_ours(path, ours, 1)
+    if copied and not is_mount_point(Path(path)):
+        for child in keep.iterdir():
+            dest = Path(path) / child.name
+            if not dest.exists():
+                os.replace(child, dest)
+        shutil.rmtree(keep, ignore_errors=True)
+
+
+@undoer("filler-file")
+def _undo_filler(data: dict[str, Any]) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(str(data["path"]))
+
+
+# --- observing the pointer -----------------------------------------------------------------
+
+
+def observe_pointer(ckpt_dir: Path, latest_file: str) -> dict[str, Any]:
+    """What the pointer names now, and whether that checkpoint verifies by its manifest."""
+    out: dict[str, Any] = {"latest": None, "latest_verifies": None, "latest_problem": None}
+    if not latest_file:
+        out["latest_problem"] = "the plan names no pointer file"
+        return out
+    try:
+        out["latest"] = (ckpt_dir / latest_file).read_text().strip() or None
+    except FileNotFoundError:
+        return out
+    except OSError as exc:
+        out["latest_problem"] = f"cannot read {latest_file}: {exc.strerror}"
+        return out
+    if out["latest"]:
+        ok, why = verify_dir(ckpt_dir / out["latest"])
+        out["latest_verifies"] = ok
+        out["latest_problem"] = why or None
+    return out
+
+
+# --- the fault ---------------------------------------------------------------------------
+
+
+def _mount_ns(pid: int | str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/mnt").st_ino
+    except OSError:
+        return None
+
+
+@register
+class StorageOutage(Fault):
+    """The checkpoint directory goes read-only or full for ``for_s`` seconds."""
+
+    kind = "storage-outage"
+    spec_model = StorageOutageSpec
+    requires = frozenset({ABILITY_CHECKPOINT_MOUNTS})
+
+    def __init__(self, spec: FaultSpec) -> None:
+        super().__init__(spec)
+        self._prepared: list[str] = []
+        self._observed_end = False
+
+    def _ckpt(self, ctx: FaultContext) -> Path:
+        if ctx.ckpt_dir is None:
+            raise FaultError("storage-outage: the drill did not say where the checkpoints are")
+        if os.geteuid() != 0:
+            raise FaultError("storage-outage needs root (it mounts over the checkpoint dir)")
+        ctx.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        return ctx.ckpt_dir
+
+    def prepare(self, ctx: FaultContext) -> dict[str, Any]:
+        spec = self.spec
+        assert isinstance(spec, StorageOutageSpec)
+        if spec.mode != "full":
+            return {}
+        ckpt = self._ckpt(ctx)
+        if any(ckpt.iterdir()):
+            raise FaultError(f"{ckpt} is not empty; a tmpfs would hide its contents")
+        data = {
+            "path": str(ckpt),
+            "size_mb": spec.fs_size_mb,
+            "keep_copy": str(ckpt.parent / f".{ckpt.name}.from-tmpfs"),
+            "mount_ids": [],
+        }
+        eid = ctx.ledger.record("tmpfs-mount", data, f"tmpfs {spec.fs_size_mb}M on {ckpt}")
+        self._prepared.append(eid)
+        source = f"faultdrill-{ctx.ledger.run_id}"
+        _run(
+            ["mount", "-t", "tmpfs", "-o", f"size={spec.fs_size_mb}m,mode=0755", source, str(ckpt)]
+        )
+        ids = [m["id"] for m in mounts_at(ckpt) if m["source"] == source]
+        ctx.ledger.update(eid, mount_ids=ids)
+        ctx.ledger.mark_applied(eid)
+        return {
+            "mode": spec.mode,
+            "path": str(ckpt),
+            "command": f"mount -t tmpfs -o size={spec.fs_size_mb}m {source} {ckpt}",
+        }
+
+    def _check_namespace(self, ctx: FaultContext) -> None:
+        mine = _mount_ns("self")
+        for rep in ctx.platform.replicas():
+            theirs = _mount_ns(rep.pid)
+            if theirs is not None and theirs != mine:
+                raise FaultError(
+                    f"job process {rep.pid} (node {rep.node}) is in another mount namespace; "
+                    "a mount made here would not reach it"
+                )
+
+    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+        spec = self.spec
+        assert isinstance(spec, StorageOutageSpec)
+        ckpt = self._ckpt(ctx)
+        self._check_namespace(ctx)
+        before = observe_pointer(ckpt, ctx.latest_file)
+        ctx.sink.emit("fault", "storage_observed", when="start", **before)
+        if spec.mode == "read-only":
+            return self._read_only(ctx, ckpt, before)
+        return self._fill(ctx, ckpt, spec, before)
+
+    def _read_only(self, ctx: FaultContext, ckpt: Path, before: dict[str, Any]) -> dict[str, Any]:
+        eid = ctx.ledger.record(
+            "ro-bind-mount", {"path": str(ckpt), "mount_ids": []}, f"read-only bind on {ckpt}"
+        )
+        self.entry_ids.append(eid)
+        known = {m["id"] for m in mounts_at(ckpt)}
+        _run(["mount", "--bind", str(ckpt), str(ckpt)])
+        ids = [m["id"] for m in mounts_at(ckpt) if m["id"] not in known]
+        ctx.ledger.update(eid, mount_ids=ids)
+        _run(["mount", "-o", "remount,ro,bind", str(ckpt)])
+        ctx.ledger.mark_applied(eid)
+        probe = ckpt / ".faultdrill-probe"
+        write_error = ""
+        try:
+            probe.write_bytes(b"")
+        except OSError as exc:
+            write_error = os.strerror(exc.errno) if exc.errno else str(exc)
+        if not write_error:
+            probe.unlink()
+            raise FaultError(f"{ckpt} is still writable after the read-only remount")
+        return {
+            "mode": "read-only",
+            "path": str(ckpt),
+            "write_error": write_error,
+            "latest_before": before["latest"],
+            "command": f"mount --bind {ckpt} {ckpt} && mount -o remount,ro,bind {ckpt}",
+        }
+
+    def _fill(
+        self, ctx: FaultContext, ckpt: Path, spec: StorageOutageSpec, before: dict[str, Any]
+    ) -> dict[str, Any]:
+        if not any(m["fstype"] == "tmpfs" for m in mounts_at(ckpt)):
+            raise FaultError(f"{ckpt} is not the small tmpfs prepared for this fault")
+        filler = ckpt / FILLER
+        eid = ctx.ledger.record("filler-file", {"path": str(filler)}, f"filler {filler}")
+        self.entry_ids.append(eid)
+        st = os.statvfs(ckpt)
+        free = st.f_bavail * st.f_frsize
+        size = max(0, free - spec.leave_free_kb * 1024)
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            if size:
+                os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno != 28:  # ENOSPC: the filesystem is full, which is the point
+                raise FaultError(f"cannot fill {ckpt}: {exc}") from exc
+        finally:
+            os.close(fd)
+        ctx.ledger.mark_applied(eid)
+        st = os.statvfs(ckpt)
+        left = st.f_bavail * st.f_frsize
+        return {
+            "mode": "full",
+            "path": str(ckpt),
+            "filler_bytes": size,
+            "free_bytes": left,
+            "latest_before": before["latest"],
+            "command": f"fallocate -l {size} {filler}",
+        }
+
+    def revert(self, ctx: FaultContext) -> None:
+        if self.entry_ids and not self._observed_end and ctx.ckpt_dir is not None:
+            self._observed_end = True
+            with contextlib.suppress(OSError):
+                ctx.sink.emit(
+                    "fault",
+                    "storage_observed",
+                    when="end",
+                    **observe_pointer(ctx.ckpt_dir, ctx.latest_file),
+                )
+        super().revert(ctx)

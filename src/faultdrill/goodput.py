@@ -1,0 +1,165 @@
+"""Goodput accounting of one recorded item, in the categories of ml-goodput-measurement.
+
+The job's wall time (platform ``job_submitted`` to the job's end state) is split, on the
+timeline of the lowest rank of each incarnation, into:
+
+=========================  ==================================================================
+productive                 step time of committed steps (the progress the final model has)
+wasted_progress            step time of steps run and then thrown away: progress since the
+                           last checkpoint lost to a disruption (``WASTED_PROGRESS_FROM_
+                           DISRUPTION``)
+recovery                   from the last activity of an incarnation (its last step or save) to
+                           the first step of the next one, less its restore
+                           (``INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION``: detection, restart,
+                           rendezvous, worker start, any hang in between)
+checkpoint_save            what saves blocked training, as the workload reported it
+                           (``duration_s`` of ``ckpt_save``/``ckpt_save_failed``;
+                           ``UNPRODUCTIVE_CHECKPOINT_SAVE_TIME``)
+checkpoint_restore         what finding, verifying and loading a checkpoint took (``duration_s``
+                           of ``ckpt_load``; ``UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME``)
+startup                    job submission to the first incarnation's first step, plus each
+                           incarnation's first step beyond the median step time
+                           (``TRAINING_PREP`` + ``PROGRAM_STARTUP``)
+other                      the rest: after the last step (final save, shutdown, an exit
+                           barrier) and anything not attributed above (``OTHER``)
+=========================  ==================================================================
+
+Step ``k``'s time runs from step ``k-1`` (or the incarnation's load decision) to step ``k``
+on one rank. Save and restore times the workload did not report stay in the categories
+they fall in, and a note says so. Every figure is one observation under the conditions the
+report prints beside it, not a service level.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+from faultdrill.timeline import Timeline
+
+__all__ = ["CATEGORIES", "account"]
+
+CATEGORIES = (
+    "productive",
+    "wasted_progress",
+    "recovery",
+    "checkpoint_save",
+    "checkpoint_restore",
+    "startup",
+    "other",
+)
+
+#: ml-goodput-measurement's names for our categories.
+ML_GOODPUT_NAMES = {
+    "productive": "GOODPUT (productive step time)",
+    "wasted_progress": "WASTED_PROGRESS_FROM_DISRUPTION",
+    "recovery": "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION",
+    "checkpoint_save": "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME",
+    "checkpoint_restore": "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME",
+    "startup": "TRAINING_PREP + PROGRAM_STARTUP",
+    "other": "OTHER",
+}
+
+_END_STATES = ("succeeded", "failed", "stopped")
+
+
+def _window(tl: Timeline) -> tuple[float | None, float | None, str | None]:
+    sub = tl.first("platform", "job_submitted")
+    ends = [e for e in tl.of("platform", "job_state") if e.get("state") in _END_STATES]
+    start = sub.mono if sub is not None else None
+    end = ends[-1].mono if ends else None
+    state = str(ends[-1].get("state")) if ends else None
+    if end is None:
+        probes = [e.mono for e in tl.events if e.src == "probe"]
+        steps = tl.steps.mono
+        last = max([*probes, *(steps.tolist() if len(steps) else [])], default=None)
+        end = last
+    return start, end, state
+
+
+def account(tl: Timeline, *, checkpoint_every: int | None = None) -> dict[str, Any]:
+    """The goodput breakdown of one item (seconds and shares of the total), with notes."""
+    start, end, state = _window(tl)
+    notes: list[str] = []
+    if start is None or end is None or end <= start:
+        return {"available": False, "why": "no job submission and end on the timeline"}
+    total = end - start
+    secs = dict.fromkeys(CATEGORIES, 0.0)
+    chain, chain_notes = tl.committed_chain()
+    notes += chain_notes
+    committed = tl.rows_in(chain) if chain else np.zeros(len(tl.steps), dtype=bool)
+    st = tl.steps
+    saves = [
+        e for e in tl.events if e.src == "probe" and e.kind in ("ckpt_save", "ckpt_save_failed")
+    ]
+    unreported_saves = [e for e in saves if e.get("duration_s") is None]
+    if unreported_saves:
+        notes.append(f"{len(unreported_saves)} save(s) reported no duration_s")
+    for e in saves:
+        secs["checkpoint_save"] += float(e.get("duration_s") or 0.0)
+    stepped = [inc for inc in tl.incarnations if inc.first_step is not None]
+    last_activity: float | None = None
+    for n, inc in enumerate(stepped):
+        rank = min(inc.ranks)
+        rows = np.flatnonzero((st.inc == inc.index) & (st.rank == rank))
+        rows = rows[np.lexsort((st.mono[rows], st.step[rows]))]
+        pids = {pid for pid, r in inc.members.items() if r == rank}
+        load = next((e for e in inc.loads if int(e.get("pid", -1)) in pids), None)
+        restore = float(load.get("duration_s") or 0.0) if load is not None else 0.0
+        secs["checkpoint_restore"] += restore
+        if load is not None and load.kind == "ckpt_load" and load.get("duration_s") is None:
+            notes.append(f"incarnation {inc.index}'s load reported no duration_s")
+        begin = load.mono if load is not None else inc.ready_mono
+        gap = begin - (start if n == 0 else (last_activity or begin))
+        secs["startup" if n == 0 else "recovery"] += max(0.0, gap - restore)
+        prev, dts = begin, []
+        for i in rows:
+            mono = float(st.mono[i])
+            inside = sum(
+                float(e.get("duration_s") or 0.0)
+                for e in saves
+                if prev < e.mono <= mono and int(e.get("pid", -1)) in inc.members
+            )
+            dts.append((max(0.0, mono - prev - inside), bool(committed[i])))
+            prev = mono
+        if dts:
+            typical = statistics.median(d for d, _ in dts[1:]) if len(dts) > 1 else dts[0][0]
+            extra = max(0.0, dts[0][0] - typical)
+            secs["startup"] += extra
+            dts[0] = (dts[0][0] - extra, dts[0][1])
+        for dt, is_committed in dts:
+            secs["productive" if is_committed else "wasted_progress"] += dt
+        own_saves = [e.mono for e in saves if int(e.get("pid", -1)) in inc.members]
+        last_activity = max([prev, *own_saves])
+    if not stepped:
+        notes.append("no incarnation made a step")
+    attributed = sum(v for k, v in secs.items() if k != "other")
+    secs["other"] = max(0.0, total - attributed)
+    if attributed > total + 0.5:
+        notes.append(f"attributed time exceeds the window by {attributed - total:.2f} s")
+    if state != "succeeded":
+        notes.append(
+            f"the job ended {state or 'without an end state'}: time after its last "
+            "step counts as other"
+        )
+    out: dict[str, Any] = {
+        "available": True,
+        "total_s": round(total, 3),
+        "seconds": {k: round(v, 3) for k, v in secs.items()},
+        "shares": {k: round(v / total, 4) for k, v in secs.items()},
+        "goodput": round(secs["productive"] / total, 4),
+        "ml_goodput_names": ML_GOODPUT_NAMES,
+        "incarnations": len(tl.incarnations),
+        "committed_steps": sum(s.steps for s in chain),
+        "recomputed_steps": sum(s.steps for s in tl.recomputed(chain)) if chain else None,
+        "conditions": (
+            "measured on the lowest rank of each incarnation from platform job submission to "
+            "the job's end state"
+            + (f"; checkpoint every {checkpoint_every} steps" if checkpoint_every else "")
+            + "; save/restore times as reported by the workload"
+        ),
+        "notes": notes,
+    }
+    return out

@@ -1,0 +1,101 @@
+"""``faultdrill serve``: a local viewer of a run's HTML report.
+
+Serves, on loopback by default, the same self-contained HTML the run directory holds,
+re-rendered on each request from ``report.json`` and the event files (``?lang=zh`` or
+``?lang=en``), plus the raw ``report.json``, ``report.md`` and ``runbook.md``. A bundle is
+verified and unpacked into a temporary folder first. Read-only: nothing is written into the
+run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from faultdrill.report.html import render_html
+from faultdrill.report.i18n import LANGS
+from faultdrill.report.markdown import render_markdown
+
+__all__ = ["make_server", "serve"]
+
+
+def make_server(
+    run_dir: Path, host: str = "127.0.0.1", port: int = 0, lang: str = "en"
+) -> ThreadingHTTPServer:
+    """An HTTP server for ``run_dir`` (not yet serving; ``port`` 0 picks a free one)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _send(self, code: int, body: bytes, ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            url = urlparse(self.path)
+            want = parse_qs(url.query).get("lang", [lang])[0]
+            use = want if want in LANGS else lang
+            try:
+                report = json.loads((run_dir / "report.json").read_text())
+            except (OSError, ValueError) as exc:
+                self._send(500, f"cannot read report.json: {exc}".encode(), "text/plain")
+                return
+            if url.path in ("/", "/report.html"):
+                self._send(
+                    200, render_html(report, run_dir, use).encode(), "text/html; charset=utf-8"
+                )
+            elif url.path == "/report.json":
+                self._send(200, json.dumps(report, indent=2).encode(), "application/json")
+            elif url.path == "/report.md":
+                self._send(
+                    200, render_markdown(report, use).encode(), "text/markdown; charset=utf-8"
+                )
+            elif url.path == "/runbook.md":
+                from faultdrill.runbook import render_runbook
+
+                self._send(
+                    200,
+                    render_runbook(report, run_dir, use).encode(),
+                    "text/markdown; charset=utf-8",
+                )
+            else:
+                self._send(404, b"not found", "text/plain")
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
+def serve(
+    source: Path,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    lang: str = "en",
+    ready: threading.Event | None = None,
+    announce: Any = print,
+) -> None:
+    """Serve a run directory or bundle until interrupted (Ctrl-C)."""
+    from faultdrill.bundle import extract_bundle
+    from faultdrill.errors import RunDirError
+
+    with tempfile.TemporaryDirectory(prefix="faultdrill-serve-") as tmp:
+        run_dir = source if source.is_dir() else extract_bundle(source, Path(tmp))
+        if not (run_dir / "report.json").exists():
+            raise RunDirError(f"{source}: no report.json; not a faultdrill run or bundle")
+        server = make_server(run_dir, host, port, lang)
+        host_s, port_n = str(server.server_address[0]), int(server.server_address[1])
+        announce(f"serving {source} at http://{host_s}:{port_n}/ (Ctrl-C to stop)")
+        if ready is not None:
+            ready.set()
+        try:
+            server.serve_forever()
+        finally:
+            server.server_close()

@@ -1,0 +1,61 @@
+"""One small recorded drill shared by the report, bundle, replay and diff tests.
+
+``faultdrill demo --only kill-worker,ctl-optimizer-lost`` run once per session through the
+real command line (a subprocess, real torchrun): the baseline, the healthy worker-kill
+scenario and one known-bad workload (optimizer state not restored) under the same fault.
+The tests re-render, bundle, replay and diff this directory; none of them re-runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.drillkit import kill_task
+
+ONLY = "kill-worker,ctl-optimizer-lost"
+
+
+@dataclass(frozen=True)
+class RecordedDemo:
+    base: Path  # a private folder for tests to write into
+    run_dir: Path
+    rc: int
+    stdout: str
+    stderr: str
+    junit: Path
+    env: dict[str, str]
+
+    def printed(self, label: str) -> Path:
+        """The path the demo printed after ``label:``."""
+        m = re.search(rf"^{re.escape(label)}: (\S+)", self.stdout, re.M)
+        assert m, f"the demo did not print {label!r}:\n{self.stdout}"
+        return Path(m.group(1))
+
+
+@pytest.fixture(scope="session")
+def recorded_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedDemo]:
+    base = tmp_path_factory.mktemp("recorded")
+    env = dict(os.environ)
+    env["FAULTDRILL_STATE_DIR"] = str(base / "state")
+    run_dir = base / "demo"
+    junit = base / "demo-junit.xml"
+    try:
+        argv = ["demo", "--out", str(run_dir), "--quiet", "--only", ONLY, "--junit", str(junit)]
+        proc = subprocess.run(
+            [sys.executable, "-m", "faultdrill.cli", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        yield RecordedDemo(base, run_dir, proc.returncode, proc.stdout, proc.stderr, junit, env)
+    finally:
+        kill_task("demo-lm")

@@ -1,0 +1,260 @@
+"""The benchmarks at tiny sizes, so they cannot rot; and the fast paths the checks take at
+scale, compared with the plain computations they replace. No timing is asserted here:
+speed is measured by ``python bench/run.py`` (see ``bench/README.md``)."""
+
+from __future__ import annotations
+
+import json
+import random
+from importlib.resources import files
+from pathlib import Path
+
+import numpy as np
+import pytest
+from bench import run as bench_run
+from bench.checks_scale import Drill, measure, synthetic
+
+from faultdrill.checks import CheckContext, Verdict, run_checks
+from faultdrill.checks.results import _baseline_loss
+from faultdrill.events import read_jsonl
+from faultdrill.intervals import merge
+from faultdrill.plan import load_plan
+from faultdrill.reference import Reference
+from faultdrill.timeline import StepTable, Timeline, _lookup
+
+DEMO_PLAN = Path(str(files("faultdrill") / "plans" / "demo.yaml"))
+
+# --- the benchmark itself ---------------------------------------------------------------
+
+
+def test_quick_run_measures_everything_and_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    assert bench_run.main(["--quick", f"--out={out}"]) == 0
+    res = json.loads(out.read_text())
+    assert res["command"] == f"python bench/run.py --quick --out={out}"
+    shapes = res["probe"]["shapes"]
+    assert set(shapes) == {
+        "range(64)",
+        "list of 64 consecutive ids",
+        "list of 64 non-consecutive ids",
+    }
+    # one [start, end) pair per line when the ids fold, 64 when they do not
+    assert (
+        shapes["list of 64 non-consecutive ids"]["line_bytes"]
+        > 5 * shapes["range(64)"]["line_bytes"]
+    )
+    (step,) = res["probe"]["reference_steps"]
+    assert step["median_step_us"] > 0 and step["measured_steps"] == 9
+    sizes = res["checks"]["sizes"]
+    assert [s["ranks"] for s in sizes] == [4, 8]
+    assert all(s["checks"] >= 16 and s["findings"] >= s["checks"] for s in sizes)
+    assert sizes[1]["step_events"] == Drill(8, 40).step_events
+    (load,) = res["load"]["sizes"]
+    assert load["step_events"] == 200 and load["other_events"] == 2
+
+
+def test_synthetic_drill_is_judged_for_real() -> None:
+    """The healthy synthetic drill passes every check (``measure`` insists), and the same
+    drill with one replayed sample range fails the sample ledger: the benchmark times
+    checks that do their work, not checks that gave up."""
+    result = measure(6, 40)
+    assert result["step_events"] == 6 * (Drill(6, 40).kill_after + 40 - Drill(6, 40).resume)
+    plan = load_plan(DEMO_PLAN)
+    task_b, ev_b, st_b = synthetic(6, 40, fault=False)
+    ref = Reference.from_timeline(Timeline.from_parts(task_b, ev_b, st_b))
+    task, ev, st = synthetic(6, 40, fault=True)
+    st.rng_start[-1], st.rng_end[-1] = st.rng_start[0], st.rng_end[0]  # replay step 1's ids
+    tl = Timeline.from_parts(task, ev, st)
+    evidence = run_checks(
+        CheckContext(timeline=tl, plan=plan, item=plan.scenarios()[0], reference=ref)
+    )
+    ledger = [f for f in evidence["progress"].findings if f.check == "progress.sample-ledger"]
+    assert [f.verdict for f in ledger] == [Verdict.FAIL, Verdict.FAIL]
+    assert "replayed" in ledger[0].message and "skipped" in ledger[1].message
+
+
+# --- fast paths == plain computations ----------------------------------------------------
+
+
+def _random_table(rng: np.random.Generator, n: int, max_ranges: int) -> StepTable:
+    counts = rng.integers(0, max_ranges + 1, n)
+    samples = [[[int(a), int(a) + 3] for a in rng.integers(0, 1000, c)] for c in counts]
+    return StepTable.from_columns(
+        np.sort(rng.random(n)),
+        rng.integers(0, 4, n),
+        rng.integers(100, 110, n),
+        rng.integers(1, 50, n),
+        rng.random(n),
+        samples,
+    )
+
+
+@pytest.mark.parametrize("max_ranges", [1, 3])
+def test_ranges_equal_the_ranges_of_take(max_ranges: int) -> None:
+    rng = np.random.default_rng(max_ranges)
+    for n in (0, 1, 7, 200):
+        st = _random_table(rng, n, max_ranges)
+        if max_ranges == 1:  # also the one-range-per-row layout of the probe
+            full = StepTable.from_columns(
+                st.mono,
+                st.rank,
+                st.pid,
+                st.step,
+                st.loss,
+                rng_off=np.arange(n + 1),
+                rng_start=np.arange(n) * 5,
+                rng_end=np.arange(n) * 5 + 2,
+            )
+            for table in (st, full):
+                mask = rng.random(n) < 0.5
+                sub = table.take(mask)
+                got = table.ranges(mask)
+                assert np.array_equal(got[0], sub.rng_start) and np.array_equal(got[1], sub.rng_end)
+        mask = rng.random(n) < 0.5
+        idx = rng.permutation(n)[: n // 2]
+        for rows in (mask, idx):
+            sub = st.take(rows)
+            s, e = st.ranges(rows)
+            assert np.array_equal(s, sub.rng_start) and np.array_equal(e, sub.rng_end)
+            rows_idx = np.flatnonzero(rows) if rows.dtype == bool else rows
+            want = [
+                p
+                for i in rows_idx
+                for p in zip(
+                    st.rng_start[st.rng_off[i] : st.rng_off[i + 1]],
+                    st.rng_end[st.rng_off[i] : st.rng_off[i + 1]],
+                    strict=True,
+                )
+            ]
+            assert list(zip(sub.rng_start, sub.rng_end, strict=True)) == want
+
+
+def test_take_accepts_negative_row_indices() -> None:
+    st = _random_table(np.random.default_rng(7), 20, 3)
+    last, also_last = st.take(np.array([-1])), st.take(np.array([19]))
+    assert np.array_equal(last.rng_start, also_last.rng_start)
+    assert np.array_equal(last.rng_off, also_last.rng_off) and last.step[0] == st.step[19]
+
+
+def test_merge_is_the_union_whatever_the_order() -> None:
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 10, 300):
+        s = rng.integers(0, 200, n)
+        e = s + rng.integers(0, 6, n)
+        ids = {i for a, b in zip(s, e, strict=True) for i in range(a, b)}
+        for order in (np.arange(n), np.argsort(s, kind="stable"), rng.permutation(n)):
+            ms, me = merge(s[order], e[order])
+            assert {i for a, b in zip(ms, me, strict=True) for i in range(a, b)} == ids
+            assert (ms[1:] > me[:-1]).all()  # disjoint and not adjacent
+
+
+@pytest.mark.parametrize("spread", [1, 10**9])  # a lookup table, then a sorted search
+def test_lookup_maps_keys_like_a_dict(spread: int) -> None:
+    rng = np.random.default_rng(spread % 97)
+    table = {
+        int(k) * spread: int(v)
+        for k, v in zip(rng.integers(1, 5000, 50), rng.integers(0, 9, 50), strict=True)
+    }
+    keys = np.array([*table, 7 * spread + 1, 0, -3, 10**12], dtype=np.int64)
+    keys = rng.permutation(np.repeat(keys, 3))
+    got = _lookup(table, keys)
+    assert got.tolist() == [table.get(int(k), -1) for k in keys]
+    assert _lookup({}, keys).tolist() == [-1] * keys.size
+
+
+@pytest.mark.parametrize("step_gap", [1, 10**6])  # a dense grid, then a sorted search
+def test_baseline_loss_like_a_dict(step_gap: int) -> None:
+    rng = np.random.default_rng(step_gap % 89)
+    n = 400
+    ref = StepTable.from_columns(
+        np.arange(n, dtype=float),
+        rng.integers(0, 5, n),
+        np.zeros(n, dtype=np.int64),
+        rng.integers(1, 80, n) * step_gap,
+        rng.random(n),
+        rng_off=np.zeros(n + 1, dtype=np.int64),
+        rng_start=np.zeros(0, dtype=np.int64),
+        rng_end=np.zeros(0, dtype=np.int64),
+    )
+    pairs: dict[tuple[int, int], float] = {}
+    for s, r, v in zip(ref.step, ref.rank, ref.loss, strict=True):
+        pairs[(int(s), int(r))] = float(v)  # the last duplicate wins in the dense grid
+    ref = ref.take(
+        np.array(
+            [i for i in range(n) if pairs[(int(ref.step[i]), int(ref.rank[i]))] == ref.loss[i]]
+        )
+    )
+    st = _random_table(rng, 300, 1)
+    st.step = rng.integers(0, 90, 300) * step_gap
+    st.rank = rng.integers(0, 6, 300)
+    rows = rng.random(300) < 0.7
+    width = int(max(st.rank.max(), ref.rank.max())) + 1
+    loss, known = _baseline_loss(ref, st, rows, width)
+    want = [pairs.get((int(s), int(r))) for s, r in zip(st.step[rows], st.rank[rows], strict=True)]
+    assert known.tolist() == [w is not None for w in want]
+    assert [float(x) for x, k in zip(loss, known, strict=True) if k] == [
+        w for w in want if w is not None
+    ]
+
+
+def test_streaming_load_equals_the_records_it_reads(tmp_path: Path) -> None:
+    rnd = random.Random(5)
+    for f in range(3):
+        lines = []
+        for i in range(400):
+            r = rnd.random()
+            pid = 100 + f + 10 * (i // 150)
+            if r < 0.75:
+                n = rnd.randint(0, 3)
+                samples = [[i * 5 + k, i * 5 + k + rnd.randint(0, 4)] for k in range(n)]
+                rec = {
+                    "src": "probe",
+                    "task": "t",
+                    "rank": f,
+                    "pid": pid,
+                    "ts": 1.0,
+                    "mono": rnd.random() * 100,
+                    "kind": "step",
+                    "step": i,
+                    "loss": rnd.random(),
+                    "samples": samples,
+                }
+                lines.append(json.dumps(rec))
+            elif r < 0.85:
+                lines.append(
+                    json.dumps(
+                        {
+                            "src": "probe",
+                            "task": "t",
+                            "rank": f,
+                            "pid": pid,
+                            "mono": rnd.random() * 100,
+                            "kind": "run_start",
+                        }
+                    )
+                )
+            elif r < 0.9:
+                lines.append("not json {")
+            elif r < 0.93:
+                lines.append(" " + json.dumps({"src": "sampler", "kind": "proc_seen", "mono": 3.0}))
+            elif r < 0.95:
+                lines.append(json.dumps([1, 2]))
+            elif r < 0.97:
+                lines.append(json.dumps({"a": 1}) + json.dumps({"b": 2}))
+            else:
+                lines.append(
+                    json.dumps({"src": "harness", "kind": "x", "mono": 1.5, "n": "é"}) + "  "
+                )
+        torn = '{"src": "probe", "kind": "step", "mo'
+        (tmp_path / f"p{f}.jsonl").write_text("\n".join(lines) + "\n" + torn)
+    loaded = Timeline.load(tmp_path)
+    paths = sorted(tmp_path.glob("*.jsonl"))
+    records = [r for p in paths for r in read_jsonl(p)]
+    plain = Timeline.from_records(records)
+    total_lines = sum(len(p.read_bytes().splitlines()) for p in paths)
+    assert loaded.torn_lines == total_lines - len(records) > 3
+    for col in ("mono", "rank", "pid", "step", "loss", "rng_off", "rng_start", "rng_end", "inc"):
+        a, b = getattr(loaded.steps, col), getattr(plain.steps, col)
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), col
+    assert [e.to_json() for e in loaded.events] == [e.to_json() for e in plain.events]
+    assert [i.members for i in loaded.incarnations] == [i.members for i in plain.incarnations]

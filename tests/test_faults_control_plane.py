@@ -1,0 +1,138 @@
+"""Control-plane outage: the store host is paused (SIGSTOP) and resumed, by revert, twice,
+when it already exited, and by ``faultdrill cleanup`` after the harness was SIGKILLed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from faultdrill import procfs
+from faultdrill.errors import FaultError, PlanError
+from faultdrill.events import EventSink
+from faultdrill.faults.api import FaultContext, make_fault
+from faultdrill.faults.control_plane import ABILITY_CONTROL_PLANE, ControlPlaneOutageSpec
+from faultdrill.ledger import UNDOERS, Ledger
+from faultdrill.plan import parse_plan
+from faultdrill.platforms.api import Replica
+from faultdrill.platforms.local import ROUND3_ABILITIES, describe_process
+from tests.drillkit import demo_raw
+from tests.round3kit import Harness
+
+
+class _Store:
+    """A platform whose control plane is one real process."""
+
+    name = "stub"
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def control_plane_label(self) -> str:
+        return "a sleeping process"
+
+    def control_plane_processes(self) -> list[Replica]:
+        rep = describe_process(self.pid, "n1")
+        return [rep] if rep is not None else []
+
+    def replicas(self) -> list[Replica]:
+        return []
+
+
+def _ctx(tmp_path: Path, platform: object) -> FaultContext:
+    return FaultContext(
+        platform=platform,  # type: ignore[arg-type]
+        ledger=Ledger(tmp_path / "ledger.jsonl", run_id="t-cp"),
+        sink=EventSink(tmp_path / "events", "t"),
+        scenario_id="s",
+    )
+
+
+def _state(pid: int) -> str | None:
+    for _ in range(50):  # a signal takes effect asynchronously
+        state = procfs.proc_state(pid)
+        if state in ("T", "t", "S", "R", None):
+            return state
+        time.sleep(0.01)
+    return procfs.proc_state(pid)
+
+
+def test_local_platform_declares_the_ability() -> None:
+    assert ABILITY_CONTROL_PLANE in ROUND3_ABILITIES
+
+
+def test_pause_and_resume(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        fault = make_fault(ControlPlaneOutageSpec(for_s=5))
+        ctx = _ctx(tmp_path, _Store(proc.pid))
+        facts = fault.inject(ctx)
+        assert facts["pids"] == [proc.pid] and facts["command"] == f"kill -STOP {proc.pid}"
+        time.sleep(0.1)
+        assert _state(proc.pid) == "T"
+        fault.revert(ctx)
+        time.sleep(0.1)
+        assert _state(proc.pid) in ("S", "R")
+        fault.revert(ctx)  # twice is fine
+        assert ctx.ledger.pending() == []
+    finally:
+        proc.kill()
+        proc.wait()
+    # undo of a process that is gone (or never paused) is a no-op
+    UNDOERS["sigstop"]({"pid": proc.pid, "start_time": 1})
+
+
+def test_no_control_plane_process_is_a_fault_error(tmp_path: Path) -> None:
+    fault = make_fault(ControlPlaneOutageSpec(for_s=5))
+    with pytest.raises(FaultError, match="no live process"):
+        fault.inject(_ctx(tmp_path, _Store(2**22 + 7)))
+
+
+def test_restart_probe_must_fall_inside_the_outage() -> None:
+    raw = demo_raw()
+    raw["rounds"] = [
+        {
+            "round": 3,
+            "scenarios": [
+                {
+                    "id": "cp",
+                    "fault": {
+                        "kind": "control-plane-outage",
+                        "for_s": 2,
+                        "restart_during": {"rank": 1, "after_s": 3},
+                    },
+                    "trigger": {"at_step": 5},
+                }
+            ],
+        }
+    ]
+    raw["controls"] = []
+    with pytest.raises(PlanError, match="must be less than for_s"):
+        parse_plan(raw)
+
+
+@pytest.mark.drill
+def test_sigkill_harness_mid_outage_then_cleanup_resumes_the_store(tmp_path: Path) -> None:
+    scenario = {
+        "id": "cp-pause",
+        "fault": {"kind": "control-plane-outage", "for_s": 120},
+        "trigger": {"at_step": 3},
+        "expected": {"resume": "no-restart"},
+    }
+    h = Harness(tmp_path, scenario, steps=400, step_sleep_s=0.1)
+    try:
+        facts = h.wait_injected()
+        store = int(facts["pids"][0])
+        assert _state(store) == "T", "precondition: the store host is paused"
+        h.sigkill()
+        assert _state(store) == "T", "precondition: the pause outlived the harness"
+        text = h.cleanup()
+        assert "undone" in text
+        assert h.pids() == []
+        assert not procfs.alive(store) or _state(store) != "T"
+        assert list((h.state / "active").iterdir()) == []
+    finally:
+        h.close()
