@@ -155,3 +155,29 @@ def test_parse_plan_digest_is_stable() -> None:
     raw = demo_raw()
     raw["seeds"]["global"] = 99
     assert parse_plan(raw).digest() != a.digest()
+
+
+@pytest.mark.parametrize(
+    ("extra", "phrase"),
+    [
+        ({"resources": {"procs_per_node": 2}}, "changes resources besides its fault"),
+        ({"workload": {"steps": 10}}, "changes workload besides its fault"),
+        ({"env": {"X": "1"}}, "changes env besides its fault"),
+    ],
+)
+def test_scenario_changing_a_second_variable_is_refused(
+    tmp_path: Path, extra: dict[str, Any], phrase: str
+) -> None:
+    raw = demo_raw()
+    raw["rounds"][0]["scenarios"][0].update(extra)
+    err = error_of(tmp_path, raw)
+    assert len(err.problems) == 1
+    assert phrase in err.problems[0][1] and "one main variable" in err.problems[0][1]
+
+
+def test_scenario_with_two_faults_is_refused(tmp_path: Path) -> None:
+    raw = demo_raw()
+    sc = raw["rounds"][0]["scenarios"][0]
+    sc["fault"] = [sc["fault"], sc["fault"]]
+    err = error_of(tmp_path, raw)
+    assert "lists 2 faults" in err.problems[0][1]

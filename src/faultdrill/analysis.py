@@ -19,8 +19,10 @@ from faultdrill.timeline import Incarnation, Timeline
 
 __all__ = ["LOST_KINDS", "Answers", "answer_questions", "injections", "wall_offset"]
 
-#: Platform event kinds that mean "the platform has noticed a replica is gone".
-#: Adapters for other schedulers emit the generic ``replica_lost``/``node_lost``.
+#: Platform event kinds that mean "the platform has decided a replica is gone".
+#: Adapters for other schedulers emit the generic ``replica_lost``/``node_lost``. A worker's
+#: own symptoms (``peer_error``, ``timeout_fired``: a collective failing inside the job) are
+#: not the platform's decision and are reported separately (``disruption``).
 LOST_KINDS = frozenset(
     {
         "worker_group_failed",
@@ -32,8 +34,6 @@ LOST_KINDS = frozenset(
         "rdzv_connection_error",
         "rdzv_closed",
         "dead_node",
-        "timeout_fired",
-        "peer_error",
     }
 )
 

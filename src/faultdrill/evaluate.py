@@ -206,10 +206,12 @@ def evaluate_item(
     work: Path,
     reference: Reference | None,
     baseline_verdict: Verdict | None = None,
+    timeline: Timeline | None = None,
 ) -> ItemResult:
+    """Judge one recorded item (``timeline``: its events, if already loaded)."""
     if not (work / "events").is_dir():
         raise RunDirError(f"{work}: no events/ directory; was this item run?")
-    tl = Timeline.load(work / "events")
+    tl = timeline if timeline is not None else Timeline.load(work / "events")
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
     evidence = run_checks(ctx)
     item_id = "baseline" if item is None else item.id
@@ -354,7 +356,7 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
     if (base_dir / "events").is_dir():
         tl = Timeline.load(base_dir / "events")
         reference = Reference.from_timeline(tl)
-        baseline = evaluate_item(plan, "baseline", None, base_dir, reference)
+        baseline = evaluate_item(plan, "baseline", None, base_dir, reference, timeline=tl)
     bverdict = baseline.verdict if baseline else None
     items, skipped = [], []
     notes = _skip_notes(run_dir)

@@ -240,6 +240,46 @@ class Scenario(_Frozen):
     recovery: Recovery = Recovery()
     stop: StopOverrides = StopOverrides()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_main_variable(cls, raw: Any) -> Any:
+        """A scenario changes exactly one main variable: its fault. Anything else that
+        would change between baseline and drill (resources, workload, environment, a
+        second fault) makes the outcome unattributable, so it is refused here by name."""
+        if not isinstance(raw, dict):
+            return raw
+        if isinstance(raw.get("fault"), list):
+            raise ValueError(
+                f"scenario {raw.get('id', '?')!r} lists {len(raw['fault'])} faults; a scenario "
+                "injects exactly one fault: split it into one scenario per fault"
+            )
+        second = sorted(k for k in _SECOND_VARIABLES if k in raw)
+        if second:
+            raise ValueError(
+                f"scenario {raw.get('id', '?')!r} changes {', '.join(second)} besides its "
+                "fault: each scenario changes one main variable; drill that change in its own "
+                "plan (with its own baseline)"
+            )
+        return raw
+
+
+#: Keys that would make a scenario change a second variable besides its fault.
+_SECOND_VARIABLES = frozenset(
+    {
+        "faults",
+        "resources",
+        "nodes",
+        "procs_per_node",
+        "workload",
+        "env",
+        "task",
+        "data",
+        "checkpoint",
+        "seeds",
+        "timeouts",
+    }
+)
+
 
 class Round(_Frozen):
     round: int = Field(ge=1, le=9)

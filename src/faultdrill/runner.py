@@ -85,8 +85,9 @@ def run_plan(
     started = time.time()
     base_work = execute_item(plan, "baseline", None, run_dir, report)
     write_dossier(plan, run_dir, started, time.time())
-    reference = Reference.from_timeline(Timeline.load(base_work / "events"))
-    base = evaluate_item(plan, "baseline", None, base_work, reference)
+    base_tl = Timeline.load(base_work / "events")
+    reference = Reference.from_timeline(base_tl)
+    base = evaluate_item(plan, "baseline", None, base_work, reference, timeline=base_tl)
     on_item("baseline", "baseline", base.verdict)
     items: list[ItemResult] = []
     blocked_by: str | None = None
