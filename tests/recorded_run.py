@@ -1,8 +1,8 @@
 """One small recorded drill shared by the report, bundle, replay and diff tests.
 
-``faultdrill demo --only kill-worker,ctl-optimizer-lost`` run once per session through the
-real command line (a subprocess, real torchrun): the baseline, the healthy worker-kill
-scenario and one known-bad workload (optimizer state not restored) under the same fault.
+``faultdrill demo --only ...`` run once per session through the real command line (a
+subprocess, real torchrun): the baseline, the healthy worker-kill scenario and the six
+known-bad workloads of the core loop under the same fault (see ``ONLY``).
 The tests re-render, bundle, replay and diff this directory; none of them re-runs it.
 """
 
@@ -20,7 +20,11 @@ import pytest
 
 from tests.drillkit import kill_task
 
-ONLY = "kill-worker,ctl-optimizer-lost"
+#: The core loop's drill: the worker kill and the six workload bugs it must catch.
+ONLY = (
+    "kill-worker,ctl-resume-ignored,ctl-data-replayed,ctl-skip-ahead,ctl-optimizer-lost,"
+    "ctl-load-unverified,ctl-stale-replica"
+)
 
 
 @dataclass(frozen=True)

@@ -9,49 +9,25 @@ caught by exactly the check its bug violates. The other rounds have their own dr
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from faultdrill.cli import main
-from faultdrill.evaluate import RunResult
-from faultdrill.plan import load_plan
-from faultdrill.runner import run_plan
-from tests.drillkit import DEMO, kill_task, task_pids
+from tests.drillkit import task_pids
+from tests.recorded_run import RecordedDemo
 
 pytestmark = pytest.mark.drill
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunResult, dict[str, Any]]]:
-    base = tmp_path_factory.mktemp("demo")
-    old = os.environ.get("FAULTDRILL_STATE_DIR")
-    os.environ["FAULTDRILL_STATE_DIR"] = str(base / "state")
-    plan = load_plan(DEMO)
-    try:
-        result = run_plan(plan, base / "run", source=DEMO, only=ONLY)
-        report = json.loads((base / "run" / "report.json").read_text())
-        yield result, report
-    finally:
-        kill_task(plan.task.id)
-        if old is None:
-            os.environ.pop("FAULTDRILL_STATE_DIR", None)
-        else:
-            os.environ["FAULTDRILL_STATE_DIR"] = old
-
-
-ONLY = {
-    "kill-worker",
-    "ctl-resume-ignored",
-    "ctl-data-replayed",
-    "ctl-skip-ahead",
-    "ctl-optimizer-lost",
-    "ctl-load-unverified",
-    "ctl-stale-replica",
-}
+def demo(recorded_demo: RecordedDemo) -> tuple[Path, dict[str, Any]]:
+    """The session's recorded demo run (see tests/recorded_run.py): kill-worker + controls."""
+    assert recorded_demo.rc == 0, recorded_demo.stdout + recorded_demo.stderr
+    run_dir = recorded_demo.run_dir
+    return run_dir, json.loads((run_dir / "report.json").read_text())
 
 
 def item(report: dict[str, Any], item_id: str) -> dict[str, Any]:
@@ -67,7 +43,7 @@ def failing_checks(s: dict[str, Any]) -> set[str]:
     }
 
 
-def test_baseline_passes_its_own_checks(demo: tuple[RunResult, dict[str, Any]]) -> None:
+def test_baseline_passes_its_own_checks(demo: tuple[Path, dict[str, Any]]) -> None:
     _, report = demo
     base = report["baseline"]
     assert base["verdict"] == "pass"
@@ -76,7 +52,7 @@ def test_baseline_passes_its_own_checks(demo: tuple[RunResult, dict[str, Any]]) 
 
 
 def test_kill_worker_recovers_from_the_last_valid_checkpoint(
-    demo: tuple[RunResult, dict[str, Any]],
+    demo: tuple[Path, dict[str, Any]],
 ) -> None:
     _, report = demo
     s = item(report, "kill-worker")
@@ -113,7 +89,7 @@ def test_kill_worker_recovers_from_the_last_valid_checkpoint(
     ],
 )
 def test_each_known_bad_mode_is_caught_by_its_check(
-    demo: tuple[RunResult, dict[str, Any]], control: str, check: str
+    demo: tuple[Path, dict[str, Any]], control: str, check: str
 ) -> None:
     _, report = demo
     s = item(report, control)
@@ -124,7 +100,7 @@ def test_each_known_bad_mode_is_caught_by_its_check(
 
 
 def test_stale_replica_fails_resources_not_only_progress(
-    demo: tuple[RunResult, dict[str, Any]],
+    demo: tuple[Path, dict[str, Any]],
 ) -> None:
     _, report = demo
     s = item(report, "ctl-stale-replica")
@@ -133,21 +109,27 @@ def test_stale_replica_fails_resources_not_only_progress(
 
 
 def test_offline_check_reproduces_the_verdicts(
-    demo: tuple[RunResult, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+    demo: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result, report = demo
+    run_dir, report = demo
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("ckpt", "tmp"))
+    for name in ("report.json", "report.md", "report.html"):
+        (copy / name).unlink()
     before = {s["id"]: (s["verdict"], s.get("caught")) for s in report["scenarios"]}
-    assert main(["check", str(result.run_dir)]) == 0
-    after = json.loads((result.run_dir / "report.json").read_text())
+    assert main(["check", str(copy)]) == 0
+    after = json.loads((copy / "report.json").read_text())
     assert {s["id"]: (s["verdict"], s.get("caught")) for s in after["scenarios"]} == before
     assert "overall OK" in capsys.readouterr().out
 
 
-def test_nothing_left_behind(demo: tuple[RunResult, dict[str, Any]]) -> None:
-    result, report = demo
-    assert result.ok and report["summary"]["ok"]
+def test_nothing_left_behind(
+    demo: tuple[Path, dict[str, Any]], recorded_demo: RecordedDemo
+) -> None:
+    run_dir, report = demo
+    assert report["summary"]["ok"]
     assert task_pids(report["task_id"]) == []
-    active = Path(os.environ["FAULTDRILL_STATE_DIR"]) / "active"
+    active = Path(recorded_demo.env["FAULTDRILL_STATE_DIR"]) / "active"
     assert not active.exists() or list(active.iterdir()) == []
-    md = (result.run_dir / "report.md").read_text()
+    md = (run_dir / "report.md").read_text()
     assert "The four questions" in md and "Negative controls" in md
