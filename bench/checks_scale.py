@@ -362,6 +362,7 @@ def synthetic(ranks: int, steps: int, *, fault: bool) -> tuple[str, list[Event],
             reason=None,
             latest=s == steps,
         )
+    _ev(ev, t_end + 1.7, "harness", "cleanup", task, problems=[], ledger_pending=0)
     ev.sort(key=lambda e: e.mono)
     return task, ev, _table(ranks, segments)
 

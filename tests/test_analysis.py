@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from faultdrill.analysis import LOST_KINDS, answer_questions, injections, wall_offset
+from faultdrill.analysis import (
+    END_KINDS,
+    LOST_KINDS,
+    RODE_OUT,
+    answer_questions,
+    injections,
+    wall_offset,
+)
 from faultdrill.timeline import Timeline
 from tests.timelines import OLD, TL, WALL, first_run, restart
 
@@ -52,6 +59,7 @@ def test_answers_carry_wall_clock_times() -> None:
         "new_replicas_ready_at",
         "first_step_after_at",
         "resumed_from",
+        "note",
     ]
     assert q["worker_lost_at"]["since_injection_s"] == 0.5
     assert q["new_replicas_ready_at"]["mono"] == 7.0
@@ -144,3 +152,66 @@ def test_answers_when_nothing_ran_at_injection() -> None:
         None,
         "no incarnation was running at injection",
     )
+
+
+# --- a fault the job rode out; platform chatter at the normal end -------------------
+
+
+def ride_out(*, end_chatter: bool = True) -> TL:
+    """Link jitter at t=5.5 that the job rides out: one incarnation runs steps 1..8 to a
+    clean end at 9.0; the agents say ``workers_succeeded`` at 9.3 and, closing the
+    rendezvous, ``rdzv_connection_error`` at 9.4 (as torchrun does)."""
+    tl = first_run(TL().job("running", 0.0), 8).inject(5.5, fault="link-loss", target="node n2")
+    for rank, pid in enumerate(OLD):
+        tl.proc(pid, rank, 0.05, 9.5, node=f"n{rank}").end(rank, pid, 8, 9.0)
+    if end_chatter:
+        tl.platform("workers_succeeded", 9.3, node="n1")
+        tl.platform("rdzv_connection_error", 9.4, node="n2")
+    return tl.job("succeeded", 9.6)
+
+
+def test_a_fault_ridden_out_answers_nothing_and_says_why() -> None:
+    a = answer_questions(ride_out().build())
+    assert (a.worker_lost_at, a.worker_lost_by, a.detect_s) == (None, "", None)
+    assert (a.old_replica_stopped_at, a.old_replica_note) == (None, "")
+    assert (a.new_replicas_ready_at, a.recover_s, a.ready_s, a.resumed_from) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert (a.old_incarnation, a.new_incarnation) == (0, None)
+    assert a.note == RODE_OUT == "no replica was lost: the job rode the fault out"
+    assert a.questions_json()["note"] == RODE_OUT
+
+
+def test_a_ride_out_without_run_end_is_told_by_the_job_state() -> None:
+    tl = ride_out().drop("probe", "run_end")
+    assert answer_questions(tl.build()).note == RODE_OUT
+
+
+@pytest.mark.parametrize("end", sorted(END_KINDS))
+def test_lost_kinds_after_the_successful_end_do_not_detect(end: str) -> None:
+    # A restart whose old replicas are lost at 6.0, then chatter after the new one finished:
+    # only the decision before the end counts.
+    tl = restart().drop("platform", "worker_group_failed")
+    tl.platform(end, 11.2, node="n1").platform("rdzv_connection_error", 11.3, node="n2")
+    a = answer_questions(tl.build())
+    assert (a.worker_lost_at, a.worker_lost_by) == (None, "no platform event after injection")
+    a = answer_questions(tl.platform("worker_failed", 6.1, node="n2").build())
+    assert (a.worker_lost_at, a.worker_lost_by, a.detect_s) == (6.1, "worker_failed on n2", 0.6)
+
+
+def test_lost_kinds_after_the_final_run_end_do_not_detect() -> None:
+    # No agent said "succeeded": the final incarnation's clean run_end (t=10) bounds it.
+    tl = restart().drop("platform", "worker_group_failed").platform("rdzv_closed", 10.5)
+    assert answer_questions(tl.build()).worker_lost_at is None
+
+
+def test_a_fault_not_ridden_out_keeps_its_detection() -> None:
+    # No restart and the job failed: the platform's decision is real, and the note says why
+    # questions 3 and 4 have no answer.
+    tl = first_run(TL(), 5).inject(5.5).platform("worker_group_failed", 6.0, node="n1")
+    a = answer_questions(tl.job("failed", 7.0).build())
+    assert (a.worker_lost_at, a.detect_s) == (6.0, 0.5)
+    assert a.note == "no new incarnation started after the fault"

@@ -182,6 +182,6 @@ def test_bundle_cli_and_bad_input(recorded_demo: RecordedDemo, tmp_path: Path) -
     assert "恢复手册" in read_member(out, "runbook.md").decode()
     assert main(["bundle", "verify", str(out)]) == 0
     assert main(["bundle", str(tmp_path / "nope")]) == 2
-    assert main(["bundle", "verify", str(tmp_path / "nope.tar.gz")]) == 1
+    assert main(["bundle", "verify", str(tmp_path / "nope.tar.gz")]) == 2
     (tmp_path / "empty").mkdir()
     assert main(["bundle", str(tmp_path / "empty")]) == 2  # no report.json: clear message

@@ -13,7 +13,7 @@ from faultdrill.checks.api import CheckContext, EvidenceResult, check
 from faultdrill.errors import DrillError
 from faultdrill.plan import Control
 from faultdrill.reference import Reference
-from tests.timelines import TL, Judge, baseline, first_run, restart
+from tests.timelines import NEW, TL, Judge, baseline, first_run, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -135,7 +135,11 @@ RS = "expectation.restart"
 
 
 def test_restart_passes_when_the_job_restarted(judge: Judge) -> None:
-    assert judge.one(RS, restart()) == (P, "restarted as incarnation 1 after the fault")
+    assert judge.one(RS, restart()) == (
+        P,
+        "restarted as incarnation 1 after the fault, resuming from the newest valid "
+        "checkpoint ckpt-4 (step 4)",
+    )
 
 
 def test_restart_has_no_expectation_for_baseline_and_controls(
@@ -182,6 +186,84 @@ def test_restart_fails_beyond_max_recomputed_steps(judge: Judge) -> None:
     assert judge.scenario("pass_criteria", max_recomputed_steps=1).one(RS, restart())[0] is P
 
 
+def refused_newest(tl: TL) -> TL:
+    """``tl`` with ckpt-4 damaged before the restart and refused by incarnation 1."""
+    tl.inject(5.2, fault="corrupt-checkpoint", target="ckpt-4", ckpt_id="ckpt-4")
+    refusal = [{"id": "ckpt-4", "reason": "sha256 mismatch"}]
+    for kind in ("ckpt_load", "ckpt_none"):
+        tl.recs = [
+            {**r, "rejected": refusal}
+            if r["src"] == "probe" and r["kind"] == kind and r["pid"] in NEW
+            else r
+            for r in tl.recs
+        ]
+    return tl
+
+
+def test_restart_expected_from_scratch(judge: Judge) -> None:
+    scratch = judge.scenario("expected", resume="scratch")
+    assert scratch.one(RS, restart(resume=None)) == (
+        P,
+        "restarted as incarnation 1 after the fault, from scratch, as expected",
+    )
+    assert scratch.one(RS, restart()) == (
+        F,
+        "restarted as incarnation 1 after the fault, resuming from ckpt-4 (step 4); the plan "
+        "expected it to start from scratch",
+    )
+
+
+def test_restart_expected_from_the_latest_valid_checkpoint(judge: Judge) -> None:
+    assert judge.one(RS, restart(resume=2)) == (
+        F,
+        "restarted as incarnation 1 after the fault, resuming from ckpt-2 (step 2), but the "
+        "newest valid checkpoint was ckpt-4 (step 4): the plan expected latest-valid",
+    )
+    assert judge.one(RS, restart(resume=None))[0] is F
+    # the newest was damaged: the newest *valid* one is ckpt-2
+    assert judge.one(RS, refused_newest(restart(resume=2))) == (
+        P,
+        "restarted as incarnation 1 after the fault, resuming from the newest valid "
+        "checkpoint ckpt-2 (step 2)",
+    )
+
+
+def test_restart_expected_from_the_previous_valid_checkpoint(judge: Judge) -> None:
+    prev = judge.scenario("expected", resume="previous-valid")
+    assert prev.one(RS, refused_newest(restart(resume=2))) == (
+        P,
+        "restarted as incarnation 1 after the fault: rejected the newest checkpoint ckpt-4 "
+        "(step 4) and resumed from the older valid ckpt-2 (step 2), as expected",
+    )
+    assert prev.one(RS, restart()) == (
+        F,
+        "restarted as incarnation 1 after the fault, resuming from ckpt-4 (step 4) without "
+        "rejecting the newest checkpoint ckpt-4 (step 4): the plan expected it to be refused "
+        "and an older valid one used",
+    )
+    assert prev.one(RS, refused_newest(restart(resume=None))) == (
+        F,
+        "restarted as incarnation 1 after the fault: rejected ckpt-4 but resumed from "
+        "scratch, not the newest older valid checkpoint ckpt-2 (step 2)",
+    )
+
+
+def test_restart_expected_from_the_previous_valid_checkpoint_retests(judge: Judge) -> None:
+    prev = judge.scenario("expected", resume="previous-valid")
+    unsaved = restart(resume=None).drop("probe", "ckpt_save", lambda r: r["mono"] < 7.0)
+    assert prev.one(RS, unsaved) == (
+        R,
+        "restarted as incarnation 1 after the fault, but no checkpoint had been saved before "
+        "it: nothing to reject, so previous-valid could not be shown",
+    )
+    undecided = restart().drop("probe", "ckpt_load")
+    assert prev.one(RS, undecided) == (
+        R,
+        "restarted as incarnation 1 after the fault, but it recorded no checkpoint load "
+        "decision: cannot tell whether it resumed previous-valid as the plan expected",
+    )
+
+
 def test_restart_retests_without_injection(judge: Judge) -> None:
     assert judge.one(RS, restart().drop("fault")) == (R, "no injection to relate a restart to")
 
@@ -205,6 +287,8 @@ EVERY_CHECK = [
     "progress.no-restart-from-zero",
     "progress.resume-point",
     "progress.sample-ledger",
+    "progress.steps-attributed",
+    "resources.faults-reverted",
     "resources.lost-node-isolated",
     "resources.no-duplicate-rank",
     "resources.no-stale-replica",

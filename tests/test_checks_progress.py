@@ -339,6 +339,39 @@ def test_sample_ledger_retests_without_progress(judge: Judge) -> None:
     assert judge.one(SL, restart().drop("probe", "step")) == (R, "no incarnation made progress")
 
 
+# --- progress.steps-attributed ---------------------------------------------------------
+
+SA = "progress.steps-attributed"
+
+
+def test_steps_attributed_passes_when_every_step_has_an_announced_replica(judge: Judge) -> None:
+    # 2 ranks x steps 1-5 of incarnation 0, 2 x steps 5-6 of incarnation 1
+    assert judge.one(SA, restart()) == (
+        P,
+        "all 14 step events came from replicas that announced themselves",
+    )
+
+
+def test_steps_attributed_retests_on_steps_of_an_unannounced_process(judge: Judge) -> None:
+    # pid 999 steps (e.g. a replica whose run_start line was lost, or a stray process):
+    # no incarnation owns these rows, so every other check silently skips them.
+    tl = restart().steps(999, 1, range(3, 5), t0=8.2)
+    [f] = judge.run(SA, tl)
+    assert (f.verdict, f.message) == (
+        R,
+        "2 step event(s) from pid(s) [999] that never emitted run_start (steps 3-4): they "
+        "belong to no incarnation and no check judged them; find out what ran them",
+    )
+    assert f.data == {"rows": 2, "pids": [999]}
+    # ... and nothing else notices them
+    others = {c: judge.verdicts(c, tl) for c in CHECKS if c.startswith("progress.") and c != SA}
+    assert all(v == [P] for v in others.values()), others
+
+
+def test_steps_attributed_retests_without_steps(judge: Judge) -> None:
+    assert judge.one(SA, restart().drop("probe", "step")) == (R, "no step events were recorded")
+
+
 # --- progress.completed -----------------------------------------------------------------
 
 CO = "progress.completed"

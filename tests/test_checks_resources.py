@@ -1,8 +1,9 @@
-"""Resource checks on tiny literal timelines: stale replicas, duplicate ranks, leftovers."""
+"""Resource checks on tiny literal timelines: stale replicas, duplicate ranks, leftovers,
+faults not taken back."""
 
 from __future__ import annotations
 
-from faultdrill.checks import Verdict
+from faultdrill.checks import Finding, Verdict, run_checks
 from tests.timelines import NEW, OLD, TL, Judge, baseline, ids, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -171,7 +172,8 @@ def at_end(
 def test_released_at_end_passes_when_nothing_is_left(judge: Judge) -> None:
     assert judge.one(RA, restart()) == (
         P,
-        "no process, listening port or temp dir of the job left 1.0 s after it ended",
+        "no process, listening port or leftover the platform reports was held 1.0 s after "
+        "the job ended",
     )
 
 
@@ -211,3 +213,81 @@ def test_released_at_end_retests_without_a_snapshot(judge: Judge) -> None:
         R,
         "no end-of-job resource snapshot was recorded",
     )
+
+
+def test_released_at_end_retests_when_the_harness_stopped_the_job(judge: Judge) -> None:
+    # After a stop condition the harness killed the job itself: a snapshot taken right
+    # after that kill says nothing about whether the job releases what it holds.
+    alive = [{"pid": NEW[1], "role": "worker", "rank": 1, "node": "n1"}]
+    tl = at_end(alive=alive).edit("harness", "procs_final", lambda r: True, after_stop=True)
+    [f] = judge.run(RA, tl)
+    assert (f.verdict, f.message) == (
+        R,
+        "the harness itself stopped the job after a stop condition, so whether the job "
+        "releases its resources when it ends was not observed (1 item(s) still held at the "
+        "snapshot right after the stop)",
+    )
+    clean = restart().edit("harness", "procs_final", lambda r: True, after_stop=True)
+    assert judge.one(RA, clean)[0] is R
+
+
+# --- resources.faults-reverted ----------------------------------------------------------
+
+FR = "resources.faults-reverted"
+
+
+def test_faults_reverted_passes_when_cleanup_took_everything_back(judge: Judge) -> None:
+    assert judge.one(FR, restart()) == (
+        P,
+        "cleanup reported every fault reverted and no ledger entry pending",
+    )
+
+
+def test_faults_reverted_fails_on_a_failed_revert(judge: Judge) -> None:
+    tl = restart().add(
+        "fault", "revert_failed", 7.5, fault="link-loss", error="iptables: rule not found"
+    )
+    [f] = judge.run(FR, tl)
+    assert (f.verdict, f.message) == (
+        F,
+        "reverting fault link-loss failed: iptables: rule not found",
+    )
+
+
+def test_faults_reverted_fails_on_pending_ledger_entries(judge: Judge) -> None:
+    msg = "1 ledger entries not reverted; run `faultdrill cleanup`"
+    tl = restart().drop("harness", "cleanup").cleanup(11.7, problems=[msg], pending=1)
+    assert judge.run(FR, tl) == [
+        Finding(
+            FR,
+            F,
+            "1 ledger entry not reverted after cleanup (a rule, mount, namespace or frozen "
+            "group may be left behind); run `faultdrill cleanup RUN_DIR`",
+            {"ledger_pending": 1},
+        ),
+        Finding(FR, F, f"cleanup reported 1 problem(s): {msg}", {"problems": [msg]}),
+    ]
+
+
+def test_faults_reverted_fails_on_a_cleanup_problem(judge: Judge) -> None:
+    tl = restart().drop("harness", "cleanup").cleanup(11.7, problems=["umount: target is busy"])
+    assert judge.one(FR, tl) == (F, "cleanup reported 1 problem(s): umount: target is busy")
+
+
+def test_faults_reverted_retests_without_a_cleanup_record(judge: Judge) -> None:
+    assert judge.one(FR, restart().drop("harness", "cleanup")) == (
+        R,
+        "no cleanup was recorded (the harness may have died): whether every fault and change "
+        "was taken back is unknown; run `faultdrill cleanup RUN_DIR`",
+    )
+
+
+def test_a_scenario_with_a_fault_left_behind_does_not_pass(judge: Judge) -> None:
+    tl = restart().drop("harness", "cleanup").cleanup(11.7, pending=2)
+    out = run_checks(judge.ctx(tl))
+    assert out["resources"].verdict is F
+    assert {c: r.verdict for c, r in out.items() if c != "resources"} == {
+        "progress": P,
+        "results": P,
+        "expectation": P,
+    }

@@ -190,7 +190,7 @@ def test_revert_without_inject_is_safe(tmp_path: Path) -> None:
 
 
 def _plan(fault: dict[str, Any], isolation: str = "netns") -> Any:
-    raw = netns_raw(spares=1)
+    raw = netns_raw(spares=1 if isolation == "netns" else 0)  # spares need netns
     raw["resources"]["isolation"] = isolation
     raw["rounds"] = [
         {"round": 1, "scenarios": [{"id": "x", "fault": fault, "trigger": {"at_step": 3}}]}

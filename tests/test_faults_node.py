@@ -147,7 +147,7 @@ def test_node_drain_needs_a_running_agent(cluster: NetnsPlatform) -> None:
 def test_validator_refuses_bad_node_faults(
     fault: dict[str, Any], isolation: str, message: str
 ) -> None:
-    raw = netns_raw(spares=1)
+    raw = netns_raw(spares=1 if isolation == "netns" else 0)  # spares need netns
     raw["resources"]["isolation"] = isolation
     raw["rounds"] = [
         {"round": 1, "scenarios": [{"id": "x", "fault": fault, "trigger": {"at_step": 2}}]}
@@ -193,5 +193,18 @@ def test_stop_condition_aborts_reverts_the_freeze_and_is_named(tmp_path: Path) -
         ]
         assert msgs and "stop condition 'max_wall_s' fired" in msgs[0]
         assert "every fault reverted" in msgs[0]
+        # The scenario itself is retest, naming the condition, whatever its findings say
+        # (they stay visible with their own verdicts), and it did not recover within it.
+        assert res.verdict.value == "retest"
+        assert res.aborted is not None and res.aborted.startswith("stop condition 'max_wall_s'")
+        assert res.to_json()["aborted"] == res.aborted
+        assert res.recovery.value == "unrecoverable"
+        assert "not determined within the stop conditions" in res.recovery_why
+        assert "max_wall_s" in res.recovery_why
+        # The harness stopped the job itself: whether it releases resources is not judged.
+        released = [
+            f for f in res.evidence["resources"].findings if f.check == "resources.released-at-end"
+        ]
+        assert [f.verdict.value for f in released] == ["retest"]
     finally:
         kill_task(raw["task"]["id"])

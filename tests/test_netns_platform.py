@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +38,10 @@ from tests.test_netns_kit import ledger_records, leftovers, needs_netns
 RES = Resources(isolation="netns", nodes=2, spares=1)
 
 
-def make(tmp_path: Path, run_id: str = "t-netns-unit-00000001") -> NetnsPlatform:
+def make(tmp_path: Path, run_id: str | None = None) -> NetnsPlatform:
+    # unique per call: namespace names derive from the run id, and two test sessions at
+    # once (a CI run beside a developer's) must not collide
+    run_id = run_id or f"t-netns-{uuid.uuid4().hex[:12]}"
     ledger = Ledger(tmp_path / "ledger.jsonl", run_id=run_id)
     sink = EventSink(tmp_path / "events", "t")
     platform = LocalPlatform.variant_for(RES)(RES, tmp_path, ledger, sink)
@@ -57,7 +61,7 @@ def cluster(tmp_path: Path) -> Iterator[NetnsPlatform]:
 
 
 def test_names_fit_ifnamsiz_and_differ_per_run(tmp_path: Path) -> None:
-    a, b = make(tmp_path / "a", "run-a"), make(tmp_path / "b", "run-b")
+    a, b = make(tmp_path / "a"), make(tmp_path / "b")
     for p in (a, b):
         for ln in p.links():
             assert len(ln.dev) <= 15 and len(ln.switch_dev) <= 15 and len(p.bridge) <= 15

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,55 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
             "'magic' is not allowed",
         ),
         ("task.id", "bad id with spaces", "task.id", "should match pattern"),
+        (
+            "task.entrypoint.args",
+            ["--workload-config={workload_cfg}"],
+            "task.entrypoint.args",
+            "args[0] '--workload-config={workload_cfg}' has an unknown or malformed "
+            "placeholder ('workload_cfg'); use {run_dir}, {ckpt_dir}, {events_dir}, "
+            "{workload_config}",
+        ),
+        ("task.entrypoint.args", ["--x={"], "task.entrypoint.args", "malformed placeholder"),
+        (
+            "task.workload.steps",
+            0,
+            "(top level)",
+            "task.workload: field 'steps': must be >= 1 (got 0); the fields are those of the "
+            "reference workload's LMConfig",
+        ),
+        (
+            "task.workload.stepz",
+            10,
+            "(top level)",
+            "task.workload: unknown field 'stepz' (known: ",
+        ),
+        (
+            "controls.0.workload",
+            {"bad_mode": "resume-ignord"},
+            "(top level)",
+            "controls[ctl-resume-ignored].workload: field 'bad_mode': must be null or one of ",
+        ),
+        (
+            "rounds.0.scenarios.0.fault.target",
+            {"node": "n9"},
+            "(top level)",
+            "kill-worker: kill-worker target node 'n9' does not exist in this layout (nodes: "
+            "n1, n2, n3); use one of those",
+        ),
+        (
+            "controls.0.expected_check",
+            "expectation.restart",
+            "(top level)",
+            "'expectation.restart' is an expectation check, which a known-bad workload cannot "
+            "fail; name a progress, resources or results check",
+        ),
+        (
+            "resources.isolation",
+            "none",
+            "resources",
+            "spares (1) are used only with isolation: netns (the local platform without "
+            "isolation never places work on a spare); set spares: 0 or isolation: netns",
+        ),
     ],
 )
 def test_bad_plan_gives_one_clear_error(
@@ -181,3 +232,58 @@ def test_scenario_with_two_faults_is_refused(tmp_path: Path) -> None:
     sc["fault"] = [sc["fault"], sc["fault"]]
     err = error_of(tmp_path, raw)
     assert "lists 2 faults" in err.problems[0][1]
+
+
+# --- a script entry point: resolved against the plan file, must exist --------------------
+
+
+def script_raw(script: str) -> dict[str, Any]:
+    raw = demo_raw()
+    raw["task"]["entrypoint"] = {"script": script, "args": ["{ckpt_dir}"]}
+    raw["task"]["workload"] = {}
+    return raw
+
+
+def test_a_relative_script_is_resolved_against_the_plan_file(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "train.py").write_text("print('hi')\n")
+    plan = load_plan(write(tmp_path, script_raw("jobs/train.py")))
+    assert plan.task.entrypoint.script == str(tmp_path.resolve() / "jobs" / "train.py")
+
+
+def test_a_missing_script_is_refused_naming_where_it_was_looked_for(tmp_path: Path) -> None:
+    err = error_of(tmp_path, script_raw("trian.py"))
+    assert err.problems == [
+        (
+            "task.entrypoint.script",
+            f"script 'trian.py' not found (looked for {tmp_path.resolve() / 'trian.py'}); give "
+            f"a path relative to the plan file's directory ({tmp_path.resolve()}) or an "
+            "absolute one",
+        )
+    ]
+
+
+def test_a_plan_not_loaded_from_a_file_keeps_its_script_as_written() -> None:
+    # a recorded run's plan.json is re-judged anywhere: its script need not exist here
+    plan = parse_plan(script_raw("/elsewhere/train.py"), source="run/plan.json")
+    assert plan.task.entrypoint.script == "/elsewhere/train.py"
+
+
+def test_the_reference_workload_config_is_checked_without_torch() -> None:
+    code = (
+        "import sys; from faultdrill.plan import load_plan; "
+        f"load_plan({str(DEMO)!r}); "
+        "assert 'torch' not in sys.modules, 'torch imported at plan load'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_script_plan_workload_is_not_checked_as_the_reference_one(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    raw = script_raw("train.py")
+    raw["task"]["workload"] = {"anything": "goes"}  # the script's own config
+    raw["controls"] = [
+        {**raw["controls"][0], "workload": {"whatever": 1}, "expected_check": "progress.no-jump"}
+    ]
+    assert load_plan(write(tmp_path, raw)).task.workload == {"anything": "goes"}

@@ -273,6 +273,10 @@ class TL:
             after_stop=False,
         )
 
+    def cleanup(self, t: float, *, problems: Iterable[str] = (), pending: int = 0) -> TL:
+        """The harness's cleanup record: what it could not take back."""
+        return self.harness("cleanup", t, problems=list(problems), ledger_pending=pending)
+
     def inventory(self, t: float, latest: str | None, *, bad: dict[str, str] | None = None) -> TL:
         """``ckpt_latest`` plus one ``ckpt_inventory`` per saved checkpoint; ``bad``: id ->
         reason it does not verify."""
@@ -337,10 +341,12 @@ def first_run(tl: TL, last: int, *, every: int = 2, master: str | None = A) -> T
 
 
 def finish(tl: TL, last: int, t: float, pids: Iterable[int], *, latest: str | None) -> TL:
-    """Clean end at ``t``: run_end per rank, job succeeded, nothing left, inventory."""
+    """Clean end at ``t``: run_end per rank, job succeeded, nothing left, inventory, a
+    cleanup that took everything back."""
     for rank, pid in enumerate(pids):
         tl.end(rank, pid, last, t)
-    return tl.job("succeeded", t + 0.5).procs_final(t + 1.5).inventory(t + 1.6, latest)
+    tl.job("succeeded", t + 0.5).procs_final(t + 1.5).inventory(t + 1.6, latest)
+    return tl.cleanup(t + 1.7)
 
 
 def baseline(last: int = 6) -> TL:

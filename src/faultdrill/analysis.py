@@ -5,6 +5,12 @@ old replica stop, when were new replicas ready, and from which checkpoint, step 
 position did training continue. From those: detection time, recovery time, recomputed
 steps. Times are monotonic seconds on the timeline's clock; :meth:`Answers.to_json` adds
 wall-clock ISO times and seconds since injection.
+
+Only platform decisions between the injection and the job's successful end count as "the
+worker deemed lost" (agents closing the rendezvous at a normal end say things that look
+like a loss). When no new incarnation started after the fault and the job ended well,
+nothing was lost: questions 1-3 and the times stay empty and :attr:`Answers.note` says
+so (:data:`RODE_OUT`).
 """
 
 from __future__ import annotations
@@ -17,7 +23,16 @@ from typing import Any
 from faultdrill.events import Event
 from faultdrill.timeline import Incarnation, Timeline
 
-__all__ = ["LOST_KINDS", "Answers", "answer_questions", "injections", "wall_offset"]
+__all__ = [
+    "END_KINDS",
+    "LOST_KINDS",
+    "RODE_OUT",
+    "Answers",
+    "answer_questions",
+    "injections",
+    "job_done_mono",
+    "wall_offset",
+]
 
 #: Platform event kinds that mean "the platform has decided a replica is gone".
 #: Adapters for other schedulers emit the generic ``replica_lost``/``node_lost``. A worker's
@@ -36,6 +51,12 @@ LOST_KINDS = frozenset(
         "dead_node",
     }
 )
+#: Platform event kinds that mean "the job's workers finished successfully": anything the
+#: platform says after them (e.g. ``rdzv_connection_error`` while the agents shut the
+#: rendezvous down) belongs to the normal end, not to a fault.
+END_KINDS = frozenset({"workers_succeeded", "exit_barrier"})
+#: The note of a drill in which no new incarnation started and the job ended well.
+RODE_OUT = "no replica was lost: the job rode the fault out"
 
 
 def wall_offset(tl: Timeline) -> float:
@@ -62,6 +83,9 @@ class Answers:
     new_incarnation: int | None
     recomputed_steps: int | None
     offset: float
+    #: Why questions 1-3 have no answer, when the drill had nothing to answer them with
+    #: (:data:`RODE_OUT`, or no restart after the fault); "" otherwise.
+    note: str = ""
 
     @property
     def detect_s(self) -> float | None:
@@ -94,6 +118,7 @@ class Answers:
             "new_replicas_ready_at": self.when(self.new_replicas_ready_at),
             "first_step_after_at": self.when(self.first_step_after_at),
             "resumed_from": self.resumed_from,
+            "note": self.note,
         }
 
     def times_json(self) -> dict[str, Any]:
@@ -128,12 +153,35 @@ def answer_questions(tl: Timeline) -> Answers:
             None,
             offset,
         )
-    lost = next(
-        (e for e in tl.events if e.mono >= t0 and e.src == "platform" and e.kind in LOST_KINDS),
-        None,
-    )
     old = tl.incarnation_at(t0)
     new = tl.incarnation_after(t0)
+    if new is None and _ended_well(tl, old):
+        # Nothing was lost: a platform event after the fault (say, the rendezvous closing
+        # at the normal end) answers no question, and the old replicas' exit is their end.
+        return Answers(
+            injected_at=t0,
+            worker_lost_at=None,
+            worker_lost_by="",
+            old_replica_stopped_at=None,
+            old_replica_note="",
+            new_replicas_ready_at=None,
+            first_step_after_at=None,
+            resumed_from=None,
+            old_incarnation=old.index if old is not None else None,
+            new_incarnation=None,
+            recomputed_steps=None,
+            offset=offset,
+            note=RODE_OUT,
+        )
+    done = job_done_mono(tl, t0)
+    lost = next(
+        (
+            e
+            for e in tl.events
+            if t0 <= e.mono < done and e.src == "platform" and e.kind in LOST_KINDS
+        ),
+        None,
+    )
     stopped, note = _old_stopped(tl, old)
     resumed = None
     if new is not None and new.load is not None:
@@ -169,7 +217,34 @@ def answer_questions(tl: Timeline) -> Answers:
         new_incarnation=new.index if new else None,
         recomputed_steps=recomputed,
         offset=offset,
+        note="" if new is not None else "no new incarnation started after the fault",
     )
+
+
+def job_done_mono(tl: Timeline, after: float) -> float:
+    """When the job's workers finished successfully, after ``after`` (inf: never): the
+    first :data:`END_KINDS` platform event, or ok ``run_end`` of the final incarnation,
+    at or after that incarnation's start."""
+    final = tl.final_incarnation()
+    since = max(after, final.started_mono) if final is not None else after
+    ends = [
+        e.mono for e in tl.events if e.mono >= since and e.src == "platform" and e.kind in END_KINDS
+    ]
+    if final is not None:
+        ends += [e.mono for e in final.ends if e.get("status") == "ok" and e.mono >= after]
+    return min(ends, default=float("inf"))
+
+
+def _ended_well(tl: Timeline, old: Incarnation | None) -> bool:
+    """The incarnation running at the fault ended the job cleanly (or the platform said the
+    job succeeded with no other incarnation in sight)."""
+    if old is None:
+        return False
+    if any(e.get("status") == "ok" for e in old.ends):
+        return True
+    states = [e.get("state") for e in tl.of("platform", "job_state")]
+    ended = [s for s in states if s in ("succeeded", "failed", "stopped")]
+    return bool(ended) and ended[-1] == "succeeded"
 
 
 def _old_stopped(tl: Timeline, old: Incarnation | None) -> tuple[float | None, str]:

@@ -321,10 +321,23 @@ def _safe_name(name: str) -> bool:
     return not p.is_absolute() and ".." not in p.parts and name != ""
 
 
+def _tar_problem(exc: BaseException) -> str:
+    """One line for an archive tarfile cannot read (its own message lists every method)."""
+    if isinstance(exc, tarfile.ReadError):
+        return "not a tar archive (gzip, bzip2, xz or plain); make one with `faultdrill bundle`"
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
 def verify_bundle(archive: Path) -> VerifyResult:
     """Recompute every member's sha256 and compare with the manifest. Never raises on a
     damaged archive: damage is a verification failure (``problems``)."""
     res = VerifyResult(archive)
+    if archive.is_dir():
+        res.problems.append(
+            "is a directory; `bundle verify` expects an archive made by `faultdrill bundle` "
+            f"(to pack this run: faultdrill bundle {archive})"
+        )
+        return res
     if not archive.is_file():
         res.problems.append("no such file")
         return res
@@ -354,7 +367,7 @@ def verify_bundle(archive: Path) -> VerifyResult:
                         res.problems.append(f"{rel}: stored twice")
                     seen[rel] = _sha256(data)
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
-        res.problems.append(f"archive is damaged or not a bundle: {type(exc).__name__}: {exc}")
+        res.problems.append(f"archive is damaged or not a bundle: {_tar_problem(exc)}")
     if len(roots) > 1:
         res.problems.append(f"more than one top folder: {sorted(roots)}")
     res.root = next(iter(roots), "")
@@ -364,16 +377,23 @@ def verify_bundle(archive: Path) -> VerifyResult:
         return res
     res.manifest_sha256 = _sha256(manifest_raw)
     try:
-        res.manifest = json.loads(manifest_raw)
-        listed: dict[str, Any] = res.manifest["files"]
+        manifest = json.loads(manifest_raw)
+        listed: dict[str, Any] = manifest["files"]
     except (ValueError, KeyError, TypeError) as exc:
-        res.problems.append(f"{MANIFEST} is unreadable: {exc}")
+        res.problems.append(f"{MANIFEST} is unreadable: {type(exc).__name__}: {exc}")
+        return res
+    res.manifest = manifest
+    if not isinstance(listed, dict):
+        res.problems.append(
+            f"{MANIFEST}: 'files' is a {type(listed).__name__}, not a mapping of file name to "
+            "{sha256, bytes}; the manifest was not written by `faultdrill bundle`"
+        )
         return res
     for name, meta in listed.items():
         got = seen.get(name)
         if got is None:
             res.missing.append(name)
-        elif got != meta.get("sha256"):
+        elif not isinstance(meta, dict) or got != meta.get("sha256"):
             res.modified.append(name)
     res.added = sorted(set(seen) - set(listed))
     res.checked = len(seen)
@@ -392,7 +412,7 @@ def read_member(archive: Path, name: str) -> bytes:
                     f = tar.extractfile(m)
                     return f.read() if f is not None else b""
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
-        raise BundleError(f"{archive}: cannot read the bundle: {exc}") from exc
+        raise BundleError(f"{archive}: cannot read the bundle: {_tar_problem(exc)}") from exc
     raise BundleError(f"{archive}: has no {name}")
 
 
@@ -421,5 +441,5 @@ def extract_bundle(archive: Path, dest: Path, *, verify: bool = True) -> Path:
             else:  # Python < 3.10.12: paths were checked above, links excluded
                 tar.extractall(dest, members=members)
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
-        raise BundleError(f"{archive}: cannot unpack: {exc}") from exc
+        raise BundleError(f"{archive}: cannot unpack: {_tar_problem(exc)}") from exc
     return dest / next(iter(roots))

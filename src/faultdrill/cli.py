@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -168,10 +169,18 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
     target = args.target
     if target[0] == "verify" and len(target) == 2:
-        res = verify_bundle(Path(target[1]))
+        archive = Path(target[1])
+        if archive.is_dir():
+            raise DrillError(
+                f"{archive} is a directory; `bundle verify` expects an archive made by "
+                f"`faultdrill bundle` (to make one of this run: faultdrill bundle {archive})"
+            )
+        if not archive.exists():
+            raise DrillError(f"{archive}: no such file; name a bundle archive (.tar.gz)")
+        res = verify_bundle(archive)
         print("\n".join(res.lines()))
         return 0 if res.ok else 1
-    if len(target) != 1:
+    if len(target) != 1 or target == ["verify"]:
         raise DrillError("usage: faultdrill bundle RUN_DIR [--out FILE] | bundle verify ARCHIVE")
     run_dir = Path(target[0])
     if not run_dir.is_dir():
@@ -189,8 +198,10 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 def _band(args: argparse.Namespace) -> Any:
     from faultdrill.diff import Band
 
-    if args.time_band_s < 0 or args.time_band_rel < 0:
-        raise DrillError("--time-band-s and --time-band-rel must be >= 0")
+    if not (args.time_band_s >= 0 and args.time_band_rel >= 0):  # also refuses nan
+        raise DrillError("--time-band-s and --time-band-rel must be numbers >= 0")
+    if math.isinf(args.time_band_s) or math.isinf(args.time_band_rel):
+        raise DrillError("--time-band-s and --time-band-rel must be finite")
     return Band(abs_s=args.time_band_s, rel=args.time_band_rel)
 
 
@@ -225,9 +236,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     from faultdrill.diff import diff_reports, load_report
 
+    band = _band(args)
     a, la = load_report(args.a, verify=not args.no_verify)
     b, lb = load_report(args.b, verify=not args.no_verify)
-    res = diff_reports(a, b, label_a=la, label_b=lb, band=_band(args), gate_times=args.gate_times)
+    res = diff_reports(a, b, label_a=la, label_b=lb, band=band, gate_times=args.gate_times)
     print("\n".join(res.lines()))
     if args.json:
         args.json.write_text(json.dumps(res.to_json(), indent=2, default=str) + "\n")
@@ -251,57 +263,99 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_cleanup(args: argparse.Namespace) -> int:
     from faultdrill import faults as _faults  # noqa: F401  (registers undo functions)
     from faultdrill import platforms as _platforms  # noqa: F401
-    from faultdrill.ledger import Ledger, active_ledgers
+    from faultdrill.ledger import active_entries
 
-    targets: list[Path] = []
+    targets: list[tuple[Path, str | None]] = []  # (ledger file, run id when known)
     for p in args.paths:
         if p.is_dir():
-            targets += sorted(p.rglob("ledger.jsonl"))
+            targets += [(f, None) for f in sorted(p.rglob("ledger.jsonl"))]
         elif p.is_file():
-            targets.append(p)
+            targets.append((p, None))
         else:
             raise DrillError(f"{p}: no such run directory or ledger file")
+    failed = skipped = removed = 0
     if not args.paths:
-        targets = active_ledgers()
+        for entry in active_entries():
+            if entry.ledger is None:
+                print(
+                    f"{entry.index}: unreadable index entry ({entry.problem}); check that no "
+                    "drill of it still runs, then delete it by hand",
+                    file=sys.stderr,
+                )
+                failed += 1
+            elif entry.harness_alive() and not args.force:
+                print(
+                    f"{entry.ledger}: skipped: its drill is still running (harness pid "
+                    f"{entry.pid}); `faultdrill cleanup --force` reverts it anyway"
+                )
+                skipped += 1
+            elif not entry.ledger.exists():
+                entry.index.unlink(missing_ok=True)
+                print(
+                    f"{entry.ledger}: ledger file is gone, nothing recorded to undo; "
+                    f"removed its index entry {entry.index}"
+                )
+                removed += 1
+            else:
+                targets.append((entry.ledger, entry.run_id))
     if not targets:
-        print("nothing to clean up: no active ledger")
-        return 0
-    failed = 0
-    for path in targets:
-        if not path.exists():
-            print(f"{path}: ledger file is gone; nothing recorded to undo")
-            continue
-        ledger = Ledger(path, run_id=_run_id_of(path))
-        pending = ledger.pending()
-        errors = ledger.revert_all()
-        for e in errors:
-            print(f"  could not undo: {e}", file=sys.stderr)
-        if not ledger.pending():
-            ledger.deactivate()
-        print(
-            f"{path}: {len(pending) - len(ledger.pending())} of {len(pending)} pending "
-            "change(s) undone"
-        )
-        failed += bool(errors)
+        if not (failed or skipped or removed):
+            print("nothing to clean up: no active ledger")
+        return 1 if failed else 0
+    for path, run_id in targets:
+        try:
+            failed += _clean_ledger(path, run_id)
+        except (DrillError, OSError, ValueError) as exc:  # one bad ledger never stops the rest
+            print(f"{path}: could not clean up: {exc}", file=sys.stderr)
+            failed += 1
     return 1 if failed else 0
+
+
+def _clean_ledger(path: Path, run_id: str | None) -> int:
+    """Undo what one ledger left pending; 1 if anything could not be undone or read."""
+    from faultdrill.ledger import Ledger
+
+    if not path.exists():
+        print(f"{path}: ledger file is gone; nothing recorded to undo")
+        return 0
+    ledger = Ledger(path, run_id=run_id or _run_id_of(path))
+    for problem in ledger.problems:
+        print(
+            f"  {path}: {problem}: skipped; what that line recorded cannot be undone "
+            "automatically, check it by hand",
+            file=sys.stderr,
+        )
+    pending = ledger.pending()
+    errors = ledger.revert_all()
+    for e in errors:
+        print(f"  could not undo: {e}", file=sys.stderr)
+    for note in ledger.notes:
+        print(f"  left alone, not ours: {note}")
+    if not ledger.pending():
+        ledger.deactivate()
+    undone = len(pending) - len(ledger.pending())
+    print(f"{path}: {undone} of {len(pending)} pending change(s) undone")
+    return int(bool(errors or ledger.problems))
 
 
 def _run_id_of(path: Path) -> str:
     """The run id the ledger was opened with, from its index entry or its first record."""
-    from faultdrill.ledger import state_dir
+    from faultdrill.ledger import active_entries
 
-    active = state_dir() / "active"
-    if active.is_dir():
-        for idx in active.iterdir():
-            if idx.read_text().strip() == str(path.resolve()):
-                return idx.name.removesuffix(".ledger")
-    for line in path.read_text().splitlines():
+    resolved = path.resolve()
+    for entry in active_entries():
+        if entry.ledger is not None and entry.ledger == resolved:
+            return entry.run_id
+    for line in path.read_text(errors="replace").splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if rec.get("kind") == "run-processes":
-            return str(rec["data"]["run_id"])
+        if not isinstance(rec, dict):
+            continue
+        data = rec.get("data")
+        if rec.get("kind") == "run-processes" and isinstance(data, dict) and data.get("run_id"):
+            return str(data["run_id"])
     return path.parent.name
 
 
@@ -362,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "demo",
         cmd_demo,
-        "baseline, a worker-kill drill and every negative control on the reference workload",
+        "the built-in plan on the reference workload: baseline, three rounds of faults and every negative control",
     )
     sp.add_argument(
         "--out", type=Path, help="run directory to create (default: ./faultdrill-demo-TIME)"
@@ -434,12 +488,29 @@ def build_parser() -> argparse.ArgumentParser:
         "paths",
         nargs="*",
         type=Path,
-        help="run directories or ledger files (default: every active ledger)",
+        help="run directories or ledger files (default: every active ledger whose drill is "
+        "no longer running)",
+    )
+    sp.add_argument(
+        "--force",
+        action="store_true",
+        help="without paths: also revert the ledgers of drills that are still running",
     )
     add("schema", cmd_schema, "print the plan's JSON Schema")
     sp = add("validate", cmd_validate, "validate a plan file")
     sp.add_argument("plan", type=Path)
     return p
+
+
+def _interrupted_message(exc: Any) -> str:
+    """What a DrillInterrupted means for the machine: all reverted, or what is left."""
+    pending: list[str] = list(getattr(exc, "pending", []) or [])
+    if not pending:
+        return f"faultdrill: {exc}; every fault was reverted"
+    return (
+        f"faultdrill: {exc}; {len(pending)} recorded change(s) could NOT be reverted: "
+        f"{'; '.join(pending)}\nrun `faultdrill cleanup` to undo them"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -456,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from faultdrill.engine import DrillInterrupted
 
         if isinstance(exc, DrillInterrupted):
-            print(f"faultdrill: {exc}; every fault was reverted", file=sys.stderr)
+            print(_interrupted_message(exc), file=sys.stderr)
             return 130
         raise
 

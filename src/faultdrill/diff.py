@@ -57,7 +57,7 @@ def load_report(path: Path, *, verify: bool = True) -> tuple[dict[str, Any], str
                 f"{path}: no report.json; is this a faultdrill run directory? "
                 f"(`faultdrill check {path}` judges a recorded run)"
             )
-        text = rp.read_text()
+        text = rp.read_bytes()
     elif path.is_file() and path.name.endswith((".tar.gz", ".tgz", ".tar")):
         from faultdrill.bundle import read_member, verify_bundle
 
@@ -68,15 +68,18 @@ def load_report(path: Path, *, verify: bool = True) -> tuple[dict[str, Any], str
                     "bundle failed verification; refusing to compare it "
                     "(--no-verify to compare anyway):\n" + "\n".join(res.lines())
                 )
-        text = read_member(path, "report.json").decode()
+        text = read_member(path, "report.json")
     elif path.is_file():
-        text = path.read_text()
+        text = path.read_bytes()
     else:
         raise RunDirError(f"{path}: no such run directory, bundle or report.json")
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        raise RunDirError(f"{path}: report.json is not valid JSON ({exc})") from exc
+    except ValueError as exc:  # also not UTF-8: a binary file given by mistake
+        raise RunDirError(
+            f"{path}: report.json is not valid JSON ({exc}); give a run directory, a bundle "
+            "or the report.json a run wrote"
+        ) from exc
     if not isinstance(data, dict) or "scenarios" not in data or "summary" not in data:
         raise RunDirError(f"{path}: not a faultdrill report (no 'scenarios'/'summary')")
     return data, str(path)

@@ -8,8 +8,9 @@ conditions, and records everything as events under the item's directory; judging
 
 Whatever happens (normal end, stop condition, exception, SIGINT/SIGTERM/SIGHUP), the
 ``finally`` path reverts the fault, stops the job (TERM, bounded wait, KILL), tears the
-platform down and replays the ledger; a hard crash of the harness leaves the ledger listed
-in the state directory for ``faultdrill cleanup``.
+platform down and replays the ledger; each of those steps runs even if one before it failed,
+and signals during it are noted, not obeyed. A hard crash of the harness leaves the ledger
+listed in the state directory for ``faultdrill cleanup``.
 """
 
 from __future__ import annotations
@@ -32,11 +33,19 @@ import yaml
 
 from faultdrill import __version__
 from faultdrill.errors import DrillError, FaultError
-from faultdrill.events import EventSink, read_jsonl
+from faultdrill.events import EventSink
 from faultdrill.faults.api import Fault, FaultContext, make_fault
 from faultdrill.inventory import take_inventory
 from faultdrill.ledger import Ledger
-from faultdrill.plan import Control, Plan, Scenario, StopConditions, Trigger
+from faultdrill.plan import (
+    ARG_PLACEHOLDERS,
+    REFERENCE_WORKLOAD,
+    Control,
+    Plan,
+    Scenario,
+    StopConditions,
+    Trigger,
+)
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
 from faultdrill.sampler import ProcessSampler, end_snapshot
@@ -52,31 +61,43 @@ __all__ = [
     "signal_guard",
 ]
 
-REFERENCE_WORKLOAD = "faultdrill.workloads.lm"
 ItemKind = str  # "baseline" | "scenario" | "control"
 Reporter = Callable[[str, str], None]  # (item id, status line)
 
 
 class DrillInterrupted(BaseException):
-    """A signal asked the harness to stop. BaseException so no handler swallows it."""
+    """A signal asked the harness to stop. BaseException so no handler swallows it.
 
-    def __init__(self, signum: int) -> None:
+    ``pending`` lists the ledger entries the cleanup could NOT revert (labels); it is
+    filled before the exception leaves :func:`execute_item` (empty: all reverted)."""
+
+    def __init__(self, signum: int, pending: list[str] | None = None) -> None:
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
         self.signum = signum
+        self.pending: list[str] = pending if pending is not None else []
 
 
 class signal_guard:  # noqa: N801  (used as a context manager, reads as a statement)
-    """Turn SIGINT/SIGTERM/SIGHUP into DrillInterrupted in the main thread, once; while the
-    cleanup that follows runs, further signals are noted and ignored."""
+    """Turn the first SIGINT/SIGTERM/SIGHUP into DrillInterrupted in the main thread.
+
+    After that first one, and for the whole cleanup (the caller sets ``cleaning`` before
+    it starts, whatever the reason), every signal is noted and ignored, so that no signal
+    can cut the cleanup short. A signal that arrived during a cleanup that did not follow an
+    interruption (a normal end) is kept in ``late``: the caller raises DrillInterrupted
+    for it once the cleanup is done, so the CLI still exits 130."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self._old: dict[int, Any] = {}
         self.fired = False
+        self.cleaning = False
+        self.late: int | None = None
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self.fired:
+        if self.fired or self.cleaning:
+            if not self.fired and self.late is None:
+                self.late = signum
             return
         self.fired = True
         raise DrillInterrupted(signum)
@@ -181,18 +202,7 @@ def _stop_reason(
 
 
 def _workload_config(plan: Plan, item: Scenario | Control | None, ckpt_dir: Path) -> dict[str, Any]:
-    cfg = dict(plan.task.workload)
-    if isinstance(item, Control):
-        cfg.update(item.workload)
-    if plan.task.entrypoint.module == REFERENCE_WORKLOAD:
-        cfg.update(
-            ckpt_dir=str(ckpt_dir),
-            ckpt_every=plan.checkpoint.every_steps,
-            ckpt_keep=plan.checkpoint.keep,
-            gloo_timeout_s=plan.resources.timeouts.gloo_s,
-        )
-        cfg.setdefault("seed", plan.seeds.get("global", 0))
-    return cfg
+    return plan.workload_config(item, str(ckpt_dir))  # the same config the plan validated
 
 
 def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: str) -> JobSpec:
@@ -211,6 +221,7 @@ def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: s
         "events_dir": str(events_dir),
         "workload_config": str(wl_path),
     }
+    assert set(subst) == set(ARG_PLACEHOLDERS)  # the plan validated args against these
     try:
         args = [a.format(**subst) for a in args]
     except (KeyError, IndexError, ValueError) as exc:
@@ -275,8 +286,10 @@ def execute_item(
 ) -> Path:
     """Run the baseline, one scenario or one control; returns its directory.
 
-    Raises DrillInterrupted (after cleaning up) when a signal arrived, and DrillError when
-    the platform could not even start; every other outcome is recorded as events.
+    Raises DrillInterrupted (after cleaning up, with the ledger entries it could not revert
+    in ``pending``) when a signal arrived, also one that arrived during the cleanup of a
+    normal end; no signal cuts the cleanup short. Raises DrillError when the platform could
+    not even start; every other outcome is recorded as events.
     """
     item_id = "baseline" if item is None else item.id
     work = item_dir(run_dir, kind, item_id)
@@ -286,7 +299,6 @@ def execute_item(
     run_id = f"{plan.task.id}-{item_id}-{uuid.uuid4().hex[:8]}"
     sink = EventSink(work / "events", plan.task.id)
     ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
-    ledger.activate()
     platform_cls = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
     platform: Platform = platform_cls(plan.resources, work, ledger, sink)
     stop = plan.stop_for(item.stop) if item is not None else plan.stop
@@ -298,7 +310,9 @@ def execute_item(
         scenario_id=item_id,
         ckpt_dir=work / plan.checkpoint.dir,
         latest_file=plan.checkpoint.latest_file,
+        item_dir=work,  # refuses a checkpoint dir outside the item's directory
     )
+    ledger.activate()
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
     sink.emit(
         "harness",
@@ -312,8 +326,10 @@ def execute_item(
     )
     outcome = "unknown"
     natural_end = False
-    try:
-        with signal_guard():
+    pending: list[str] = []  # filled in place by the cleanup; a DrillInterrupted carries it
+    guard = signal_guard()
+    with guard:
+        try:
             try:
                 platform.prepare()
                 job = build_job(plan, item, work, run_id)
@@ -338,12 +354,25 @@ def execute_item(
             except DrillInterrupted as exc:
                 outcome = "interrupted"
                 sink.emit("harness", "interrupted", signal=signal.Signals(exc.signum).name)
+                exc.pending = pending
                 raise
             finally:
-                _finish(plan, fault, ctx, platform, sampler, sink, ledger, work, natural_end)
-    finally:
-        sink.emit("harness", "item_end", item=item_id, outcome=outcome)
-        sink.close()
+                guard.cleaning = True  # from here on signals are noted, never raised
+                pending[:] = _finish(
+                    plan, fault, ctx, platform, sampler, sink, ledger, work, natural_end
+                )
+        finally:
+            if guard.late is not None:  # the job's outcome stands; the run stops after it
+                sink.emit(
+                    "harness",
+                    "interrupted",
+                    signal=signal.Signals(guard.late).name,
+                    during="cleanup",
+                )
+            sink.emit("harness", "item_end", item=item_id, outcome=outcome)
+            sink.close()
+    if guard.late is not None:
+        raise DrillInterrupted(guard.late, pending)
     return work
 
 
@@ -480,26 +509,36 @@ def _finish(
     ledger: Ledger,
     work: Path,
     natural_end: bool,
-) -> None:
-    """The cleanup path: runs on every exit. Each step is attempted even if one fails."""
+) -> list[str]:
+    """The cleanup path: runs on every exit, with signals noted and ignored (the caller
+    sets ``signal_guard.cleaning``). Every step is attempted even if an earlier one raised:
+    whatever a step raises is recorded in the ``harness``/``cleanup`` event's ``problems``
+    and the next step runs. Returns the labels of ledger entries still not reverted (empty:
+    every change was undone and the ledger's index entry is gone)."""
     problems: list[str] = []
-    if fault is not None:
+
+    def attempt(what: str, fn: Callable[[], object]) -> None:
         try:
-            fault.revert(ctx)
-        except DrillError as exc:
-            problems.append(str(exc))
-    try:
-        platform.stop(reason="end of drill")
-    except DrillError as exc:
-        problems.append(str(exc))
+            fn()
+        except Exception as exc:  # a cleanup step must not skip the rest; said, not lost
+            detail = str(exc) if isinstance(exc, DrillError) else f"{type(exc).__name__}: {exc}"
+            problems.append(f"{what}: {detail}")
+
+    if fault is not None:
+        attempt("revert the fault", lambda: fault.revert(ctx))
+    attempt("stop the job", lambda: platform.stop(reason="end of drill"))
     if not natural_end and sampler.running:
-        sink.emit(
-            "harness",
-            "procs_final",
-            **end_snapshot(platform, sampler, settle_s=0.0, after_stop=True),
+        attempt(
+            "final process snapshot",
+            lambda: sink.emit(
+                "harness",
+                "procs_final",
+                **end_snapshot(platform, sampler, settle_s=0.0, after_stop=True),
+            ),
         )
-    sampler.stop()
-    try:
+    attempt("stop the sampler", sampler.stop)
+
+    def inventory() -> None:
         tl = Timeline.load(work / "events")
         records, pointer = take_inventory(
             tl, work / plan.checkpoint.dir, plan.checkpoint.latest_file, plan.checkpoint.keep
@@ -507,23 +546,22 @@ def _finish(
         sink.emit("harness", "ckpt_latest", **pointer)
         for rec in records:
             sink.emit("harness", "ckpt_inventory", **rec)
-    except OSError as exc:
-        problems.append(f"checkpoint inventory failed: {exc}")
-    try:
-        platform.teardown()
-    except (DrillError, OSError) as exc:
-        problems.append(str(exc))
-    problems += ledger.revert_all()
-    pending = ledger.pending()
+
+    attempt("checkpoint inventory failed", inventory)
+    attempt("tear the platform down", platform.teardown)
+
+    def revert_ledger() -> None:
+        problems.extend(ledger.revert_all())
+        problems.extend(f"left alone, not ours: {note}" for note in ledger.notes)
+
+    attempt("revert the ledger", revert_ledger)
+    pending = [f"{e.kind} {e.label}".strip() for e in ledger.pending()]
     if pending:
         problems.append(f"{len(pending)} ledger entries not reverted; run `faultdrill cleanup`")
     else:
-        ledger.deactivate()
+        attempt("drop the ledger's index entry", ledger.deactivate)
     sink.emit("harness", "cleanup", problems=problems, ledger_pending=len(pending))
-
-
-def read_item_events(work: Path) -> list[dict[str, Any]]:
-    return [ev for p in sorted((work / "events").glob("*.jsonl")) for ev in read_jsonl(p)]
+    return pending
 
 
 def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:

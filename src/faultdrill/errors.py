@@ -8,6 +8,8 @@
     │                           iptables, a spare node without the runtime...)
     ├── PlatformError           a platform could not launch, observe or stop the job
     ├── FaultError              a fault could not be injected or reverted
+    │   └── NotOursError        an undo found, at the recorded place, something this run
+    │                           did not make, and left it alone
     └── RunDirError             a run directory or bundle is missing or unreadable
 
 Errors from libraries below (pydantic, yaml, subprocess, OSError) are translated at the
@@ -43,6 +45,13 @@ class PlatformError(DrillError):
 
 class FaultError(DrillError):
     """A fault could not be injected or reverted."""
+
+
+class NotOursError(FaultError):
+    """Raised by an undo that found, at the recorded place, something this run did not make
+    (e.g. a namespace of the recorded name but another inode). Nothing was touched; the
+    ledger closes the entry (what it recorded is gone) and keeps the message in
+    ``Ledger.notes`` for the caller to report."""
 
 
 class RunDirError(DrillError):

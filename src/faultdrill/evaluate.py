@@ -25,7 +25,14 @@ from faultdrill.plan import Control, Plan, RecoveryClass, Scenario, parse_plan
 from faultdrill.reference import Reference
 from faultdrill.timeline import Timeline
 
-__all__ = ["ItemResult", "RunResult", "evaluate_item", "evaluate_run", "recovery_class"]
+__all__ = [
+    "ItemResult",
+    "RunResult",
+    "evaluate_item",
+    "evaluate_run",
+    "recovery_class",
+    "stop_condition_fired",
+]
 
 _CLASS_ORDER = list(RecoveryClass)
 
@@ -35,8 +42,19 @@ def recovery_class(
     outcome: str | None,
     operator_actions: int,
     confirm_required: bool,
+    aborted: str | None = None,
 ) -> tuple[RecoveryClass, str]:
-    """How the job came back, and why that class."""
+    """How the job came back, and why that class.
+
+    ``aborted``: why the harness aborted the drill (a stop condition). The job then did
+    not recover within the plan's stop conditions, which is all that can be said of it:
+    unrecoverable *within those limits*, and the why names the condition."""
+    if aborted is not None:
+        return (
+            RecoveryClass.UNRECOVERABLE,
+            f"not determined within the stop conditions: {aborted}; the job had not "
+            "recovered when the drill was aborted",
+        )
     if outcome != "succeeded":
         return RecoveryClass.UNRECOVERABLE, f"the job ended {outcome or 'without an end state'}"
     for cat in ("progress", "results"):
@@ -84,10 +102,33 @@ class ItemResult:
     goodput: dict[str, Any] = field(default_factory=dict)
     inventory: dict[str, Any] = field(default_factory=dict)
     disruption: dict[str, Any] | None = None
+    #: Why the harness aborted the item (a stop condition fired), or None.
+    aborted: str | None = None
 
     @property
     def verdict(self) -> Verdict:
+        """Worst-first over the evidence; retest whatever it says when the item was aborted
+        (an aborted drill proves nothing either way; its findings stay visible)."""
+        if self.aborted is not None:
+            return Verdict.RETEST
         return combine([e.verdict for e in self.evidence.values()])
+
+    @property
+    def not_as_planned(self) -> str | None:
+        """Why the drill did not run as planned (aborted, or its fault never applied)."""
+        if self.aborted is not None:
+            return self.aborted
+        if self.item is None:
+            return None
+        applied = [
+            f
+            for f in self.evidence["expectation"].findings
+            if f.check == "expectation.fault-applied"
+        ]
+        if not applied or any(f.verdict != Verdict.PASS for f in applied):
+            why = applied[0].message if applied else "no finding recorded"
+            return f"the fault was not applied as planned: {why}"
+        return None
 
     @property
     def expected_check(self) -> str | None:
@@ -95,8 +136,10 @@ class ItemResult:
 
     @property
     def caught(self) -> bool | None:
+        """For a control: its check failed it (True) or not (False); None when it is no
+        control or the drill did not run as planned (not proven either way: retest)."""
         name = self.expected_check
-        if name is None:
+        if name is None or self.not_as_planned is not None:
             return None
         return any(
             f.check == name and f.verdict == Verdict.FAIL
@@ -125,6 +168,7 @@ class ItemResult:
             "preconditions": list(getattr(it, "preconditions", ()) or ()),
             "expected": (it.expected.model_dump(mode="json") if isinstance(it, Scenario) else None),
             "verdict": self.verdict.value,
+            "aborted": self.aborted,
             "recovery_class": self.recovery.value,
             "recovery_class_why": self.recovery_why,
             "outcome": self.outcome,
@@ -147,6 +191,7 @@ class ItemResult:
         if self.kind == "control":
             out["expected_check"] = self.expected_check
             out["caught"] = self.caught
+            out["not_proven_why"] = self.not_as_planned if self.caught is None else None
             out["workload_mutation"] = dict(it.workload) if isinstance(it, Control) else {}
         return out
 
@@ -174,10 +219,21 @@ def _conditions(plan: Plan, tl: Timeline) -> dict[str, Any]:
 _OUTCOME_CHECKS = ("expectation.job-outcome", "expectation.restart", "expectation.recovery-class")
 
 
+def stop_condition_fired(tl: Timeline) -> str | None:
+    """Why the harness aborted the item (the first stop condition that fired), or None."""
+    fired = tl.of("harness", "stop_condition")
+    if not fired:
+        return None
+    e = fired[0]
+    detail = f" ({e.get('detail')})" if e.get("detail") else ""
+    return f"stop condition '{e.get('condition')}' fired{detail}"
+
+
 def _aborted_is_retest(tl: Timeline, evidence: dict[str, EvidenceResult]) -> None:
     """When a stop condition aborted the item, or a spare it needed failed its environment
     preparation, its outcome expectations become retest, not fail (the progress, resource
-    and result evidence recorded keeps its verdict)."""
+    and result evidence recorded keeps its verdict; the item's verdict is retest after a
+    stop condition: :attr:`ItemResult.verdict`)."""
     fired = tl.of("harness", "stop_condition")
     unprepared = [
         e
@@ -237,7 +293,8 @@ def evaluate_item(
     outcome = next((s for s in reversed(states) if s in ("succeeded", "failed", "stopped")), None)
     actions = [e.fields for e in tl.of("harness", "operator_action")]
     confirm = bool(getattr(getattr(item, "recovery", None), "confirm", False))
-    cls, why = recovery_class(evidence, outcome, len(actions), confirm)
+    aborted = stop_condition_fired(tl)
+    cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted)
     if isinstance(item, Scenario):
         want = item.expected.recovery
         if cls == want:
@@ -277,6 +334,7 @@ def evaluate_item(
         goodput=account(tl, checkpoint_every=plan.checkpoint.every_steps),
         inventory=inventory_summary(tl),
         disruption=describe_disruption(tl, gloo_s=plan.resources.timeouts.gloo_s),
+        aborted=aborted,
     )
 
 
@@ -299,9 +357,11 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        """Every scenario passed, every control was caught, nothing skipped, baseline passed."""
+        """Something was drilled, every scenario passed, every control was caught (with its
+        fault applied and no stop condition), nothing skipped, baseline passed."""
         return (
-            self.baseline is not None
+            bool(self.scenarios or self.controls)
+            and self.baseline is not None
             and self.baseline.verdict == Verdict.PASS
             and all(s.verdict == Verdict.PASS for s in self.scenarios)
             and all(c.caught for c in self.controls)
@@ -345,7 +405,14 @@ def load_run_plan(run_dir: Path) -> Plan:
     path = run_dir / "plan.json"
     if not path.exists():
         raise RunDirError(f"{run_dir}: not a faultdrill run directory (no plan.json)")
-    return parse_plan(json.loads(path.read_text()), source=str(path))
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+        raise RunDirError(
+            f"{path}: the run's copy of its plan is unreadable ({exc}); restore it from the "
+            "run's bundle, or re-run the drill"
+        ) from exc
+    return parse_plan(raw, source=str(path))
 
 
 def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:

@@ -2,7 +2,10 @@
 
 Built from the probe's ``ckpt_save`` events (id, step, path, sha256 at save time), so it
 works for any training script that reports its saves; the plan's ``checkpoint.latest_file``
-names the pointer file whose content is the published checkpoint id. For each checkpoint:
+names the pointer file that publishes a checkpoint. The pointer contract, the same for
+every reader (:func:`read_pointer`): the first whitespace-separated token of the file is the
+checkpoint id (the id ``checkpoint_saved`` reported); anything after it (a digest, say) is
+the script's own business. For each checkpoint:
 id, step, size, recorded and current sha256, whether it verifies now (against the sha256
 recorded at save and, when the directory has a ``manifest.json`` with ``file``/``bytes``/
 ``sha256``, against that too), whether it was pruned by the keep policy, who wrote it
@@ -21,7 +24,7 @@ from typing import Any
 
 from faultdrill.timeline import Timeline
 
-__all__ = ["sha256_file", "take_inventory", "verify_dir"]
+__all__ = ["pointer_id", "read_pointer", "sha256_file", "take_inventory", "verify_dir"]
 
 MANIFEST = "manifest.json"
 
@@ -57,6 +60,20 @@ def verify_dir(ckpt_path: Path) -> tuple[bool | None, str]:
     if manifest.get("sha256") and sha256_file(state) != _norm(str(manifest["sha256"])):
         return False, f"{state.name} sha256 differs from its {MANIFEST}"
     return True, ""
+
+
+def pointer_id(text: str) -> str | None:
+    """The checkpoint id a pointer file's text names: its first whitespace-separated token
+    (``"step-10"`` and ``"step-10.pt 5f3a..."`` name ``step-10`` and ``step-10.pt``); None
+    when the file is empty."""
+    parts = text.split(maxsplit=1)
+    return parts[0] if parts else None
+
+
+def read_pointer(path: Path) -> str | None:
+    """The checkpoint id the pointer file ``path`` names (:func:`pointer_id`), None when it
+    is empty. Raises ``OSError`` (``FileNotFoundError`` when there is none)."""
+    return pointer_id(path.read_text(errors="replace"))
 
 
 def _step_in(name: str) -> int:
@@ -113,7 +130,7 @@ def take_inventory(
     pointer: dict[str, Any] = {"file": latest_file, "target": None, "problem": None}
     if latest_file:
         try:
-            pointer["target"] = (ckpt_dir / latest_file).read_text().strip() or None
+            pointer["target"] = read_pointer(ckpt_dir / latest_file)
         except OSError as exc:
             pointer["problem"] = f"cannot read {latest_file}: {exc.strerror}"
     records = []

@@ -65,7 +65,14 @@ def report_suite(report: dict[str, Any], name: str | None = None) -> ET.Element:
         )
         detail = _not_pass(s)
         if control:
-            if not s.get("caught"):
+            if s.get("caught") is None:
+                ET.SubElement(
+                    case,
+                    "error",
+                    type="retest",
+                    message=f"negative control not proven: {s.get('not_proven_why')}",
+                ).text = detail
+            elif not s.get("caught"):
                 ET.SubElement(
                     case,
                     "failure",

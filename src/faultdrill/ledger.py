@@ -10,7 +10,9 @@ touches anything by pattern.
 Undo functions are registered per entry kind with :func:`undoer`. An undo must be
 idempotent and must tolerate that the change was never applied (the harness may have died
 between recording and applying). Ledgers of runs in progress are listed in the state
-directory's ``active/`` folder so that ``faultdrill cleanup`` finds them without arguments.
+directory's ``active/`` folder so that ``faultdrill cleanup`` finds them without arguments;
+each index entry names the ledger file and the harness process (pid and start time), so
+that a cleanup without arguments can leave alone the ledgers of drills still running.
 """
 
 from __future__ import annotations
@@ -25,9 +27,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faultdrill.errors import DrillError, FaultError
+from faultdrill import procfs
+from faultdrill.errors import DrillError, FaultError, NotOursError
 
-__all__ = ["UNDOERS", "Ledger", "LedgerEntry", "active_ledgers", "state_dir", "undoer"]
+__all__ = [
+    "UNDOERS",
+    "ActiveEntry",
+    "Ledger",
+    "LedgerEntry",
+    "NotOursError",
+    "active_entries",
+    "active_ledgers",
+    "state_dir",
+    "undoer",
+]
 
 Undo = Callable[[dict[str, Any]], None]
 UNDOERS: dict[str, Undo] = {}
@@ -55,16 +68,68 @@ def state_dir() -> Path:
     return Path.home() / ".local" / "state" / "faultdrill"
 
 
-def active_ledgers() -> list[Path]:
-    """Ledger files of runs that have not finished cleanly, oldest first."""
+@dataclass
+class ActiveEntry:
+    """One index entry of ``<state dir>/active``: a run that has not finished cleanly."""
+
+    index: Path
+    ledger: Path | None
+    pid: int | None = None
+    start_time: int | None = None
+    problem: str = ""  # why the index entry could not be read (then ledger is None)
+
+    @property
+    def run_id(self) -> str:
+        return self.index.name.removesuffix(".ledger")
+
+    def harness_alive(self) -> bool:
+        """True if the harness that wrote the entry still runs (same pid AND start time).
+        An entry of the older format (a path only) cannot tell: False."""
+        if self.pid is None or self.start_time is None:
+            return False
+        return procfs.alive(self.pid, self.start_time)
+
+
+def _read_index(index: Path) -> ActiveEntry:
+    try:
+        text = index.read_text(errors="replace").strip()
+    except OSError as exc:
+        return ActiveEntry(index, None, problem=f"cannot read: {exc.strerror}")
+    if not text.startswith("{"):  # the older format: the ledger's path alone
+        return ActiveEntry(index, Path(text)) if text else ActiveEntry(index, None, problem="empty")
+    try:
+        raw = json.loads(text)
+        ledger = Path(str(raw["ledger"]))
+        pid = raw.get("pid")
+        start = raw.get("start_time")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return ActiveEntry(index, None, problem=f"not an index entry ({type(exc).__name__})")
+    return ActiveEntry(
+        index,
+        ledger,
+        pid=pid if isinstance(pid, int) else None,
+        start_time=start if isinstance(start, int) else None,
+    )
+
+
+def active_entries() -> list[ActiveEntry]:
+    """Index entries of runs that have not finished cleanly, oldest first (an entry that
+    vanishes while listing, removed by its own harness, is simply not listed)."""
     active = state_dir() / "active"
     if not active.is_dir():
         return []
-    out = []
-    for link in sorted(active.iterdir(), key=lambda p: p.stat().st_mtime):
-        target = Path(link.read_text().strip())
-        out.append(target)
-    return out
+    stamped = []
+    for index in active.iterdir():
+        try:
+            stamped.append((index.stat().st_mtime, index.name, index))
+        except OSError:
+            continue
+    return [_read_index(index) for _, _, index in sorted(stamped)]
+
+
+def active_ledgers() -> list[Path]:
+    """Ledger files of runs that have not finished cleanly, oldest first."""
+    return [e.ledger for e in active_entries() if e.ledger is not None]
 
 
 @dataclass
@@ -87,6 +152,10 @@ class Ledger:
         self.run_id = run_id
         self._lock = threading.Lock()
         self.entries: dict[str, LedgerEntry] = {}
+        #: Lines of the file that could not be read back (see :meth:`_load`).
+        self.problems: list[str] = []
+        #: What undos left alone as not ours (``NotOursError``), for the caller to report.
+        self.notes: list[str] = []
         if path.exists():
             self._load()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,10 +166,17 @@ class Ledger:
         return state_dir() / "active" / f"{self.run_id}.ledger"
 
     def activate(self) -> None:
-        """List this ledger in the state dir so a later ``cleanup`` finds it."""
+        """List this ledger in the state dir so a later ``cleanup`` finds it, with this
+        process (the harness) as its owner: pid and start time."""
         idx = self._index_file()
         idx.parent.mkdir(parents=True, exist_ok=True)
-        idx.write_text(str(self.path.resolve()) + "\n")
+        pid = os.getpid()
+        entry = {
+            "ledger": str(self.path.resolve()),
+            "pid": pid,
+            "start_time": procfs.start_time(pid),
+        }
+        idx.write_text(json.dumps(entry) + "\n")
 
     def deactivate(self) -> None:
         """Drop the index entry; only when every entry is reverted."""
@@ -120,18 +196,34 @@ class Ledger:
             os.close(fd)
 
     def _load(self) -> None:
-        for raw in self.path.read_text().splitlines():
+        """Read the file back. A torn line is skipped silently (the change it announced was
+        never made); any other line that is not a well-formed record is skipped and said
+        in :attr:`problems`, so one damaged line never hides the rest of the ledger."""
+        lines = self.path.read_text(errors="replace").splitlines()
+        for n, raw in enumerate(lines, 1):
             try:
                 rec = json.loads(raw)
             except json.JSONDecodeError:
+                if n < len(lines):
+                    self.problems.append(f"line {n}: not JSON")
                 continue  # a torn last line: the change it announced was never recorded
+            if not isinstance(rec, dict):
+                self.problems.append(f"line {n}: not a JSON object")
+                continue
             op, eid = rec.get("op"), rec.get("id")
+            if not isinstance(eid, str):
+                self.problems.append(f"line {n}: no entry id")
+                continue
             if op == "record":
+                kind, data = rec.get("kind"), rec.get("data")
+                if not isinstance(kind, str) or not isinstance(data, dict):
+                    self.problems.append(f"line {n}: a record without 'kind' or 'data'")
+                    continue
                 self.entries[eid] = LedgerEntry(
                     id=eid,
-                    kind=rec["kind"],
-                    data=rec["data"],
-                    label=rec.get("label", ""),
+                    kind=kind,
+                    data=data,
+                    label=str(rec.get("label", "")),
                     recorded_at=rec.get("ts", 0.0),
                 )
             elif eid in self.entries:
@@ -185,6 +277,13 @@ class Ledger:
                 return
             try:
                 UNDOERS[entry.kind](entry.data)
+            except NotOursError as exc:  # nothing of ours is left there: closed, and said
+                self.notes.append(f"{entry.kind} {entry.label}: {exc}")
+                entry.reverted = True
+                self._append(
+                    {"op": "reverted", "id": entry_id, "ts": time.time(), "note": str(exc)}
+                )
+                return
             except Exception as exc:  # an undo that fails must stay pending, and be said
                 entry.errors.append(str(exc))
                 self._append({"op": "revert_failed", "id": entry_id, "error": str(exc)})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import yaml
@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -30,6 +31,8 @@ from faultdrill.errors import PlanError
 from faultdrill.faults.api import FAULTS, FaultSpec
 
 __all__ = [
+    "ARG_PLACEHOLDERS",
+    "REFERENCE_WORKLOAD",
     "Control",
     "Plan",
     "RecoveryClass",
@@ -39,6 +42,12 @@ __all__ = [
     "parse_plan",
     "plan_schema",
 ]
+
+#: The reference workload's module: its ``task.workload`` (and each control's ``workload``)
+#: is checked against its config (``faultdrill.workloads.lm_config``) when the plan loads.
+REFERENCE_WORKLOAD = "faultdrill.workloads.lm"
+#: The placeholders ``task.entrypoint.args`` may use; the engine fills them in per item.
+ARG_PLACEHOLDERS = ("run_dir", "ckpt_dir", "events_dir", "workload_config")
 
 
 class _Frozen(BaseModel):
@@ -57,8 +66,10 @@ class RecoveryClass(str, Enum):
 class Entrypoint(_Frozen):
     """What each replica runs. Exactly one of ``module`` or ``script``.
 
-    Placeholders in ``args``: ``{run_dir}``, ``{ckpt_dir}``, ``{events_dir}``,
-    ``{workload_config}`` (the JSON file written from ``task.workload``).
+    A relative ``script`` is resolved against the plan file's directory when the plan is
+    loaded from a file (:func:`load_plan`), and must exist there: the job runs it from the
+    item's own directory. Placeholders in ``args``: ``{run_dir}``, ``{ckpt_dir}``,
+    ``{events_dir}``, ``{workload_config}`` (the JSON file written from ``task.workload``).
     """
 
     module: str | None = None
@@ -70,6 +81,37 @@ class Entrypoint(_Frozen):
         if (self.module is None) == (self.script is None):
             raise ValueError("set exactly one of 'module' or 'script'")
         return self
+
+    @field_validator("script")
+    @classmethod
+    def _script_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        base = (info.context or {}).get("plan_dir")
+        if value is None or base is None:
+            return value  # not loaded from a file (a recorded run's copy): nothing to resolve
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            path = Path(base) / path
+        if not path.is_file():
+            raise ValueError(
+                f"script {value!r} not found (looked for {path}); give a path relative to "
+                f"the plan file's directory ({base}) or an absolute one"
+            )
+        return str(path.resolve())
+
+    @field_validator("args")
+    @classmethod
+    def _known_placeholders(cls, args: tuple[str, ...]) -> tuple[str, ...]:
+        fill = dict.fromkeys(ARG_PLACEHOLDERS, "x")
+        for i, arg in enumerate(args):
+            try:
+                arg.format(**fill)
+            except (KeyError, IndexError, ValueError, AttributeError) as exc:
+                raise ValueError(
+                    f"args[{i}] {arg!r} has an unknown or malformed placeholder ({exc}); use "
+                    f"{', '.join('{' + k + '}' for k in ARG_PLACEHOLDERS)}, and '{{{{' / "
+                    "'}}}}' for a literal brace"
+                ) from exc
+        return args
 
 
 class Task(_Frozen):
@@ -121,6 +163,14 @@ class Resources(_Frozen):
     def _elastic_range(self) -> Resources:
         if self.min_nodes is not None and self.min_nodes > self.nodes:
             raise ValueError(f"min_nodes ({self.min_nodes}) must be <= nodes ({self.nodes})")
+        if self.spares and self.platform == "local" and self.isolation == "none":
+            # Only the namespace cluster re-places work on a spare; without it a spare
+            # would sit idle and a plan that counts on it would prove nothing.
+            raise ValueError(
+                f"spares ({self.spares}) are used only with isolation: netns (the local "
+                "platform without isolation never places work on a spare); set spares: 0 "
+                "or isolation: netns"
+            )
         return self
 
     @property
@@ -135,6 +185,28 @@ class CheckpointPolicy(_Frozen):
     latest_file: str = Field(
         "latest", description="file in dir naming the published checkpoint id ('' if none)"
     )
+
+    @field_validator("dir")
+    @classmethod
+    def _dir_inside_item(cls, value: str) -> str:
+        # Faults mount over and damage this directory: it must stay inside the item's own.
+        parts = PurePosixPath(value).parts
+        if value.startswith("/") or ".." in parts or not parts or "\0" in value:
+            raise ValueError(
+                f"must be a relative path below the scenario's run directory, without '..' "
+                f"(got {value!r}); use a plain name such as 'ckpt'"
+            )
+        return value
+
+    @field_validator("latest_file")
+    @classmethod
+    def _latest_is_a_name(cls, value: str) -> str:
+        if value and (value in (".", "..") or "/" in value or "\\" in value or "\0" in value):
+            raise ValueError(
+                f"must be a file name inside checkpoint.dir, not a path (got {value!r}); "
+                "use e.g. 'latest', or '' for none"
+            )
+        return value
 
 
 class Observation(_Frozen):
@@ -353,13 +425,57 @@ class Plan(_Frozen):
             problem = fault_cls.validate_against(item.fault, self)
             if problem:
                 raise ValueError(f"{item.id}: {problem}")
+        evidence = sorted(n for n, reg in CHECKS.items() if reg.category != "expectation")
         for c in self.controls:
             if c.expected_check not in CHECKS:
                 raise ValueError(
                     f"controls[{c.id}].expected_check {c.expected_check!r} is not a check; "
-                    f"use one of: {', '.join(sorted(CHECKS))}"
+                    f"use one of: {', '.join(evidence)}"
                 )
+            if CHECKS[c.expected_check].category == "expectation":
+                # expectation checks judge whether the drill ran as planned; a known-bad
+                # workload cannot make them fail, so the control could never be caught
+                raise ValueError(
+                    f"controls[{c.id}].expected_check {c.expected_check!r} is an expectation "
+                    "check, which a known-bad workload cannot fail; name a progress, "
+                    f"resources or results check: {', '.join(evidence)}"
+                )
+        self._check_reference_workload()
         return self
+
+    def _check_reference_workload(self) -> None:
+        """The reference workload's config, as each item will run it, is valid."""
+        if self.task.entrypoint.module != REFERENCE_WORKLOAD:
+            return
+        from faultdrill.workloads.lm_config import ConfigError, config_from_dict
+
+        checks: list[tuple[str, Control | None]] = [("task.workload", None)]
+        checks += [(f"controls[{c.id}].workload", c) for c in self.controls]
+        for where, item in checks:
+            try:
+                config_from_dict(self.workload_config(item, "<ckpt_dir>"), source=where)
+            except ConfigError as exc:
+                raise ValueError(
+                    f"{exc}; the fields are those of the reference workload's LMConfig "
+                    "(faultdrill.workloads.lm_config)"
+                ) from exc
+
+    def workload_config(self, item: Scenario | Control | None, ckpt_dir: str) -> dict[str, Any]:
+        """The workload config an item runs with (``{workload_config}``): ``task.workload``,
+        a control's ``workload`` over it, and for the reference workload the plan's
+        checkpoint policy, gloo timeout and seed."""
+        cfg = dict(self.task.workload)
+        if isinstance(item, Control):
+            cfg.update(item.workload)
+        if self.task.entrypoint.module == REFERENCE_WORKLOAD:
+            cfg.update(
+                ckpt_dir=ckpt_dir,
+                ckpt_every=self.checkpoint.every_steps,
+                ckpt_keep=self.checkpoint.keep,
+                gloo_timeout_s=self.resources.timeouts.gloo_s,
+            )
+            cfg.setdefault("seed", self.seeds.get("global", 0))
+        return cfg
 
     def scenarios(self) -> list[Scenario]:
         return [s for r in self.rounds for s in r.scenarios]
@@ -401,17 +517,20 @@ def load_plan(path: str | Path) -> Plan:
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         problem = getattr(exc, "problem", None) or str(exc)
         raise PlanError(str(path), [(where, f"not valid YAML: {problem}")]) from exc
-    return parse_plan(raw, source=str(path))
+    return parse_plan(raw, source=str(path), plan_dir=path.resolve().parent)
 
 
-def parse_plan(raw: Any, *, source: str = "<plan>") -> Plan:
+def parse_plan(raw: Any, *, source: str = "<plan>", plan_dir: Path | None = None) -> Plan:
+    """Validate a parsed plan. ``plan_dir``: the directory of the plan file it came from, if
+    any; a relative ``task.entrypoint.script`` is resolved against it and must exist."""
     if not isinstance(raw, dict):
         raise PlanError(
             source,
             [("(top level)", f"must be a mapping with task, data, ...; got {type(raw).__name__}")],
         )
     try:
-        return Plan.model_validate(raw)
+        context = {"plan_dir": str(plan_dir)} if plan_dir is not None else None
+        return Plan.model_validate(raw, context=context)
     except ValidationError as exc:
         errors = exc.errors()
         # A tuple whose item failed also reports itself "too short": noise, drop it.

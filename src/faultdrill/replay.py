@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faultdrill.diff import Band
+from faultdrill.diff import Band, load_report
 from faultdrill.errors import DrillError
 
 __all__ = ["ReplayResult", "compare_item", "replay_bundle"]
@@ -129,6 +129,14 @@ def _record_operator(
     path.write_text(json.dumps(dossier, indent=2) + "\n")
 
 
+def _recorded(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's scenario entries that name an id (others cannot be replayed)."""
+    items = report.get("scenarios")
+    if not isinstance(items, list):
+        return []
+    return [s for s in items if isinstance(s, dict) and isinstance(s.get("id"), str)]
+
+
 def replay_bundle(
     source: Path,
     operator: str,
@@ -157,6 +165,11 @@ def replay_bundle(
     band = band or Band()
     if not operator.strip():
         raise DrillError("--operator: name the person replaying the drill")
+    if not source.exists():
+        raise DrillError(
+            f"{source}: no such bundle or run directory; give an archive made by "
+            "`faultdrill bundle` or a run directory"
+        )
     with tempfile.TemporaryDirectory(prefix="faultdrill-replay-") as tmp:
         manifest: dict[str, Any] = {}
         if source.is_dir():
@@ -170,10 +183,10 @@ def replay_bundle(
             orig_dir = extract_bundle(source, Path(tmp), verify=verify)
         if not (orig_dir / "report.json").exists():
             raise DrillError(f"{source}: no report.json; not a faultdrill run or bundle")
-        original = json.loads((orig_dir / "report.json").read_text())
+        original, _ = load_report(orig_dir, verify=False)  # RunDirError if it is not one
         plan = load_run_plan(orig_dir)
         known = {s.id for s in plan.scenarios()} | {c.id for c in plan.controls}
-        recorded = [s["id"] for s in original.get("scenarios") or []]
+        recorded = [s["id"] for s in _recorded(original)]
         wanted = list(scenarios) if scenarios else recorded
         unknown = sorted(set(wanted) - known)
         if unknown:
@@ -196,7 +209,7 @@ def replay_bundle(
     _record_operator(out, operator, str(source), manifest, original)
     new = json.loads(json.dumps(result.to_json(), default=str))
     by_id = {s["id"]: s for s in new.get("scenarios") or []}
-    orig_by_id = {s["id"]: s for s in original.get("scenarios") or []}
+    orig_by_id = {s["id"]: s for s in _recorded(original)}
     rr = ReplayResult(
         out,
         operator,

@@ -255,7 +255,9 @@ class Timeline:
 
         Streams: step events go straight into columns, so memory stays near the size of
         the resulting table rather than of the parsed JSON. A line that is torn, not JSON
-        or not an object is skipped and counted in ``torn_lines``."""
+        or not an object, and a record that is malformed (a step without ``mono`` or
+        ``step``, a non-numeric time, rank, step or sample range), is skipped and counted
+        in ``torn_lines``; loading never raises on the content of a line."""
         events: list[Event] = []
         steps = _StepColumns()
         task = ""
@@ -268,12 +270,18 @@ class Timeline:
                         torn += 1
                         continue
                     if raw.get("src") == "probe" and raw.get("kind") == "step":
-                        steps.add(raw)
+                        if not steps.add(raw):
+                            torn += 1
+                            continue
                     else:
-                        events.append(Event.from_json(raw))
+                        try:
+                            events.append(Event.from_json(raw))
+                        except (TypeError, ValueError):  # a time that is not a number
+                            torn += 1
+                            continue
                     task = task or str(raw.get("task", ""))
         tl = cls._assemble(task, events, steps.table())
-        tl.torn_lines = torn
+        tl.torn_lines = torn + steps.bad  # rows dropped by table(), now that it has run
         return tl
 
     @classmethod
@@ -568,6 +576,7 @@ class _StepColumns:
 
     def __init__(self) -> None:
         self._done: list[list[np.ndarray]] = [[] for _ in range(8)]  # chunks, per column
+        self.bad = 0  # rows dropped because a value was not a number (see _close)
         self._open()
 
     def _open(self) -> None:
@@ -579,8 +588,12 @@ class _StepColumns:
         self.counts: list[int] = []
         self.pairs: list[Any] = []
 
-    def add(self, raw: dict[str, Any]) -> None:
+    def add(self, raw: dict[str, Any]) -> bool:
+        """Queue one step event; False (nothing queued) if it lacks ``mono`` or ``step`` or
+        its ``samples`` is not a list. Values are checked when the chunk is converted."""
         samples = raw.get("samples") or []
+        if "mono" not in raw or "step" not in raw or type(samples) not in (list, tuple):
+            return False
         self.mono.append(raw["mono"])
         self.rank.append(raw.get("rank", 0))
         self.pid.append(raw.get("pid", 0))
@@ -590,12 +603,17 @@ class _StepColumns:
         self.pairs.extend(samples)
         if len(self.step) >= self.CHUNK:
             self._close()
+        return True
 
-    def _close(self) -> None:
-        if not self.step:
-            return
-        pairs = np.asarray(self.pairs, dtype=I8).reshape(-1, 2)
-        chunk = (
+    def _convert(self) -> tuple[np.ndarray, ...]:
+        """The open chunk as columns; ValueError/TypeError/OverflowError if a value is not
+        a number or a sample is not a [start, end) pair."""
+        pairs = np.asarray(self.pairs, dtype=I8)
+        if pairs.size == 0:
+            pairs = pairs.reshape(0, 2)
+        elif pairs.ndim != 2 or pairs.shape[1] != 2:
+            raise ValueError("a sample range is not a [start, end) pair")
+        return (
             np.asarray(self.mono, dtype=np.float64),
             np.asarray(self.rank, dtype=I8),
             np.asarray(self.pid, dtype=I8),
@@ -605,6 +623,49 @@ class _StepColumns:
             pairs[:, 0].copy(),
             pairs[:, 1].copy(),
         )
+
+    def _drop_bad_rows(self) -> None:
+        """Slow path, only for a chunk that failed to convert: keep the rows whose every
+        value converts on its own, count the others in :attr:`bad`."""
+        cols = (self.mono, self.rank, self.pid, self.step, self.loss)
+        types = (np.float64, I8, I8, I8, np.float64)
+        keep: list[int] = []
+        starts: list[int] = []
+        at = 0
+        for i, n in enumerate(self.counts):
+            starts.append(at)
+            at += n
+            try:
+                for col, dt in zip(cols, types, strict=True):
+                    if np.asarray(col[i], dtype=dt).ndim:
+                        raise ValueError("not a single number")
+                pairs = np.asarray(self.pairs[starts[i] : at], dtype=I8)
+                if pairs.size and (pairs.ndim != 2 or pairs.shape[1] != 2):
+                    raise ValueError("not a pair")
+            except (ValueError, TypeError, OverflowError):
+                continue
+            keep.append(i)
+        self.bad += len(self.counts) - len(keep)
+        pairs_kept = [p for i in keep for p in self.pairs[starts[i] : starts[i] + self.counts[i]]]
+        self.mono, self.rank, self.pid, self.step, self.loss = ([c[i] for i in keep] for c in cols)
+        self.counts = [self.counts[i] for i in keep]
+        self.pairs = pairs_kept
+
+    def _close(self) -> None:
+        if not self.step:
+            return
+        try:
+            chunk = self._convert()
+        except (ValueError, TypeError, OverflowError):
+            self._drop_bad_rows()
+            try:
+                chunk = self._convert()
+            except (ValueError, TypeError, OverflowError):  # mixed rows numpy still refuses
+                self.bad += len(self.step)
+                self.step = []
+            if not self.step:
+                self._open()
+                return
         for done, col in zip(self._done, chunk, strict=True):
             done.append(col)
         self._open()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from faultdrill.analysis import injections
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
+from faultdrill.checks.progress import newest_valid_before
+from faultdrill.timeline import Incarnation
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -85,7 +87,10 @@ def job_outcome(ctx: CheckContext) -> list[Finding]:
 
 @check("expectation.restart", "expectation")
 def restart(ctx: CheckContext) -> list[Finding]:
-    """A restart happened after the fault if and only if the scenario expected a resume."""
+    """A restart happened after the fault if and only if the scenario expected a resume,
+    and it resumed as expected: ``latest-valid`` from the newest valid checkpoint,
+    ``previous-valid`` from an older valid one after refusing the newest, ``scratch`` from
+    nothing."""
     name, tl = "expectation.restart", ctx.timeline
     expected = getattr(ctx.item, "expected", None)
     if expected is None:
@@ -121,6 +126,9 @@ def restart(ctx: CheckContext) -> list[Finding]:
                 + ("" if expected.job == "completes" else " (job expected to fail)"),
             )
         ]
+    how = _resume_as_expected(ctx, new, expected.resume)
+    if how.verdict != P:
+        return [how]
     limit = getattr(getattr(ctx.item, "pass_criteria", None), "max_recomputed_steps", None)
     old = tl.incarnation_at(inj[0].mono)
     if (
@@ -138,4 +146,85 @@ def restart(ctx: CheckContext) -> list[Finding]:
                     f"{redo} steps recomputed, more than the plan's max_recomputed_steps {limit}",
                 )
             ]
-    return [ctx.finding(name, P, f"restarted as incarnation {new.index} after the fault")]
+    return [how]
+
+
+def _resume_as_expected(ctx: CheckContext, new: Incarnation, resume: str) -> Finding:
+    """Whether incarnation ``new`` resumed as ``resume`` (``latest-valid``,
+    ``previous-valid``, ``scratch``) says; consistent with ``progress.resume-point``'s idea
+    of the newest valid checkpoint."""
+    name, tl = "expectation.restart", ctx.timeline
+    head = f"restarted as incarnation {new.index} after the fault"
+    ld = new.load
+    if ld is None:
+        return ctx.finding(
+            name,
+            R,
+            f"{head}, but it recorded no checkpoint load decision: cannot tell whether it "
+            f"resumed {resume} as the plan expected",
+        )
+    got_id = str(ld.get("id")) if ld.kind == "ckpt_load" else None
+    got_step = new.resume_step or 0
+    got = f"{got_id} (step {got_step})" if got_id else "scratch"
+    want_id, want_step = newest_valid_before(tl, new.started_mono)
+    if resume == "scratch":
+        if got_id is None:
+            return ctx.finding(name, P, f"{head}, from scratch, as expected")
+        return ctx.finding(
+            name, F, f"{head}, resuming from {got}; the plan expected it to start from scratch"
+        )
+    if resume == "latest-valid":
+        if got_step == want_step:
+            best = f"the newest valid checkpoint {want_id} (step {want_step})"
+            return ctx.finding(
+                name,
+                P,
+                f"{head}, resuming from {best if want_id else 'scratch (none was valid)'}",
+            )
+        return ctx.finding(
+            name,
+            F,
+            f"{head}, resuming from {got}, but the newest valid checkpoint was "
+            f"{want_id or 'none'} (step {want_step}): the plan expected latest-valid",
+        )
+    # previous-valid: the newest checkpoint refused, an older valid one used
+    saves = [e for e in tl.of("probe", "ckpt_save") if e.mono < new.started_mono]
+    if not saves:
+        return ctx.finding(
+            name,
+            R,
+            f"{head}, but no checkpoint had been saved before it: nothing to reject, so "
+            "previous-valid could not be shown",
+        )
+    newest = max(saves, key=lambda e: (int(e["step"]), e.mono))
+    nid, nstep = str(newest["id"]), int(newest["step"])
+    refused = {
+        str(r.get("id")) for e in new.loads for r in e.get("rejected") or [] if isinstance(r, dict)
+    }
+    if got_id == nid or nid not in refused:
+        return ctx.finding(
+            name,
+            F,
+            f"{head}, resuming from {got} without rejecting the newest checkpoint {nid} (step {nstep}): "
+            "the plan expected it to be refused and an older valid one used",
+        )
+    if want_id is None or want_step >= nstep:
+        return ctx.finding(
+            name,
+            R,
+            f"{head}, resuming from {got} after rejecting {nid}, but no older valid checkpoint "
+            "existed: previous-valid could not be shown",
+        )
+    if got_step != want_step:
+        return ctx.finding(
+            name,
+            F,
+            f"{head}: rejected {nid} but resumed from {got}, not the newest older valid "
+            f"checkpoint {want_id} (step {want_step})",
+        )
+    return ctx.finding(
+        name,
+        P,
+        f"{head}: rejected the newest checkpoint {nid} (step {nstep}) and resumed from the "
+        f"older valid {want_id} (step {want_step}), as expected",
+    )

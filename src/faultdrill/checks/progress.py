@@ -205,6 +205,39 @@ def no_jump(ctx: CheckContext) -> list[Finding]:
     return out
 
 
+@check("progress.steps-attributed", "progress")
+def steps_attributed(ctx: CheckContext) -> list[Finding]:
+    """Every step event came from a replica that announced itself (``run_start``): steps of
+    an unknown process belong to no incarnation, so no other check judges them."""
+    tl, name = ctx.timeline, "progress.steps-attributed"
+    st = tl.steps
+    if len(st) == 0:
+        return [ctx.finding(name, R, "no step events were recorded")]
+    unknown = st.inc < 0
+    n = int(unknown.sum())
+    if n:
+        pids = sorted({int(p) for p in np.unique(st.pid[unknown])})
+        steps = st.step[unknown]
+        return [
+            ctx.finding(
+                name,
+                R,
+                f"{n} step event(s) from pid(s) {pids[:8]} that never emitted run_start "
+                f"(steps {int(steps.min())}-{int(steps.max())}): they belong to no "
+                "incarnation and no check judged them; find out what ran them",
+                rows=n,
+                pids=pids,
+            )
+        ]
+    return [
+        ctx.finding(
+            name,
+            P,
+            f"all {len(st)} step events came from replicas that announced themselves",
+        )
+    ]
+
+
 @check("progress.checkpoint-verified", "progress")
 def checkpoint_verified(ctx: CheckContext) -> list[Finding]:
     """Every checkpoint load verified the checkpoint's digest before using it."""

@@ -1,5 +1,6 @@
-"""Resource evidence: old replicas stopped, never two live processes for one rank, and
-nothing of the job left behind (processes, listening ports, temp dirs, mounts)."""
+"""Resource evidence: old replicas stopped, never two live processes for one rank, nothing
+of the job left behind (processes, listening ports, leftovers the platform reports), and
+every fault and recorded change taken back by the harness's cleanup."""
 
 from __future__ import annotations
 
@@ -139,12 +140,27 @@ def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
 
 @check("resources.released-at-end", "resources")
 def released_at_end(ctx: CheckContext) -> list[Finding]:
-    """After the job ended, none of its processes, listening ports or temp dirs remain."""
+    """After the job ended, none of its processes, listening ports or leftovers the
+    platform reports remain (only for a job that ended by itself: one the harness stopped
+    after a stop condition proves nothing here)."""
     tl, name = ctx.timeline, "resources.released-at-end"
     finals = tl.of("harness", "procs_final")
     if not finals:
         return [ctx.finding(name, R, "no end-of-job resource snapshot was recorded")]
     snap = finals[0]
+    if snap.get("after_stop"):
+        held = len(snap.get("alive") or []) + len(snap.get("ports") or [])
+        held += len(snap.get("leftovers") or [])
+        return [
+            ctx.finding(
+                name,
+                R,
+                "the harness itself stopped the job after a stop condition, so whether the "
+                f"job releases its resources when it ends was not observed ({held} item(s) "
+                "still held at the snapshot right after the stop)",
+                held=held,
+            )
+        ]
     out = []
     alive = snap.get("alive") or []
     if alive:
@@ -176,8 +192,68 @@ def released_at_end(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                "no process, listening port or temp dir of the job "
-                f"left {snap.get('settle_s', 0)} s after it ended",
+                "no process, listening port or leftover the platform reports was held "
+                f"{snap.get('settle_s', 0)} s after the job ended",
+            )
+        )
+    return out
+
+
+@check("resources.faults-reverted", "resources")
+def faults_reverted(ctx: CheckContext) -> list[Finding]:
+    """Every fault was reverted and the harness's cleanup took back every recorded change
+    (no failed revert, no ledger entry pending, no cleanup problem)."""
+    tl, name = ctx.timeline, "resources.faults-reverted"
+    out = []
+    for e in tl.of("fault", "revert_failed"):
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                f"reverting fault {e.get('fault')} failed: {e.get('error')}",
+                fault=e.get("fault"),
+            )
+        )
+    cleanups = tl.of("harness", "cleanup")
+    if not cleanups:
+        out.append(
+            ctx.finding(
+                name,
+                R,
+                "no cleanup was recorded (the harness may have died): whether every fault "
+                "and change was taken back is unknown; run `faultdrill cleanup RUN_DIR`",
+            )
+        )
+        return out
+    last = cleanups[-1]
+    pending = int(last.get("ledger_pending") or 0)
+    problems = [str(p) for p in last.get("problems") or []]
+    if pending:
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                f"{pending} ledger entr{'y' if pending == 1 else 'ies'} not reverted after "
+                "cleanup (a rule, mount, namespace or frozen group may be left behind); run "
+                "`faultdrill cleanup RUN_DIR`",
+                ledger_pending=pending,
+            )
+        )
+    if problems:
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                f"cleanup reported {len(problems)} problem(s): {'; '.join(problems[:3])}",
+                problems=problems,
+            )
+        )
+    if not out:
+        out.append(
+            ctx.finding(
+                name,
+                P,
+                "cleanup reported every fault reverted and no ledger entry pending",
             )
         )
     return out

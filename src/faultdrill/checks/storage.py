@@ -8,6 +8,7 @@ import re
 
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
 from faultdrill.events import Event
+from faultdrill.inventory import pointer_id
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -41,7 +42,9 @@ def failed_save_not_published(ctx: CheckContext) -> list[Finding]:
     if end is not None:
         looks.append((end.mono, "the end of the run", end))
     for mono, when, e in looks:
-        target = e.get("latest") if e.kind == "storage_observed" else e.get("target")
+        recorded = e.get("latest") if e.kind == "storage_observed" else e.get("target")
+        # runs recorded before the pointer contract kept the pointer's whole text
+        target = pointer_id(str(recorded)) if recorded else None
         if not target:
             continue
         done = {str(s.get("id")) for s in saves if s.mono <= mono}

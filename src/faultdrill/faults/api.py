@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from faultdrill.errors import DrillError
+from faultdrill.errors import DrillError, FaultError
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -51,7 +50,11 @@ class FaultSpec(BaseModel):
 
 @dataclass
 class FaultContext:
-    """What a fault may touch while it is injected."""
+    """What a fault may touch while it is injected.
+
+    When ``item_dir`` is given, ``ckpt_dir`` is resolved (symlinks followed) at
+    construction and must lie below it: storage and checkpoint faults mount over and damage
+    that directory, so it must never be a host path. Raises FaultError otherwise."""
 
     platform: Platform
     ledger: Ledger
@@ -62,6 +65,30 @@ class FaultContext:
     ckpt_dir: Path | None = None
     #: The plan's ``checkpoint.latest_file`` (the pointer naming the published checkpoint).
     latest_file: str = "latest"
+    #: The item's own directory (the run's ``baseline``, ``scenarios/ID``...), when known.
+    item_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.ckpt_dir is not None and self.item_dir is not None:
+            self.item_dir = self.item_dir.resolve()
+            self.ckpt_dir = self.checked_ckpt_dir()
+
+    def checked_ckpt_dir(self) -> Path:
+        """``ckpt_dir`` resolved now, refused (FaultError) unless it is strictly below
+        ``item_dir``. Faults call it again right before acting: the job may have replaced
+        the directory with a symlink since."""
+        if self.ckpt_dir is None:
+            raise FaultError("the drill did not say where the checkpoints are")
+        resolved = self.ckpt_dir.resolve()
+        if self.item_dir is not None:
+            base = self.item_dir.resolve()
+            if resolved == base or not resolved.is_relative_to(base):
+                raise FaultError(
+                    f"checkpoint directory {self.ckpt_dir} resolves to {resolved}, which is not "
+                    f"inside the item's directory {base}; faults act only on the run's own "
+                    "files (set checkpoint.dir to a plain relative name such as 'ckpt')"
+                )
+        return resolved
 
 
 class Fault(ABC):
@@ -101,6 +128,13 @@ class Fault(ABC):
             ctx.ledger.revert(entry_id)
 
 
+def is_single_name(name: str) -> bool:
+    """True if ``name`` is one plain path component (a checkpoint id, a file name): not
+    empty, not ``.`` or ``..``, no separator, no NUL. A pointer file's content is data
+    written by the job; a fault joins it to a directory only after this test."""
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
+
+
 FAULTS: dict[str, type[Fault]] = {}
 
 
@@ -114,6 +148,3 @@ def register(cls: type[Fault]) -> type[Fault]:
 
 def make_fault(spec: FaultSpec) -> Fault:
     return FAULTS[spec.kind](spec)
-
-
-FaultFactory = Callable[[FaultSpec], Fault]

@@ -31,8 +31,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from faultdrill.errors import FaultError
-from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
+from faultdrill.faults.api import Fault, FaultContext, FaultSpec, is_single_name, register
 from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
+from faultdrill.inventory import read_pointer
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import ABILITY_SIGNAL_WORKERS
 
@@ -67,16 +68,21 @@ def _sha256(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
 def _state_file(ckpt: Path) -> Path:
     """The checkpoint's state file: the one its manifest names, else the largest file."""
     try:
         manifest = json.loads((ckpt / "manifest.json").read_text())
         name = manifest.get("file") if isinstance(manifest, dict) else None
-        if isinstance(name, str) and (ckpt / name).is_file():
+        # The manifest is the job's data: only a plain file of this very directory.
+        if isinstance(name, str) and is_single_name(name) and _plain_file(ckpt / name):
             return ckpt / name
     except (OSError, ValueError):
         pass
-    files = [p for p in ckpt.iterdir() if p.is_file() and p.name != "manifest.json"]
+    files = [p for p in ckpt.iterdir() if _plain_file(p) and p.name != "manifest.json"]
     if not files:
         raise FaultError(f"{ckpt} holds no state file to damage")
     return max(files, key=lambda p: p.stat().st_size)
@@ -109,8 +115,17 @@ def _tensor_region(path: Path) -> tuple[int, int, str]:
 def damage_checkpoint(
     ckpt_dir: Path, cid: str, damage: Damage, *, flip_count: int, evidence_dir: Path
 ) -> dict[str, Any]:
-    """Apply ``damage`` to checkpoint ``cid``; returns facts. Raises FaultError."""
+    """Apply ``damage`` to checkpoint ``cid``; returns facts. Raises FaultError, also when
+    ``cid`` is not a single plain name (the pointer's content is the job's data: ``/etc``
+    or ``../..`` must not lead the damage outside ``ckpt_dir``)."""
+    if not is_single_name(cid):
+        raise FaultError(
+            f"the pointer names {cid!r}, which is not a checkpoint id (one plain name inside "
+            f"{ckpt_dir}); refusing to damage anything"
+        )
     ckpt = ckpt_dir / cid
+    if ckpt.is_symlink():
+        raise FaultError(f"{ckpt} is a symbolic link, not a checkpoint directory; left alone")
     if not ckpt.is_dir():
         raise FaultError(f"checkpoint directory {ckpt} does not exist")
     facts: dict[str, Any] = {"ckpt_id": cid, "damage": damage}
@@ -183,20 +198,26 @@ class CorruptCheckpoint(Fault):
         assert isinstance(spec, CorruptCheckpointSpec)
         if ctx.ckpt_dir is None:
             raise FaultError("corrupt-checkpoint: the drill did not say where checkpoints are")
+        ckpt_dir = ctx.checked_ckpt_dir()
         try:
-            cid = (ctx.ckpt_dir / ctx.latest_file).read_text().strip()
+            cid = read_pointer(ckpt_dir / ctx.latest_file) or ""
         except OSError as exc:
             raise FaultError(f"no {ctx.latest_file} pointer to follow: {exc.strerror}") from exc
         if not cid:
             raise FaultError(f"{ctx.latest_file} names no checkpoint yet")
-        evidence = ctx.ckpt_dir.parent / "faults"
+        if not is_single_name(cid):
+            raise FaultError(
+                f"{ctx.latest_file} names {cid!r}, not a checkpoint id (one plain name); "
+                "refusing to damage anything"
+            )
+        evidence = ckpt_dir.parent / "faults"
         eid = ctx.ledger.record(
             "ckpt-damage",
-            {"ckpt_dir": str(ctx.ckpt_dir), "ckpt_id": cid, "damage": spec.damage},
+            {"ckpt_dir": str(ckpt_dir), "ckpt_id": cid, "damage": spec.damage},
             f"{spec.damage} on checkpoint {cid}",
         )
         facts = damage_checkpoint(
-            ctx.ckpt_dir, cid, spec.damage, flip_count=spec.flip_count, evidence_dir=evidence
+            ckpt_dir, cid, spec.damage, flip_count=spec.flip_count, evidence_dir=evidence
         )
         ctx.ledger.update(eid, **{k: v for k, v in facts.items() if k == "moved_to"})
         ctx.ledger.mark_applied(eid)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from faultdrill import procfs
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
-from faultdrill.ledger import undoer
+from faultdrill.ledger import Ledger, undoer
 from faultdrill.platforms.api import ABILITY_SIGNAL_WORKERS, SignalsWorkers
 
 
@@ -31,6 +31,22 @@ class WorkerTarget(BaseModel):
 
     def label(self) -> str:
         return f"rank {self.rank}" if self.rank is not None else f"a worker on node {self.node}"
+
+
+def check_worker_target(target: WorkerTarget, plan: Any, what: str) -> str | None:
+    """Why ``target`` names no worker of the plan's layout (ranks ``0..world-1``; nodes
+    ``n1..nN`` and the spares after them), or None."""
+    res = plan.resources
+    world = res.world_size
+    if target.rank is not None and target.rank >= world:
+        return f"{what} rank {target.rank} does not exist (world size {world})"
+    names = [f"n{i}" for i in range(1, res.nodes + res.spares + 1)]
+    if target.node is not None and target.node not in names:
+        return (
+            f"{what} node {target.node!r} does not exist in this layout (nodes: "
+            f"{', '.join(names)}); use one of those"
+        )
+    return None
 
 
 class KillWorkerSpec(FaultSpec):
@@ -59,10 +75,7 @@ class KillWorker(Fault):
     @classmethod
     def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
         assert isinstance(spec, KillWorkerSpec)
-        world = plan.resources.world_size
-        if spec.target.rank is not None and spec.target.rank >= world:
-            return f"kill-worker target rank {spec.target.rank} does not exist (world size {world})"
-        return None
+        return check_worker_target(spec.target, plan, "kill-worker target")
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
@@ -90,10 +103,10 @@ class KillWorker(Fault):
             raise FaultError(f"worker pid {victim.pid} exited before it could be signalled")
         ctx.ledger.mark_applied(eid)
         ctx.ledger.revert(eid)  # nothing to undo; closes the entry
-        if sig == signal.SIGTERM and spec.grace_s >= 0:
+        if sig == signal.SIGTERM:
             threading.Thread(
                 target=_escalate,
-                args=(victim.pid, victim.start_time, spec.grace_s),
+                args=(ctx.ledger, victim.pid, victim.start_time, spec.grace_s),
                 daemon=True,
             ).start()
         return {
@@ -105,10 +118,21 @@ class KillWorker(Fault):
         }
 
 
-def _escalate(pid: int, start: int, grace_s: float) -> None:
+def _escalate(ledger: Ledger, pid: int, start: int | None, grace_s: float) -> None:
+    """After ``grace_s``, SIGKILL the worker if it still runs; like every signal the fault
+    sends, recorded in the ledger before it is sent."""
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if not procfs.alive(pid, start):
             return
         time.sleep(0.05)
-    procfs.kill_checked(pid, start, signal.SIGKILL)
+    if not procfs.alive(pid, start):
+        return
+    eid = ledger.record(
+        "signal",
+        {"pid": pid, "start_time": start, "signal": "SIGKILL", "escalation": True},
+        f"SIGKILL pid {pid} (still alive {grace_s:g} s after SIGTERM)",
+    )
+    if procfs.kill_checked(pid, start, signal.SIGKILL):
+        ledger.mark_applied(eid)
+    ledger.revert(eid)  # nothing to undo; closes the entry

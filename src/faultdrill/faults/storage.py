@@ -17,8 +17,11 @@ fault looks at the checkpoint pointer when it starts and just before it ends
 (its ``manifest.json``, if it has one, against its state file). Checks use that to prove
 that a failed save never became ``latest``.
 
-Every mount and file is recorded in the ledger before it is made; the undo is by recorded
-path only. Mounts are made in the harness's mount namespace, which is the job's on the
+Every mount and file is recorded in the ledger before it is made, with what will prove the
+mount ours (a unique tmpfs source tag; for the bind, the mounts already there and the
+directory's identity); the undo acts by recorded path, and only on a mount it can prove is
+ours (:func:`_is_ours`), so a crash between recording and mounting never unmounts another's.
+Mounts are made in the harness's mount namespace, which is the job's on the
 local platform (agents are entered with ``nsenter --net`` only); ``inject`` refuses to act
 when a job process lives in another mount namespace.
 """
@@ -29,14 +32,15 @@ import contextlib
 import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
 from faultdrill.errors import FaultError
-from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
-from faultdrill.inventory import verify_dir
+from faultdrill.faults.api import Fault, FaultContext, FaultSpec, is_single_name, register
+from faultdrill.inventory import read_pointer, verify_dir
 from faultdrill.ledger import undoer
 
 __all__ = [
@@ -136,32 +140,99 @@ def _umount(path: str) -> None:
         _run(["umount", "-l", path])
 
 
-def _umount_ours(path: str, mount_ids: list[str], count: int) -> None:
-    """Unmount up to ``count`` mounts at ``path``; when the ids we made are known, only
-    while the top mount is one of them."""
-    for _ in range(count):
-        mounts = mounts_at(Path(path))
-        if not mounts:
-            return
-        if mount_ids and mounts[-1]["id"] not in mount_ids:
-            return
-        _umount(path)
+def dir_identity(path: Path) -> list[int]:
+    """(st_dev, st_ino) of a directory: a bind mount of it onto itself shows the same pair
+    at its mount point; any other filesystem mounted there shows another."""
+    st = os.stat(path)
+    return [st.st_dev, st.st_ino]
+
+
+def tmpfs_entry(ckpt: Path, size_mb: int) -> dict[str, Any]:
+    """The ledger data of a tmpfs about to be mounted on ``ckpt``. Its ``source`` is a
+    unique tag, given to ``mount`` as the source: it is how an undo (maybe after a crash
+    right after the mount) recognises this tmpfs, and no other, as ours."""
+    return {
+        "path": str(ckpt),
+        "size_mb": size_mb,
+        "keep_copy": str(ckpt.parent / f".{ckpt.name}.from-tmpfs"),
+        "source": f"faultdrill-{uuid.uuid4().hex}",
+        "mount_ids": [],
+    }
+
+
+def bind_entry(ckpt: Path) -> dict[str, Any]:
+    """The ledger data of a bind of ``ckpt`` onto itself about to be made: what proves the
+    bind ours afterwards, taken before mounting (the mounts already there, which are not
+    ours, and the directory's identity, which the bind shows at the mount point)."""
+    return {
+        "path": str(ckpt),
+        "before_ids": [m["id"] for m in mounts_at(ckpt)],
+        "identity": dir_identity(ckpt),
+        "mount_ids": [],
+    }
+
+
+def _is_ours(mount: dict[str, str], path: Path, data: dict[str, Any], top: bool) -> bool:
+    """Whether ``mount`` (one of :func:`mounts_at` ``path``) is the one this ledger entry
+    made, proven from what was recorded BEFORE mounting (the harness may have died between
+    recording and mounting, or between mounting and noting the mount's id):
+
+    * tmpfs: its source is the unique tag recorded in ``source``;
+    * read-only bind: it was not among the mounts at ``path`` before (``before_ids``), is
+      one of ``mount_ids`` when those were noted, and (only checkable for the top mount)
+      its root is the very directory recorded in ``identity``;
+    * an entry of an older format without ``source``/``before_ids``: only by ``mount_ids``.
+    """
+    ids = [str(i) for i in data.get("mount_ids") or []]
+    if data.get("source"):
+        return mount["source"] == data["source"] and mount["fstype"] == "tmpfs"
+    if "before_ids" not in data:
+        return bool(ids) and mount["id"] in ids
+    if mount["id"] in [str(i) for i in data["before_ids"]]:
+        return False
+    if ids and mount["id"] not in ids:
+        return False
+    if not top:
+        return bool(ids)  # noted by id after mounting; its root cannot be examined
+    try:
+        return dir_identity(path) == list(data.get("identity") or [])
+    except OSError:
+        return False
+
+
+def _our_mount_on_top(data: dict[str, Any]) -> bool:
+    """True if the top mount at the entry's path is ours; False if none of ours is there.
+    Raises FaultError if ours is there but covered by a mount that is not ours."""
+    path = Path(str(data["path"]))
+    mounts = mounts_at(path)
+    if not mounts:
+        return False
+    if _is_ours(mounts[-1], path, data, top=True):
+        return True
+    if any(_is_ours(m, path, data, top=False) for m in mounts[:-1]):
+        raise FaultError(
+            f"our mount at {path} is covered by mount {mounts[-1]['id']} "
+            f"({mounts[-1]['fstype']} {mounts[-1]['source']}), which is not ours; unmount that "
+            "first, then run `faultdrill cleanup` again"
+        )
+    return False
 
 
 @undoer("ro-bind-mount")
 def _undo_ro_bind(data: dict[str, Any]) -> None:
-    """Unmount the read-only bind: the directory underneath is as it was."""
-    _umount_ours(str(data["path"]), list(data.get("mount_ids", [])), 1)
+    """Unmount the read-only bind if it is ours (:func:`_is_ours`): the directory underneath
+    is as it was. Any other mount at the path is left alone."""
+    if _our_mount_on_top(data):
+        _umount(str(data["path"]))
 
 
 @undoer("tmpfs-mount")
 def _undo_tmpfs(data: dict[str, Any]) -> None:
-    """Copy what the tmpfs holds back into the directory underneath, then unmount it."""
-    path = str(data["path"])
-    ours = list(data.get("mount_ids", []))
-    mounts = mounts_at(Path(path))
-    if not mounts or (ours and mounts[-1]["id"] not in ours):
+    """If the top mount at the path is our tmpfs: copy what it holds back into the directory
+    underneath, then unmount it. Any other mount at the path is left alone."""
+    if not _our_mount_on_top(data):
         return
+    path = str(data["path"])
     keep = Path(str(data["keep_copy"]))
     copied = False
     try:
@@ -169,7 +240,9 @@ def _undo_tmpfs(data: dict[str, Any]) -> None:
         copied = True
     except OSError:
         pass  # the evidence copy is a courtesy: the mount must go regardless
-    _umount_ours(path, ours, 1)
+    _umount(path)
+    # Back into the directory itself only; if another mount is still there (one that was
+    # there before ours), the copy stays in ``keep_copy``.
     if copied and not is_mount_point(Path(path)):
         for child in keep.iterdir():
             dest = Path(path) / child.name
@@ -194,13 +267,19 @@ def observe_pointer(ckpt_dir: Path, latest_file: str) -> dict[str, Any]:
         out["latest_problem"] = "the plan names no pointer file"
         return out
     try:
-        out["latest"] = (ckpt_dir / latest_file).read_text().strip() or None
+        out["latest"] = read_pointer(ckpt_dir / latest_file)
     except FileNotFoundError:
         return out
     except OSError as exc:
         out["latest_problem"] = f"cannot read {latest_file}: {exc.strerror}"
         return out
-    if out["latest"]:
+    if out["latest"] and not is_single_name(out["latest"]):
+        out["latest_verifies"] = False
+        out["latest_problem"] = (
+            f"{latest_file} names {out['latest']!r}, which is not a checkpoint id (one plain "
+            "name inside the checkpoint directory)"
+        )
+    elif out["latest"]:
         ok, why = verify_dir(ckpt_dir / out["latest"])
         out["latest_verifies"] = ok
         out["latest_problem"] = why or None
@@ -235,8 +314,8 @@ class StorageOutage(Fault):
             raise FaultError("storage-outage: the drill did not say where the checkpoints are")
         if os.geteuid() != 0:
             raise FaultError("storage-outage needs root (it mounts over the checkpoint dir)")
-        ctx.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        return ctx.ckpt_dir
+        ctx.checked_ckpt_dir().mkdir(parents=True, exist_ok=True)
+        return ctx.checked_ckpt_dir()  # again: resolved now that it exists
 
     def prepare(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
@@ -246,15 +325,10 @@ class StorageOutage(Fault):
         ckpt = self._ckpt(ctx)
         if any(ckpt.iterdir()):
             raise FaultError(f"{ckpt} is not empty; a tmpfs would hide its contents")
-        data = {
-            "path": str(ckpt),
-            "size_mb": spec.fs_size_mb,
-            "keep_copy": str(ckpt.parent / f".{ckpt.name}.from-tmpfs"),
-            "mount_ids": [],
-        }
+        data = tmpfs_entry(ckpt, spec.fs_size_mb)
+        source = data["source"]
         eid = ctx.ledger.record("tmpfs-mount", data, f"tmpfs {spec.fs_size_mb}M on {ckpt}")
         self._prepared.append(eid)
-        source = f"faultdrill-{ctx.ledger.run_id}"
         _run(
             ["mount", "-t", "tmpfs", "-o", f"size={spec.fs_size_mb}m,mode=0755", source, str(ckpt)]
         )
@@ -289,11 +363,10 @@ class StorageOutage(Fault):
         return self._fill(ctx, ckpt, spec, before)
 
     def _read_only(self, ctx: FaultContext, ckpt: Path, before: dict[str, Any]) -> dict[str, Any]:
-        eid = ctx.ledger.record(
-            "ro-bind-mount", {"path": str(ckpt), "mount_ids": []}, f"read-only bind on {ckpt}"
-        )
+        data = bind_entry(ckpt)
+        known = data["before_ids"]
+        eid = ctx.ledger.record("ro-bind-mount", data, f"read-only bind on {ckpt}")
         self.entry_ids.append(eid)
-        known = {m["id"] for m in mounts_at(ckpt)}
         _run(["mount", "--bind", str(ckpt), str(ckpt)])
         ids = [m["id"] for m in mounts_at(ckpt) if m["id"] not in known]
         ctx.ledger.update(eid, mount_ids=ids)

@@ -262,7 +262,7 @@ class LocalPlatform(Platform):
 
     def _submit(self, job: JobSpec) -> None:
         self.rdzv_host = self.node_address(job.nodes[0])
-        self.rdzv_port = free_port(self.rdzv_host if self.rdzv_host != "127.0.0.1" else "127.0.0.1")
+        self.rdzv_port = free_port(self.rdzv_host)
         for i, node in enumerate(job.nodes):
             self.start_agent(node, job, is_host=(i == 0))
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from faultdrill import procfs
-from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
+from faultdrill.errors import EnvironmentPrepError, FaultError, NotOursError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import (
     ABILITY_NETWORK_LINKS,
@@ -238,10 +238,18 @@ def _free_port_in(ns: str, address: str) -> int:
 @undoer("netns")
 def _undo_netns(data: dict[str, Any]) -> None:
     """Kill what still runs inside the namespace (ours: it was created for this run), then
-    delete it. Idempotent."""
+    delete it. Idempotent. When the ledger noted the namespace's inode, a namespace of that
+    name with another inode is not ours (ours is gone; another was made under its name):
+    it is left alone, processes and all, and said (NotOursError)."""
     name = str(data["name"])
     if not netns_exists(name):
         return
+    recorded = data.get("inode")
+    if recorded is not None and ns_inode(name) != recorded:
+        raise NotOursError(
+            f"namespace {name} now has inode {ns_inode(name)}, not the recorded {recorded}: "
+            "it is not the one this run made; left alone"
+        )
     for _ in range(50):
         pids = ns_pids(name)
         if not pids:

@@ -363,6 +363,16 @@ def _pictures(
     return out
 
 
+def _caught_attr(caught: bool | None) -> str:
+    return "unproven" if caught is None else str(bool(caught)).lower()
+
+
+def _caught_text(t: Translator, caught: bool | None) -> str:
+    if caught is None:
+        return t("ctl.unproven")
+    return t("yes") if caught else t("no")
+
+
 def _item_html(
     t: Translator, s: dict[str, Any], run_dir: Path | None, base_view: ItemView | None
 ) -> str:
@@ -375,7 +385,9 @@ def _item_html(
         f"<h3>{_e(sid)}{title}</h3>",
     ]
     if s.get("control"):
-        caught = t("ctl.caught") if s.get("caught") else t("ctl.missed")
+        caught = {True: t("ctl.caught"), None: t("ctl.unproven")}.get(
+            s.get("caught"), t("ctl.missed")
+        )
         out.append(
             "<p class='control-line'>"
             + _e(
@@ -389,6 +401,9 @@ def _item_html(
             )
             + "</p>"
         )
+    why_not = s.get("aborted") or s.get("not_proven_why")
+    if why_not:
+        out.append(f"<p class='note not-as-planned'>{_e(t('not_as_planned', why=why_not))}</p>")
     pre = [t("pre.baseline"), *(s.get("preconditions") or [])]
     conclusion = t(
         "conclusion.cls",
@@ -428,7 +443,8 @@ def _item_html(
         f"<li data-q='4'><span class='qlabel'>{t('q.4')}</span>: "
         f"{_e(_resumed(t, q.get('resumed_from')))}; "
         f"{_e(t('q.first_step', when=_when(t, q.get('first_step_after_at'))))}</li></ol>"
-        f"<p>{_e(_times_line(t, s))}</p>"
+        + (f"<p class='note q-note'>{_e(t('q.note', note=q['note']))}</p>" if q.get("note") else "")
+        + f"<p>{_e(_times_line(t, s))}</p>"
     )
     view = None
     if run_dir is not None:
@@ -741,8 +757,8 @@ def _summary_html(t: Translator, report: dict[str, Any]) -> str:
             f"<tr data-scenario='{_e(s['id'])}'><td><a href='#item-{_e(s['id'])}'>{_e(s['id'])}</a></td>"
             f"<td><code>{_e(json.dumps(s.get('workload_mutation'), ensure_ascii=False))}</code></td>"
             f"<td><code>{_e(s.get('expected_check'))}</code></td>"
-            f"<td data-caught='{str(bool(s.get('caught'))).lower()}'>"
-            f"{_e(t('yes') if s.get('caught') else t('no'))}</td><td>{_vb(t, s.get('verdict'))}</td></tr>"
+            f"<td data-caught='{_caught_attr(s.get('caught'))}'>"
+            f"{_e(_caught_text(t, s.get('caught')))}</td><td>{_vb(t, s.get('verdict'))}</td></tr>"
             for s in ctls
         )
         out.append(

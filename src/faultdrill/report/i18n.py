@@ -104,6 +104,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     ),
     "ctl.caught": ("CAUGHT", "已识别"),
     "ctl.missed": ("MISSED", "未识别"),
+    "ctl.unproven": ("NOT PROVEN (retest)", "未证实（补测）"),
+    "not_as_planned": (
+        "Not run as planned: {why}; this proves nothing either way (retest)",
+        "未按计划执行：{why}；无法据此下结论（补测）",
+    ),
     "ctl.line": (
         "Negative control: {caught} by `{check}` (workload mutation: `{mutation}`); verdict {verdict}",
         "阴性对照：{caught}，应由 `{check}` 识别（工作负载缺陷：`{mutation}`）；判定 {verdict}",
@@ -128,6 +133,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "q.short.4": ("continued", "继续训练"),
     "q.by": ("by {by}", "依据：{by}"),
     "q.first_step": ("first new step {when}", "第一个新步 {when}"),
+    "q.note": ("Note: {note}", "说明：{note}"),
     "when.none": ("not observed", "未观测到"),
     "when.rel": ("{wall} (+{rel:.2f} s after injection)", "{wall}（注入后 +{rel:.2f} 秒）"),
     "resumed.none": ("no restart observed", "未观测到重启"),
@@ -592,6 +598,14 @@ CHECK_NAMES: dict[str, tuple[str, str]] = {
     "resources.no-stale-replica": ("no stale replica", "没有旧副本残留"),
     "resources.no-duplicate-rank": ("never two processes for one rank", "同一 rank 不存在两个进程"),
     "resources.released-at-end": ("nothing left after the job", "任务结束后资源全部释放"),
+    "resources.faults-reverted": (
+        "every fault and recorded change taken back",
+        "所有故障与记录的变更均已撤销",
+    ),
+    "progress.steps-attributed": (
+        "every step came from an announced replica",
+        "每个训练步都来自已登记的副本",
+    ),
     "results.loss-matches-baseline": ("loss equals the baseline", "损失与基线一致"),
     "results.final-model-digest": ("final model identical to the baseline", "最终模型与基线一致"),
     "results.final-checkpoint-verifies": ("final checkpoint verifies", "最终检查点校验通过"),

@@ -43,6 +43,12 @@ def _resumed(r: dict[str, Any] | None, t: Translator = _EN) -> str:
     )
 
 
+def _caught_cell(caught: bool | None, t: Translator = _EN) -> str:
+    if caught is None:
+        return f"**{t('ctl.unproven')}**"
+    return t("yes") if caught else f"**{t('no')}**"
+
+
 def _findings(ev: dict[str, Any], t: Translator = _EN) -> list[str]:
     return [f"  - {_mark(f['verdict'], t)} `{f['check']}`: {f['message']}" for f in ev["findings"]]
 
@@ -53,7 +59,9 @@ def _item(s: dict[str, Any], lines: list[str], t: Translator = _EN) -> None:
     lines.append("")
     verdict = _mark(s["verdict"], t)
     if s.get("control"):
-        caught = t("ctl.caught") if s.get("caught") else t("ctl.missed")
+        caught = {True: t("ctl.caught"), None: t("ctl.unproven")}.get(
+            s.get("caught"), t("ctl.missed")
+        )
         lines.append(
             "**"
             + t(
@@ -75,6 +83,9 @@ def _item(s: dict[str, Any], lines: list[str], t: Translator = _EN) -> None:
             )
         )
     lines.append("")
+    why_not = s.get("aborted") or s.get("not_proven_why")
+    if why_not:
+        lines += [t("not_as_planned", why=why_not), ""]
     fault = s["fault"] or {}
     pre = s.get("preconditions") or []
     lines += [
@@ -117,16 +128,19 @@ def _item(s: dict[str, Any], lines: list[str], t: Translator = _EN) -> None:
     lines.append("")
     q, tm = s["questions"], s["times"]
     rc = tm["recomputed_steps"]
+    by = q.get("worker_lost_by")
     lines += [
         f"**{t('q.title')}**",
         "",
-        f"1. {t('q.1')}: {_when(q['worker_lost_at'], t)} — {t('q.by', by=q['worker_lost_by'])}",
+        f"1. {t('q.1')}: {_when(q['worker_lost_at'], t)}"
+        + (f" — {t('q.by', by=by)}" if by else ""),
         f"2. {t('q.2')}: {_when(q['old_replica_stopped_at'], t)}"
         + (f" — {q['old_replica_note']}" if q.get("old_replica_note") else ""),
         f"3. {t('q.3')}: {_when(q['new_replicas_ready_at'], t)}",
         f"4. {t('q.4')}: {_resumed(q['resumed_from'], t)}; "
         + t("q.first_step", when=_when(q.get("first_step_after_at"), t)),
         "",
+        *([t("q.note", note=q["note"]), ""] if q.get("note") else []),
         t(
             "times.line",
             detect=_fmt_s(tm["detect_s"], t),
@@ -254,7 +268,7 @@ def render_markdown(report: dict[str, Any], lang: str = "en") -> str:
         for s in ctls:
             lines.append(
                 f"| {s['id']} | `{s.get('workload_mutation')}` | `{s['expected_check']}` "
-                f"| {t('yes') if s['caught'] else '**' + t('no') + '**'} | "
+                f"| {_caught_cell(s.get('caught'), t)} | "
                 f"{_mark(s['verdict'], t)} |"
             )
     lines += ["", f"## {t('baseline.title')}", ""]

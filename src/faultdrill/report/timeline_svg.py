@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from faultdrill.analysis import LOST_KINDS
 from faultdrill.report.i18n import Translator
 from faultdrill.timeline import Timeline
 
@@ -46,20 +47,9 @@ STATE_COLOURS = {
     "stopped": "#fb923c",
     "unknown": "#e5e7eb",
 }
-#: Platform event kinds that mean "a replica or node is gone" (kept in step with
-#: ``faultdrill.analysis.LOST_KINDS``; unknown kinds still appear as plain marks).
-_LOST = frozenset(
-    {
-        "worker_group_failed",
-        "worker_failed",
-        "membership_change",
-        "replica_lost",
-        "node_lost",
-        "rdzv_timeout",
-        "rdzv_connection_error",
-        "rdzv_closed",
-    }
-)
+#: Platform event kinds that mean "a replica or node is gone" (unknown kinds still appear
+#: as plain marks).
+_LOST = LOST_KINDS
 _NODE_TICKS = frozenset({"rdzv_complete", "workers_starting", "workers_succeeded"})
 
 

@@ -12,13 +12,14 @@ Contract
 --------
 * **Config**: a JSON object whose keys are :class:`LMConfig`'s fields, loaded strictly by
   :func:`load_config` (unknown key, wrong type or broken rule: :class:`ConfigError` naming
-  the file, the field, the rule and the value). ``global_batch`` must be divisible by the
-  world size, checked once the process group exists. A config error exits with status 2
-  and one line on stderr. ``config_digest`` (in ``run_start``) is the sha256 of the
-  canonical JSON (sorted keys, no spaces) of the fields in :data:`DIGEST_FIELDS`: those
-  that decide the numbers a correct run computes. ``ckpt_dir``, ``ckpt_every``,
-  ``ckpt_keep``, ``gloo_timeout_s``, ``step_sleep_s``, ``save_error`` and ``bad_mode`` are
-  left out, so a drill and its baseline share a digest.
+  the file, the field, the rule and the value; defined in the torch-free
+  :mod:`faultdrill.workloads.lm_config`, so plans are checked against it at load time).
+  ``global_batch`` must be divisible by the world size, checked once the process group
+  exists. A config error exits with status 2 and one line on stderr. ``config_digest``
+  (in ``run_start``) is the sha256 of the canonical JSON (sorted keys, no spaces) of the
+  fields in :data:`DIGEST_FIELDS`: those that decide the numbers a correct run computes.
+  ``ckpt_dir``, ``ckpt_every``, ``ckpt_keep``, ``gloo_timeout_s``, ``step_sleep_s``,
+  ``save_error`` and ``bad_mode`` are left out, so a drill and its baseline share a digest.
 * **Data**: a synthetic corpus of ``dataset_size`` token sequences drawn from a sparse
   random Markov chain (each token has two possible successors), so the loss falls from
   ln(vocab) towards ln 2. Sample ``i`` depends only on ``(seed, i)``. Global stream
@@ -67,10 +68,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import gc
 import hashlib
-import json
 import math
 import os
 import random
@@ -78,7 +77,6 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -89,9 +87,17 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from faultdrill.errors import DrillError
 from faultdrill.probe import Probe, probe_from_env
 from faultdrill.workloads import _ckpt
+from faultdrill.workloads.lm_config import (  # the config part needs no torch: plans use it
+    BAD_MODES,
+    DIGEST_FIELDS,
+    ConfigError,
+    LMConfig,
+    config_digest,
+    config_from_dict,
+    load_config,
+)
 
 __all__ = [
     "BAD_MODES",
@@ -110,155 +116,8 @@ __all__ = [
 ]
 
 PROG = "faultdrill.workloads.lm"
-
-BAD_MODES = (
-    "resume-ignored",
-    "data-position-not-restored",
-    "skip-ahead",
-    "optimizer-not-restored",
-    "load-unverified",
-    "stale-replica",
-    "publish-before-durable",
-)
-SAVE_ERRORS = ("skip", "crash")
 STALE_MARKER = ".stale-replica-started"
 _CLAIM_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-
-
-class ConfigError(DrillError, ValueError):
-    """The workload config is unreadable or breaks a rule; the message says where and why."""
-
-
-@dataclass(frozen=True)
-class LMConfig:
-    """The workload's configuration, validated by :func:`config_from_dict`."""
-
-    ckpt_dir: str
-    steps: int = 40
-    global_batch: int = 8
-    seq_len: int = 16
-    vocab: int = 32
-    d_model: int = 32
-    n_layers: int = 2
-    n_heads: int = 2
-    dropout: float = 0.0
-    lr: float = 3e-3
-    warmup_steps: int = 5
-    seed: int = 1234
-    dataset_size: int = 512
-    ckpt_every: int = 10
-    ckpt_keep: int = 3
-    gloo_timeout_s: float = 30.0
-    step_sleep_s: float = 0.0
-    save_error: str = "skip"
-    bad_mode: str | None = None
-
-
-DIGEST_FIELDS = (
-    "steps",
-    "global_batch",
-    "seq_len",
-    "vocab",
-    "d_model",
-    "n_layers",
-    "n_heads",
-    "dropout",
-    "lr",
-    "warmup_steps",
-    "seed",
-    "dataset_size",
-)
-
-_INT_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "int"}
-_FLOAT_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "float"}
-# Rules beyond the type: field -> (predicate, rule as said in the error).
-_MIN_INT = {
-    "steps": 1,
-    "global_batch": 1,
-    "seq_len": 1,
-    "vocab": 2,
-    "d_model": 1,
-    "n_layers": 1,
-    "n_heads": 1,
-    "warmup_steps": 0,
-    "seed": 0,
-    "dataset_size": 1,
-    "ckpt_every": 1,
-    "ckpt_keep": 1,
-}
-
-
-def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
-    """Validate a parsed config object; raises :class:`ConfigError` naming ``source``."""
-
-    def fail(name: str, rule: str, value: Any) -> ConfigError:
-        return ConfigError(f"{source}: field {name!r}: {rule} (got {value!r})")
-
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: must be a JSON object (got {type(raw).__name__})")
-    known = {f.name for f in dataclasses.fields(LMConfig)}
-    for key in raw:
-        if key not in known:
-            raise ConfigError(
-                f"{source}: unknown field {key!r} (known: {', '.join(sorted(known))})"
-            )
-    if "ckpt_dir" not in raw:
-        raise ConfigError(f"{source}: field 'ckpt_dir' is required")
-    values: dict[str, Any] = {}
-    for name, value in raw.items():
-        if name in _INT_FIELDS:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise fail(name, "must be an integer", value)
-            if value < _MIN_INT[name]:
-                raise fail(name, f"must be >= {_MIN_INT[name]}", value)
-        elif name in _FLOAT_FIELDS:
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-            ):
-                raise fail(name, "must be a finite number", value)
-            value = float(value)
-        values[name] = value
-    cfg_ckpt = values["ckpt_dir"]
-    if not isinstance(cfg_ckpt, str) or not cfg_ckpt:
-        raise fail("ckpt_dir", "must be a non-empty string", cfg_ckpt)
-    if not 0.0 <= values.get("dropout", 0.0) < 1.0:
-        raise fail("dropout", "must be in [0, 1)", values["dropout"])
-    for name in ("lr", "gloo_timeout_s"):
-        if name in values and values[name] <= 0:
-            raise fail(name, "must be > 0", values[name])
-    if values.get("step_sleep_s", 0.0) < 0:
-        raise fail("step_sleep_s", "must be >= 0", values["step_sleep_s"])
-    if "save_error" in values and values["save_error"] not in SAVE_ERRORS:
-        raise fail("save_error", f"must be one of {', '.join(SAVE_ERRORS)}", values["save_error"])
-    if values.get("bad_mode") is not None and values["bad_mode"] not in BAD_MODES:
-        raise fail("bad_mode", f"must be null or one of {', '.join(BAD_MODES)}", values["bad_mode"])
-    cfg = LMConfig(**values)
-    if cfg.d_model % cfg.n_heads:
-        raise fail("n_heads", f"must divide d_model {cfg.d_model}", cfg.n_heads)
-    return cfg
-
-
-def load_config(path: str | os.PathLike[str]) -> LMConfig:
-    """Read and validate a config file; raises :class:`ConfigError`."""
-    source = os.fspath(path)
-    try:
-        with open(source, encoding="utf-8") as f:
-            raw = json.load(f)
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise ConfigError(f"{source}: not valid JSON: {exc}") from exc
-    return config_from_dict(raw, source)
-
-
-def config_digest(cfg: LMConfig) -> str:
-    """sha256 of the canonical JSON of the :data:`DIGEST_FIELDS`."""
-    canon = {name: getattr(cfg, name) for name in DIGEST_FIELDS}
-    return hashlib.sha256(
-        json.dumps(canon, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()
 
 
 def _derive_seed(*parts: object) -> int:
