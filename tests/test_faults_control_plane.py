@@ -3,6 +3,7 @@ when it already exited, and by ``faultdrill cleanup`` after the harness was SIGK
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -133,6 +134,110 @@ def test_sigkill_harness_mid_outage_then_cleanup_resumes_the_store(tmp_path: Pat
         assert "undone" in text
         assert h.pids() == []
         assert not procfs.alive(store) or _state(store) != "T"
+        assert list((h.state / "active").iterdir()) == []
+    finally:
+        h.close()
+
+
+def _cut_plan(isolation: str) -> dict[str, object]:
+    raw = demo_raw()
+    raw["resources"]["isolation"] = isolation
+    raw["resources"]["spares"] = 0 if isolation == "none" else raw["resources"]["spares"]
+    raw["rounds"] = [
+        {
+            "round": 3,
+            "scenarios": [
+                {
+                    "id": "cp-cut",
+                    "fault": {"kind": "control-plane-outage", "mode": "cut", "for_s": 4},
+                    "trigger": {"at_step": 5},
+                }
+            ],
+        }
+    ]
+    raw["controls"] = []
+    return raw
+
+
+def test_cut_needs_network_namespaces() -> None:
+    with pytest.raises(PlanError, match=r"set resources\.isolation: netns"):
+        parse_plan(_cut_plan("none"))
+    assert parse_plan(_cut_plan("netns")).scenarios()[0].fault.mode == "cut"  # type: ignore[attr-defined]
+
+
+def _rules_in(ns: str) -> str:
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "iptables", "-w", "-S"], capture_output=True, text=True
+    )
+    return out.stdout
+
+
+@pytest.mark.drill
+@pytest.mark.root
+def test_cut_restart_waits_for_the_store_and_leaves_no_rule(tmp_path: Path) -> None:
+    """Cut the rendezvous store off the network for 6 s and kill a worker inside the cut:
+    the restart can only rendezvous once the cut ends; the job then resumes from step 10."""
+    scenario = {
+        "id": "cp-cut",
+        "fault": {
+            "kind": "control-plane-outage",
+            "mode": "cut",
+            "for_s": 6,
+            "restart_during": {"rank": 1, "after_s": 0.5},
+        },
+        "trigger": {"at_step": 12},
+        "stop": {"max_no_progress_s": 40},
+        "expected": {"job": "completes", "recovery": "automatic", "resume": "latest-valid"},
+    }
+    h = Harness(tmp_path, scenario)
+    try:
+        facts = h.wait_injected()
+        ns = str(facts["dev"])[: -len(str(facts["node"]))] + "-" + str(facts["node"])
+        assert str(facts["port"]) in _rules_in(ns), "precondition: the cut rules are in place"
+        assert h.proc.wait(180) == 0
+        assert (
+            str(facts["port"]) not in _rules_in(ns) if Path(f"/run/netns/{ns}").exists() else True
+        )
+        events = [
+            json.loads(line)
+            for f in (h.work / "events").glob("*.jsonl")
+            for line in f.read_text().splitlines()
+            if line.strip()
+        ]
+        reverted = next(e["mono"] for e in events if e["kind"] == "reverted")
+        probe = next(e["mono"] for e in events if e["kind"] == "restart_probe")
+        rdzv = sorted(e["mono"] for e in events if e["kind"] == "rdzv_complete")
+        counters = [e for e in events if e["kind"] == "rule_counters" and e.get("final")]
+        assert probe < reverted
+        # the restart's rendezvous completed only after the store was reachable again
+        assert any(t > reverted for t in rdzv) and not any(probe < t < reverted for t in rdzv)
+        assert sum(int(e["packets"]) for e in counters) > 0, "the cut dropped nothing"
+        loads = [e for e in events if e["kind"] == "ckpt_load"]
+        assert loads and all(e["id"] == "step-000010" and e["verified"] for e in loads)
+        assert h.pids() == []
+    finally:
+        h.close()
+
+
+@pytest.mark.drill
+@pytest.mark.root
+def test_sigkill_harness_mid_cut_then_cleanup_removes_the_rules(tmp_path: Path) -> None:
+    scenario = {
+        "id": "cp-cut",
+        "fault": {"kind": "control-plane-outage", "mode": "cut", "for_s": 120},
+        "trigger": {"at_step": 3},
+        "expected": {"resume": "no-restart"},
+    }
+    h = Harness(tmp_path, scenario, steps=400, step_sleep_s=0.1)
+    try:
+        facts = h.wait_injected()
+        ns = str(facts["dev"])[: -len(str(facts["node"]))] + "-" + str(facts["node"])
+        assert str(facts["port"]) in _rules_in(ns), "precondition: the cut rules are in place"
+        h.sigkill()
+        assert str(facts["port"]) in _rules_in(ns), "precondition: the cut outlived the harness"
+        assert "undone" in h.cleanup()
+        assert h.pids() == []
+        assert not Path(f"/run/netns/{ns}").exists()
         assert list((h.state / "active").iterdir()) == []
     finally:
         h.close()

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from faultdrill.analysis import LOST_KINDS, injections
+from faultdrill.analysis import LOST_KINDS, injections, job_done_mono
 from faultdrill.events import Event
 from faultdrill.timeline import Timeline
 
@@ -82,12 +82,23 @@ def describe_disruption(tl: Timeline, *, gloo_s: float | None = None) -> dict[st
     theta = max(1.5, 10.0 * typical)
     revert = tl.first("fault", "reverted", after=t0)
     stop = tl.first("harness", "stop_condition", after=t0)
+    # What the platform says once the workers have finished (a peer missing from the exit
+    # barrier, a keep-alive after the store went) is shutdown, not a disruption of training.
+    done = job_done_mono(tl, t0)
     lost = next(
-        (e for e in tl.events if e.mono >= t0 and e.src == "platform" and e.kind in DECISIONS),
+        (
+            e
+            for e in tl.events
+            if t0 <= e.mono < done and e.src == "platform" and e.kind in DECISIONS
+        ),
         None,
     )
     symptom = next(
-        (e for e in tl.events if e.mono >= t0 and e.src == "platform" and e.kind in SYMPTOMS),
+        (
+            e
+            for e in tl.events
+            if t0 <= e.mono < done and e.src == "platform" and e.kind in SYMPTOMS
+        ),
         None,
     )
     # The first pause in progress after the injection longer than the threshold.

@@ -1,17 +1,24 @@
 """Control-plane faults (round 3): what coordinates the job goes away for a while.
 
-``control-plane-outage`` pauses (SIGSTOP) the processes that host the platform's control
-plane for ``for_s`` seconds and resumes them (SIGCONT). On the local platform that is the
-c10d rendezvous store, which lives in the first node's torchrun agent; on a scheduler it
-would be its controller. Running workers talk to each other directly (gloo), so the
+``control-plane-outage`` takes the component that coordinates the job away for ``for_s``
+seconds, in one of two modes:
+
+* ``pause``: SIGSTOP the processes that host it, SIGCONT after (a hung controller);
+* ``cut``: drop every packet to and from its port on its node's link (a controller cut
+  off from the network; needs ``isolation: netns``). The host's own node still reaches it
+  through its loopback route, exactly as a control plane co-located with one node would.
+
+On the local platform that is the c10d rendezvous store, which lives in the first node's
+torchrun agent; on a scheduler it would be its controller. Running workers talk to each other directly (gloo), so the
 question the drill answers is what needed the control plane meanwhile: a restart, a
 membership change, a keep-alive.
 
 To find out whether a restart *during* the outage can rendezvous, ``restart_during`` kills
 one worker ``after_s`` seconds into the outage (a ``restart_probe`` event records it).
 
-The pause is recorded in the ledger before it is applied, and undone (SIGCONT, only to the
-same pid with the same start time) on revert, on a signal, or by ``faultdrill cleanup``.
+The pause (or each rule) is recorded in the ledger before it is applied, and undone
+(SIGCONT, only to the same pid with the same start time; the rule deleted by its tag) on
+revert, on a signal, or by ``faultdrill cleanup``.
 """
 
 from __future__ import annotations
@@ -50,6 +57,15 @@ class HostsControlPlane(Protocol):
     def control_plane_label(self) -> str: ...
 
 
+@runtime_checkable
+class ReachesControlPlane(Protocol):
+    """What mode ``cut`` needs besides: where the control plane listens."""
+
+    def control_plane_endpoint(self) -> tuple[str, int] | None:
+        """(node hosting the control plane, its TCP port), None before the job runs."""
+        ...
+
+
 class RestartProbe(BaseModel):
     """Kill worker ``rank`` ``after_s`` seconds into the outage."""
 
@@ -60,8 +76,10 @@ class RestartProbe(BaseModel):
 
 class ControlPlaneOutageSpec(FaultSpec):
     kind: Literal["control-plane-outage"] = "control-plane-outage"
-    mode: Literal["pause"] = Field(
-        "pause", description="pause: SIGSTOP the control plane's processes, SIGCONT after for_s"
+    mode: Literal["pause", "cut"] = Field(
+        "pause",
+        description="pause: SIGSTOP the control plane's processes, SIGCONT after for_s; "
+        "cut: drop its traffic on its node's link for for_s (isolation: netns)",
     )
     for_s: float = Field(gt=0, le=600, description="how long the control plane is away")
     restart_during: RestartProbe | None = Field(
@@ -104,10 +122,16 @@ class ControlPlaneOutage(Fault):
     def __init__(self, spec: FaultSpec) -> None:
         super().__init__(spec)
         self._over = threading.Event()
+        self.rules: list[Any] = []
 
     @classmethod
     def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
         assert isinstance(spec, ControlPlaneOutageSpec)
+        if spec.mode == "cut" and plan.resources.isolation != "netns":
+            return (
+                "control-plane-outage mode 'cut' drops traffic on a node's own link: set "
+                "resources.isolation: netns (or use mode: pause)"
+            )
         probe = spec.restart_during
         if probe is not None and probe.rank >= plan.resources.world_size:
             return (
@@ -122,6 +146,55 @@ class ControlPlaneOutage(Fault):
         platform = ctx.platform
         if not isinstance(platform, HostsControlPlane):
             raise FaultError(f"platform {platform.name!r} cannot name its control plane")
+        facts = self._cut(ctx, platform) if spec.mode == "cut" else self._pause(ctx, platform)
+        if spec.restart_during is not None:
+            threading.Thread(
+                target=self._restart_probe, args=(ctx, spec.restart_during), daemon=True
+            ).start()
+        return {
+            "mode": spec.mode,
+            "control_plane": platform.control_plane_label(),
+            "restart_during": spec.restart_during.model_dump() if spec.restart_during else None,
+            **facts,
+        }
+
+    def _cut(self, ctx: FaultContext, platform: object) -> dict[str, Any]:
+        from faultdrill.faults.network import add_drop_rule, links_of
+
+        if not isinstance(platform, ReachesControlPlane):
+            raise FaultError("this platform does not say where its control plane listens")
+        where = platform.control_plane_endpoint()
+        if where is None:
+            raise FaultError("the control plane has no endpoint yet (job not running)")
+        node, port = where
+        ln = links_of(ctx).link(node)
+        a = add_drop_rule(
+            ctx,
+            self,
+            self.rules,
+            ln,
+            "INPUT",
+            ["-i", ln.dev, "-p", "tcp", "--dport", str(port)],
+            "control-plane cut",
+        )
+        b = add_drop_rule(
+            ctx,
+            self,
+            self.rules,
+            ln,
+            "OUTPUT",
+            ["-o", ln.dev, "-p", "tcp", "--sport", str(port)],
+            "control-plane cut",
+        )
+        return {
+            "node": node,
+            "port": port,
+            "dev": ln.dev,
+            "rules": [a["rule"], b["rule"]],
+            "command": f"{a['command']}; {b['command']}",
+        }
+
+    def _pause(self, ctx: FaultContext, platform: HostsControlPlane) -> dict[str, Any]:
         procs = platform.control_plane_processes()
         if not procs:
             raise FaultError("no live process hosts the control plane")
@@ -137,16 +210,9 @@ class ControlPlaneOutage(Fault):
                 raise FaultError(f"control-plane process {rep.pid} exited before the pause")
             ctx.ledger.mark_applied(eid)
             paused.append(rep)
-        if spec.restart_during is not None:
-            threading.Thread(
-                target=self._restart_probe, args=(ctx, spec.restart_during), daemon=True
-            ).start()
         return {
-            "mode": spec.mode,
-            "control_plane": platform.control_plane_label(),
             "pids": [r.pid for r in paused],
             "node": paused[0].node,
-            "restart_during": spec.restart_during.model_dump() if spec.restart_during else None,
             "command": "kill -STOP " + " ".join(str(r.pid) for r in paused),
         }
 
@@ -162,4 +228,8 @@ class ControlPlaneOutage(Fault):
 
     def revert(self, ctx: FaultContext) -> None:
         self._over.set()
+        if self.rules:
+            from faultdrill.faults.network import forget_rules
+
+            forget_rules(ctx, self.rules)
         super().revert(ctx)

@@ -175,6 +175,49 @@ def check_nodes(spec: Any, plan: Any) -> str | None:
     return None
 
 
+def add_drop_rule(
+    ctx: FaultContext,
+    owner: Fault,
+    rules: list[_ActiveRule],
+    ln: NodeLink,
+    chain: str,
+    match: list[str],
+    what: str,
+) -> dict[str, Any]:
+    """Insert one tagged iptables DROP rule in ``ln``'s namespace: recorded in the ledger
+    first (entry id kept on ``owner`` for its revert), then registered with the platform
+    so the network track reads its counters. Returns the facts for the injection event."""
+    tag = fresh_rule_id()
+    rule = [*match, "-m", "comment", "--comment", tag, "-j", "DROP"]
+    eid = ctx.ledger.record(
+        "iptables-rule",
+        {"ns": ln.ns, "chain": chain, "rule": rule, "tag": tag, "node": ln.node},
+        f"iptables {chain} {' '.join(rule)} in {ln.ns}",
+    )
+    owner.entry_ids.append(eid)
+    try:
+        ns_run(ln.ns, ["iptables", "-w", "-I", chain, *rule])
+    except OSError as exc:
+        raise FaultError(f"{owner.spec.kind}: cannot add {what} on {ln.node}: {exc}") from exc
+    ctx.ledger.mark_applied(eid)
+    active = _ActiveRule(tag, ln.node, ln.ns, "iptables", chain=chain, fault=owner.spec.kind)
+    rules.append(active)
+    links_of(ctx).add_rule(active)
+    return {"rule": tag, "chain": chain, "command": f"iptables -w -I {chain} {' '.join(rule)}"}
+
+
+def forget_rules(ctx: FaultContext, rules: list[_ActiveRule]) -> None:
+    """Take the final counters of ``rules`` and stop tracking them (before their undo)."""
+    track = getattr(ctx.platform, "net_track", None)
+    platform = ctx.platform
+    for rule in rules:
+        if track is not None:
+            with contextlib.suppress(Exception):
+                track.emit_rule(rule, final=True)
+        if isinstance(platform, NetworkLinks):
+            platform.drop_rule(rule.rule_id)
+
+
 class _LinkFault(Fault):
     """Base of the link faults: applies ledger-recorded iptables rules or qdiscs and
     registers them with the platform so the network track reads their counters."""
@@ -192,33 +235,10 @@ class _LinkFault(Fault):
     def _iptables(
         self, ctx: FaultContext, ln: NodeLink, chain: str, match: list[str], what: str
     ) -> dict[str, Any]:
-        tag = fresh_rule_id()
-        rule = [*match, "-m", "comment", "--comment", tag, "-j", "DROP"]
-        eid = ctx.ledger.record(
-            "iptables-rule",
-            {"ns": ln.ns, "chain": chain, "rule": rule, "tag": tag, "node": ln.node},
-            f"iptables {chain} {' '.join(rule)} in {ln.ns}",
-        )
-        self.entry_ids.append(eid)
-        try:
-            ns_run(ln.ns, ["iptables", "-w", "-I", chain, *rule])
-        except OSError as exc:
-            raise FaultError(f"{self.spec.kind}: cannot add {what} on {ln.node}: {exc}") from exc
-        ctx.ledger.mark_applied(eid)
-        active = _ActiveRule(tag, ln.node, ln.ns, "iptables", chain=chain, fault=self.spec.kind)
-        self.rules.append(active)
-        links_of(ctx).add_rule(active)
-        return {"rule": tag, "chain": chain, "command": f"iptables -w -I {chain} {' '.join(rule)}"}
+        return add_drop_rule(ctx, self, self.rules, ln, chain, match, what)
 
     def revert(self, ctx: FaultContext) -> None:
-        track = getattr(ctx.platform, "net_track", None)
-        platform = ctx.platform
-        for rule in self.rules:
-            if track is not None:
-                with contextlib.suppress(Exception):
-                    track.emit_rule(rule, final=True)
-            if isinstance(platform, NetworkLinks):
-                platform.drop_rule(rule.rule_id)
+        forget_rules(ctx, self.rules)
         super().revert(ctx)
 
 

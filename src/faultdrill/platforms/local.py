@@ -344,6 +344,11 @@ class LocalPlatform(Platform):
         node = self.job.nodes[0] if self.job else self.node_names[0]
         return f"c10d rendezvous store {self.rdzv_host}:{self.rdzv_port} in the agent of {node}"
 
+    def control_plane_endpoint(self) -> tuple[str, int] | None:
+        if self.job is None or not self.rdzv_port:
+            return None
+        return self.job.nodes[0], self.rdzv_port
+
     def control_plane_processes(self) -> list[Replica]:
         """The process hosting the c10d rendezvous store: the first node's agent."""
         if self.job is None or self.job.nodes[0] not in self._agents:
