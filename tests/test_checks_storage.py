@@ -154,6 +154,32 @@ def test_save_completing_inside_the_outage_is_retest(judge: Judge) -> None:
     assert v == R and "did not take effect" in msg
 
 
+def _blocked(started: float, t: float = 5.1) -> TL:
+    """An outage (3.2 to 4.8 s) in which no save failed, and ckpt-4's save began at
+    ``started`` and completed at ``t``, after the outage: a server that hung."""
+    tl = _outage(baseline(), failed_step=None).save(0, OLD[0], "ckpt-4", 4, t)
+    return tl.edit("probe", "ckpt_save", lambda r: r["id"] == "ckpt-4", duration_s=t - started)
+
+
+def test_save_blocked_by_the_outage_until_it_ended_passes(judge: Judge) -> None:
+    v, msg = judge.one("expectation.outage-overlapped-save", _blocked(started=3.5))
+    assert v == P
+    assert "save of step 4 started during the outage and blocked until it ended" in msg
+    assert "completed 0.31 s after the outage ended, 1.60 s after it began" in msg
+
+
+def test_save_released_before_the_revert_was_written_counts_as_blocked(judge: Judge) -> None:
+    # the end observation (4.79) precedes the revert's action; the save completed at 4.795,
+    # after the server was resumed but before the ``reverted`` event (4.8)
+    v, msg = judge.one("expectation.outage-overlapped-save", _blocked(started=3.5, t=4.795))
+    assert v == P and "blocked until it ended" in msg
+
+
+def test_save_begun_before_the_outage_is_not_overlap(judge: Judge) -> None:
+    v, msg = judge.one("expectation.outage-overlapped-save", _blocked(started=3.0))
+    assert v == R and "retime the trigger" in msg
+
+
 def test_overlap_not_applicable_to_other_faults(judge: Judge) -> None:
     assert judge.one("expectation.outage-overlapped-save", restart())[0] == P
 

@@ -155,14 +155,27 @@ def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
 
 @check("expectation.outage-overlapped-save", "expectation")
 def outage_overlapped_save(ctx: CheckContext) -> list[Finding]:
-    """A storage outage overlapped at least one checkpoint save (else it tested nothing)."""
+    """A storage outage overlapped at least one checkpoint save (else it tested nothing): a
+    save failed during it, or (a server that hangs) started during it and completed only
+    after it ended."""
     tl, name = ctx.timeline, "expectation.outage-overlapped-save"
     inj = _injection(ctx, "storage-outage")
     if inj is None:
         return [ctx.finding(name, P, "not a storage outage (or it was never injected)")]
     t0, t1 = inj.mono, _fault_end(ctx, inj)
+    # The last look at the pointer is taken just before the revert acts; a save the revert
+    # releases (SIGCONT to a hung server) may complete before ``reverted`` is written.
+    looked = [e.mono for e in tl.of("fault", "storage_observed") if e.get("when") == "end"]
+    t1 = min([t1, *(m for m in looked if m >= t0)])
     failed = [e for e in tl.of("probe", "ckpt_save_failed") if t0 <= e.mono <= t1 + 1.0]
     done = [e for e in tl.of("probe", "ckpt_save") if t0 <= e.mono <= t1]
+    blocked = [
+        e
+        for e in tl.of("probe", "ckpt_save")
+        if e.mono > t1
+        and e.get("duration_s") is not None
+        and t0 <= e.mono - float(e["duration_s"]) <= t1
+    ]
     if done:
         ids = ", ".join(str(e.get("id")) for e in done)
         return [
@@ -170,6 +183,18 @@ def outage_overlapped_save(ctx: CheckContext) -> list[Finding]:
                 name,
                 R,
                 f"save(s) {ids} completed during the outage: the outage did not take effect",
+            )
+        ]
+    if blocked and not failed:
+        e = blocked[0]
+        return [
+            ctx.finding(
+                name,
+                P,
+                f"the save of step {e.get('step')} started during the outage and blocked until "
+                f"it ended: it completed {e.mono - t1:.2f} s after the outage ended, "
+                f"{float(e['duration_s']):.2f} s after it began",
+                blocked_steps=[b.get("step") for b in blocked],
             )
         ]
     if not failed:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -362,18 +363,45 @@ class LocalPlatform(Platform):
 
 
 #: Abilities of round-3 faults, named here as strings to keep platforms free of fault
-#: imports: ``control-plane`` (faults.control_plane: ``control_plane_processes``) and
+#: imports: ``control-plane`` (faults.control_plane: ``control_plane_processes``),
 #: ``checkpoint-mounts`` (faults.storage: the harness may mount over the checkpoint dir,
-#: as root, and the job sees this host's mounts).
-ROUND3_ABILITIES = ("control-plane", "checkpoint-mounts")
+#: as root, and the job sees this host's mounts) and ``checkpoint-fuse`` (faults.storage,
+#: mode ``unreachable``: the checkpoint dir can be served through a FUSE mirror).
+ROUND3_ABILITIES = ("control-plane", "checkpoint-mounts", "checkpoint-fuse")
+_ROOT_ONLY = ("checkpoint-mounts", "checkpoint-fuse")
+
+
+def fuse_missing() -> list[str]:
+    """What this machine lacks to serve a directory through FUSE, each with its fix (empty:
+    nothing). Checked when a plan is validated, so a plan needing it fails before any drill."""
+    out = []
+    if os.geteuid() != 0:
+        out.append("root (the FUSE mirror is mounted over the checkpoint directory)")
+    if not os.path.exists("/dev/fuse"):
+        out.append("/dev/fuse (load the fuse kernel module: modprobe fuse)")
+    if shutil.which("fusermount") is None:
+        out.append("fusermount (apt-get install -y --no-install-recommends fuse libfuse2)")
+    try:
+        import fuse  # fusepy; importing it loads libfuse.so.2
+
+        if not hasattr(fuse, "FUSE"):
+            raise ImportError("the importable 'fuse' module is not fusepy")
+    except ImportError:
+        out.append("fusepy (pip install 'faultdrill[storage]')")
+    except OSError:  # fusepy without the C library
+        out.append("libfuse2 (apt-get install -y --no-install-recommends fuse libfuse2)")
+    return out
 
 
 def round3_abilities() -> frozenset[str]:
-    """``checkpoint-mounts`` needs root; without it, plans with storage faults are refused
-    at validation (and the demo leaves them out)."""
-    if os.geteuid() == 0:
-        return frozenset(ROUND3_ABILITIES)
-    return frozenset(a for a in ROUND3_ABILITIES if a != "checkpoint-mounts")
+    """``checkpoint-mounts`` needs root, ``checkpoint-fuse`` root and :func:`fuse_missing`
+    empty; without them, plans with such storage faults are refused at validation (and the
+    demo leaves them out)."""
+    if os.geteuid() != 0:
+        return frozenset(a for a in ROUND3_ABILITIES if a not in _ROOT_ONLY)
+    if fuse_missing():
+        return frozenset(a for a in ROUND3_ABILITIES if a != "checkpoint-fuse")
+    return frozenset(ROUND3_ABILITIES)
 
 
 def describe_process(pid: int, node: str) -> Replica | None:
