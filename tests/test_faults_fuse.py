@@ -266,6 +266,11 @@ def test_undo_leaves_a_mount_of_another_tag_alone(mirrored: Mirrored) -> None:
     assert mounts_at(m.ckpt)[-1]["fstype"] == MIRROR_FSTYPE
     assert procfs.alive(m.pid, m.start)
     os.kill(m.pid, signal.SIGSTOP)  # a stopped daemon only a vouched undo may resume
+    for _ in range(100):  # the stop takes effect asynchronously
+        if procfs.proc_state(m.pid) == "T":
+            break
+        time.sleep(0.01)
+    assert procfs.proc_state(m.pid) == "T", "precondition: the daemon is stopped"
     UNDOERS["fuse-outage"]({"pid": m.pid, "start_time": m.start + 1, "server": "hang"})
     assert procfs.proc_state(m.pid) == "T"
     os.kill(m.pid, signal.SIGCONT)
