@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -121,6 +122,28 @@ class Fault(ABC):
         a ``fault``/``prepared`` event (empty: nothing was done, no event). Recorded in the
         ledger like ``inject``; undone at the end of the item. Raises FaultError."""
         return {}
+
+    def _apply(
+        self,
+        ctx: FaultContext,
+        kind: str,
+        data: dict[str, Any],
+        label: str,
+        action: Callable[[], object],
+        what: str,
+    ) -> str:
+        """Record a change in the ledger (entry kept for ``revert``), make it (``action``),
+        then mark it applied; returns the entry id. An OSError from ``action`` becomes a
+        FaultError ``"<kind>: cannot <what>: <error>"``; a FaultError passes unchanged. Either
+        way the entry stays recorded but not applied, so revert still undoes it."""
+        eid = ctx.ledger.record(kind, data, label)
+        self.entry_ids.append(eid)
+        try:
+            action()
+        except OSError as exc:
+            raise FaultError(f"{self.spec.kind}: cannot {what}: {exc}") from exc
+        ctx.ledger.mark_applied(eid)
+        return eid
 
     def revert(self, ctx: FaultContext) -> None:
         """Undo what ``inject`` applied. Idempotent; a no-op for one-shot faults."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -189,17 +190,14 @@ def add_drop_rule(
     so the network track reads its counters. Returns the facts for the injection event."""
     tag = fresh_rule_id()
     rule = [*match, "-m", "comment", "--comment", tag, "-j", "DROP"]
-    eid = ctx.ledger.record(
+    owner._apply(
+        ctx,
         "iptables-rule",
         {"ns": ln.ns, "chain": chain, "rule": rule, "tag": tag, "node": ln.node},
         f"iptables {chain} {' '.join(rule)} in {ln.ns}",
+        lambda: ns_run(ln.ns, ["iptables", "-w", "-I", chain, *rule]),
+        f"add {what} on {ln.node}",
     )
-    owner.entry_ids.append(eid)
-    try:
-        ns_run(ln.ns, ["iptables", "-w", "-I", chain, *rule])
-    except OSError as exc:
-        raise FaultError(f"{owner.spec.kind}: cannot add {what} on {ln.node}: {exc}") from exc
-    ctx.ledger.mark_applied(eid)
     active = _ActiveRule(tag, ln.node, ln.ns, "iptables", chain=chain, fault=owner.spec.kind)
     rules.append(active)
     links_of(ctx).add_rule(active)
@@ -321,17 +319,14 @@ class LinkSlow(_LinkFault):
         commands = []
         for ns, dev in ((ln.ns, ln.dev), (ln.switch_ns, ln.switch_dev)):
             tbf = ["tbf", "rate", spec.rate, "burst", spec.burst, "latency", f"{spec.queue_ms}ms"]
-            eid = ctx.ledger.record(
+            eid = self._apply(
+                ctx,
                 "tc-qdisc",
                 {"ns": ns, "dev": dev, "node": ln.node},
                 f"tc qdisc root {' '.join(tbf)} on {dev} in {ns}",
+                partial(ns_run, ns, ["tc", "qdisc", "replace", "dev", dev, "root", *tbf]),
+                f"shape {dev} in {ns}",
             )
-            self.entry_ids.append(eid)
-            try:
-                ns_run(ns, ["tc", "qdisc", "replace", "dev", dev, "root", *tbf])
-            except OSError as exc:
-                raise FaultError(f"link-slow: cannot shape {dev} in {ns}: {exc}") from exc
-            ctx.ledger.mark_applied(eid)
             active = _ActiveRule(f"tbf-{eid}", ln.node, ns, "tbf", dev=dev, fault=self.spec.kind)
             self.rules.append(active)
             links_of(ctx).add_rule(active)
@@ -362,14 +357,14 @@ class LinkFlap(_LinkFault):
         self.flaps: list[dict[str, Any]] = []
 
     def _down(self, ctx: FaultContext, ln: NodeLink, i: int) -> str:
-        eid = ctx.ledger.record(
+        eid = self._apply(
+            ctx,
             "link-down",
             {"ns": ln.ns, "dev": ln.dev, "node": ln.node},
             f"link {ln.dev} down in {ln.ns} (flap {i})",
+            lambda: ns_run(ln.ns, ["ip", "link", "set", "dev", ln.dev, "down"]),
+            f"take {ln.dev} down",
         )
-        self.entry_ids.append(eid)
-        ns_run(ln.ns, ["ip", "link", "set", "dev", ln.dev, "down"])
-        ctx.ledger.mark_applied(eid)
         ctx.sink.emit("fault", "link_down", node=ln.node, dev=ln.dev, flap=i)
         return eid
 
@@ -381,10 +376,7 @@ class LinkFlap(_LinkFault):
         spec = self.spec
         assert isinstance(spec, LinkFlapSpec)
         ln = links_of(ctx).link(spec.target.node)
-        try:
-            first = self._down(ctx, ln, 1)
-        except OSError as exc:
-            raise FaultError(f"link-flap: cannot take {ln.dev} down: {exc}") from exc
+        first = self._down(ctx, ln, 1)
         self._thread = threading.Thread(
             target=self._run, args=(ctx, ln, first), name="link-flap", daemon=True
         )

@@ -20,7 +20,6 @@ revert (or ``faultdrill cleanup``); a signal cannot be undone and is recorded as
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +30,7 @@ from faultdrill import procfs
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
 from faultdrill.faults.network import links_of
+from faultdrill.faults.process import send_signal
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import ABILITY_NODE_CONTROL, NodeControl
 from faultdrill.platforms.netns import ns_run
@@ -135,17 +135,14 @@ class NodeDown(_NodeFault):
         group = self._group(ctx, node)
         # Mark it first, so the platform never mistakes the agent's death for the job's.
         control.set_node_state(node, "down", "node-down fault")
-        eid = ctx.ledger.record(
+        self._apply(
+            ctx,
             "link-down",
             {"ns": ln.ns, "dev": ln.dev, "node": node},
             f"link {ln.dev} down in {ln.ns} (node-down)",
+            lambda: ns_run(ln.ns, ["ip", "link", "set", "dev", ln.dev, "down"]),
+            f"cut the link of {node}",
         )
-        self.entry_ids.append(eid)
-        try:
-            ns_run(ln.ns, ["ip", "link", "set", "dev", ln.dev, "down"])
-        except OSError as exc:
-            raise FaultError(f"node-down: cannot cut the link of {node}: {exc}") from exc
-        ctx.ledger.mark_applied(eid)
         pids = group.pids()
         kid = ctx.ledger.record(
             "node-kill",
@@ -179,15 +176,14 @@ class NodeFreeze(_NodeFault):
         node = spec.target.node
         control = _control(ctx)
         group = self._group(ctx, node)
-        eid = ctx.ledger.record(
-            "freeze", {"path": str(group.path), "node": node}, f"freeze {group.path}"
+        self._apply(
+            ctx,
+            "freeze",
+            {"path": str(group.path), "node": node},
+            f"freeze {group.path}",
+            group.freeze,
+            f"freeze {group.path}",
         )
-        self.entry_ids.append(eid)
-        try:
-            group.freeze()
-        except OSError as exc:
-            raise FaultError(f"node-freeze: cannot freeze {group.path}: {exc}") from exc
-        ctx.ledger.mark_applied(eid)
         deadline = time.monotonic() + 5.0
         while group.state() == "FREEZING" and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -226,15 +222,9 @@ class NodeDrain(_NodeFault):
             raise FaultError(f"node-drain: node {node} runs no agent")
         control.set_node_state(node, "drained", "node-drain fault")
         start = procfs.start_time(pid)
-        eid = ctx.ledger.record(
-            "signal",
-            {"pid": pid, "start_time": start, "signal": "SIGTERM"},
-            f"SIGTERM agent pid {pid} of {node} (drain)",
-        )
-        if not procfs.kill_checked(pid, start, signal.SIGTERM):
+        label = f"SIGTERM agent pid {pid} of {node} (drain)"
+        if not send_signal(ctx.ledger, pid, start, "SIGTERM", label):
             raise FaultError(f"node-drain: the agent of {node} exited before it was stopped")
-        ctx.ledger.mark_applied(eid)
-        ctx.ledger.revert(eid)
         return {
             "node": node,
             "agent_pid": pid,

@@ -64,6 +64,21 @@ def _undo_signal(data: dict[str, Any]) -> None:
     """A delivered signal cannot be taken back; recorded so the ledger shows it happened."""
 
 
+def send_signal(
+    ledger: Ledger, pid: int, start: int | None, sig: str, label: str, **facts: Any
+) -> bool:
+    """Send signal ``sig`` (``"SIGKILL"``...) to ``pid`` if it is still the process that
+    started at ``start``, recorded in the ledger (a ``signal`` entry with ``facts``) before it
+    is sent. A signal cannot be taken back, so the entry is closed at once, marked applied
+    only if the signal went out. Returns whether it did."""
+    eid = ledger.record("signal", {"pid": pid, "start_time": start, "signal": sig, **facts}, label)
+    sent = procfs.kill_checked(pid, start, signal.Signals[sig])
+    if sent:
+        ledger.mark_applied(eid)
+    ledger.revert(eid)  # nothing to undo; closes the entry
+    return sent
+
+
 @register
 class KillWorker(Fault):
     """Kill one worker process (SIGKILL, or SIGTERM then SIGKILL after a grace period)."""
@@ -93,17 +108,15 @@ class KillWorker(Fault):
             found,
             key=lambda r: (r.ppid not in agents, r.rank if r.rank is not None else 1 << 30, r.pid),
         )
-        sig = signal.Signals[spec.signal]
-        eid = ctx.ledger.record(
-            "signal",
-            {"pid": victim.pid, "start_time": victim.start_time, "signal": spec.signal},
+        if not send_signal(
+            ctx.ledger,
+            victim.pid,
+            victim.start_time,
+            spec.signal,
             f"{spec.signal} pid {victim.pid} (rank {victim.rank}, node {victim.node})",
-        )
-        if not procfs.kill_checked(victim.pid, victim.start_time, sig):
+        ):
             raise FaultError(f"worker pid {victim.pid} exited before it could be signalled")
-        ctx.ledger.mark_applied(eid)
-        ctx.ledger.revert(eid)  # nothing to undo; closes the entry
-        if sig == signal.SIGTERM:
+        if spec.signal == "SIGTERM":
             threading.Thread(
                 target=_escalate,
                 args=(ctx.ledger, victim.pid, victim.start_time, spec.grace_s),
@@ -128,11 +141,11 @@ def _escalate(ledger: Ledger, pid: int, start: int | None, grace_s: float) -> No
         time.sleep(0.05)
     if not procfs.alive(pid, start):
         return
-    eid = ledger.record(
-        "signal",
-        {"pid": pid, "start_time": start, "signal": "SIGKILL", "escalation": True},
+    send_signal(
+        ledger,
+        pid,
+        start,
+        "SIGKILL",
         f"SIGKILL pid {pid} (still alive {grace_s:g} s after SIGTERM)",
+        escalation=True,
     )
-    if procfs.kill_checked(pid, start, signal.SIGKILL):
-        ledger.mark_applied(eid)
-    ledger.revert(eid)  # nothing to undo; closes the entry

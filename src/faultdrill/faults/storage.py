@@ -43,6 +43,7 @@ when a job process lives in another mount namespace.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -53,6 +54,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -491,6 +493,20 @@ def observe_pointer(ckpt_dir: Path, latest_file: str) -> dict[str, Any]:
 # --- the fault ---------------------------------------------------------------------------
 
 
+def _fill_file(path: Path, size: int) -> None:
+    """Create ``path`` and allocate ``size`` bytes to it; running out of space (ENOSPC) is
+    fine: a full filesystem is the point."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        if size:
+            os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+    finally:
+        os.close(fd)
+
+
 def _mount_ns(pid: int | str) -> int | None:
     try:
         return os.stat(f"/proc/{pid}/ns/mnt").st_ino
@@ -735,21 +751,17 @@ class StorageOutage(Fault):
         if not any(m["fstype"] == "tmpfs" for m in mounts_at(ckpt)):
             raise FaultError(f"{ckpt} is not the small tmpfs prepared for this fault")
         filler = ckpt / FILLER
-        eid = ctx.ledger.record("filler-file", {"path": str(filler)}, f"filler {filler}")
-        self.entry_ids.append(eid)
         st = os.statvfs(ckpt)
         free = st.f_bavail * st.f_frsize
         size = max(0, free - spec.leave_free_kb * 1024)
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            if size:
-                os.posix_fallocate(fd, 0, size)
-        except OSError as exc:
-            if exc.errno != 28:  # ENOSPC: the filesystem is full, which is the point
-                raise FaultError(f"cannot fill {ckpt}: {exc}") from exc
-        finally:
-            os.close(fd)
-        ctx.ledger.mark_applied(eid)
+        self._apply(
+            ctx,
+            "filler-file",
+            {"path": str(filler)},
+            f"filler {filler}",
+            partial(_fill_file, filler, size),
+            f"fill {ckpt}",
+        )
         st = os.statvfs(ckpt)
         left = st.f_bavail * st.f_frsize
         return {
