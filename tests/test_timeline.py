@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from faultdrill.timeline import ProcLife, Segment, StepTable, Timeline
 from tests.timelines import NEW, NEWER, OLD, TL, A, B, C, baseline, ids, restart
@@ -295,3 +296,73 @@ def test_load_skips_unreadable_lines_and_counts_them(tmp_path: Path) -> None:
 def test_load_of_an_empty_directory(tmp_path: Path) -> None:
     tl = Timeline.load(tmp_path)
     assert (tl.events, len(tl.steps), tl.incarnations, tl.torn_lines) == ([], 0, [], 0)
+
+
+# --- the probe's step lines: decoded without JSON, to the same values --------------------
+
+
+def _probe_lines(tmp_path: Path) -> list[bytes]:
+    """Step lines as the real probe writes them, then hand-made ones in the probe's layout
+    with edge values: each must load exactly as the JSON decoder reads it (or be refused
+    the same way)."""
+    from faultdrill.probe import Probe
+
+    probe = Probe(tmp_path / "written", rank=1, task_id='t\u00e9/"x"')
+    probe.run_start(world_size=2)
+    probe.step(1, 2.5, range(0, 64))
+    probe.step(2, float("nan"), [])
+    probe.step(3, float("inf"), [64, 65, 70])  # two ranges: not the fast layout
+    probe.step(4, -1e-7, range(128, 192))
+    probe.close()
+    lines = (tmp_path / "written").glob("*.jsonl")
+    written = [ln for f in sorted(lines) for ln in f.read_bytes().splitlines(keepends=True)]
+    head = b'{"src": "probe", "task": "t", "rank": 0, "pid": 7,"ts":1.5,"mono":'
+    hand = [
+        b'2.0,"kind":"step","step":5,"loss":-Infinity,"samples":[[-3,0]]}\n',
+        b'2.1,"kind":"step","step":01,"loss":1.0,"samples":[]}\n',  # not JSON: torn
+        b'2.2,"kind":"step","step":6,"loss":1e400,"samples":[[1,2]]}\n',  # inf, as json reads it
+        b'2.3,"kind":"step","step":99999999999999999999,"loss":1.0,"samples":[]}\n',  # overflow
+        b'2.4,"kind":"step","step":7,"loss":1.0,"samples":[[1,2]],"x":1}\n',  # extra field
+        b'2.5,"kind":"step","step":8,"loss":1.0,"samples":[[1,2]]}',  # torn: no newline
+    ]
+    tab = b'{"src": "probe", "task": "a\tb", "rank": 0, "pid": 7,"ts":1.5,"mono":'
+    return [*written, *(head + h for h in hand), tab + hand[0]]
+
+
+def _same_steps(a: StepTable, b: StepTable) -> None:
+    for col in ("mono", "rank", "pid", "step", "loss", "rng_off", "rng_start", "rng_end"):
+        np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
+
+
+def test_probe_step_lines_load_as_the_json_decoder_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import faultdrill.timeline as timeline
+
+    lines = _probe_lines(tmp_path)
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "probe-rank0.jsonl").write_bytes(b"".join(lines[:-1]))
+    (events / "probe-rank9.jsonl").write_bytes(lines[-1])
+    fast = Timeline.load(events)
+    decoded: list[bytes] = []
+    real_parse = timeline._parse_line
+
+    def counted_parse(line: bytes) -> dict[str, object] | None:
+        decoded.append(line)
+        return real_parse(line)
+
+    monkeypatch.setattr(timeline, "_parse_line", counted_parse)
+    Timeline.load(events)
+    # Only the lines outside the probe's usual step layout went through the JSON decoder.
+    assert len(decoded) == 6, decoded
+    monkeypatch.setattr(timeline, "_probe_step_line", lambda ln: None)
+    slow = Timeline.load(events)
+    assert len(fast.steps) == 7 and fast.torn_lines == 4
+    assert (fast.task_id, fast.torn_lines, len(fast.events)) == (
+        slow.task_id,
+        slow.torn_lines,
+        len(slow.events),
+    )
+    assert fast.task_id == 't\u00e9/"x"'
+    _same_steps(fast.steps, slow.steps)
