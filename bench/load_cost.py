@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill.probe import Probe
-from faultdrill.timeline import Timeline
+from faultdrill.timeline import PARALLEL_BYTES, Timeline
 
 __all__ = ["load_cost", "write_events"]
 
@@ -50,6 +51,7 @@ def _load(events_dir: Path) -> dict[str, Any]:
     from bench.checks_scale import peak_rss_bytes
 
     rss0 = peak_rss_bytes()
+    st_bytes = sum(f.stat().st_size for f in events_dir.glob("*.jsonl"))
     t = time.perf_counter()
     tl = Timeline.load(events_dir)
     load_s = time.perf_counter() - t
@@ -65,6 +67,10 @@ def _load(events_dir: Path) -> dict[str, Any]:
         "load_s": round(load_s, 3),
         "table_bytes": table_bytes,
         "peak_rss_bytes": peak_rss_bytes(),
+        # Events of PARALLEL_BYTES or more in all are read by several processes: the
+        # largest of those, measured by the kernel once they were reaped (0 if none ran).
+        "reader_peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+        "readers": 1 if st_bytes < PARALLEL_BYTES else min(4, len(os.sched_getaffinity(0))),
         "rss_after_imports_bytes": rss0,
     }
 

@@ -178,6 +178,12 @@ def table(res: dict[str, Any]) -> str:
             f"  {ld['step_events']:,d} step events ({ld['file_bytes'] / 1e6:.0f} MB): "
             f"{ld['load_s']:.2f} s = {ld['s_per_million_events']:.2f} s per million events; "
             f"peak RSS {ld['peak_rss_bytes'] / GIB:.2f} GiB"
+            + (
+                f" (+ {ld['readers']} readers of {ld['reader_peak_rss_bytes'] / GIB:.2f} GiB"
+                " peak each at most)"
+                if ld.get("readers", 1) > 1
+                else ""
+            )
         )
     lines.append(f"\ntotal {res['total_wall_s']} s")
     return "\n".join(lines)

@@ -366,3 +366,56 @@ def test_probe_step_lines_load_as_the_json_decoder_reads_them(
     )
     assert fast.task_id == 't\u00e9/"x"'
     _same_steps(fast.steps, slow.steps)
+
+
+def test_several_readers_load_what_one_reader_loads(tmp_path: Path) -> None:
+    """Files read by two processes (forced; big runs do so on their own) join in file
+    order: the same steps, events, task and torn-line count as one reader."""
+    from faultdrill.probe import Probe
+
+    for rank in range(3):
+        probe = Probe(tmp_path, rank=rank, task_id="t")
+        probe.run_start(world_size=3)
+        for step in range(1, 40):
+            probe.step(step, 1.0 / step, range(step * 9 + rank * 3, step * 9 + rank * 3 + 3))
+        probe.close()
+    with open(tmp_path / "probe-rank1.jsonl", "ab") as f:
+        f.write(b'not json\n{"src": "probe", "kind": "step", "mono": "x", "step": 1}\n')
+    from faultdrill.timeline import _read_in_parallel
+
+    parts = _read_in_parallel(sorted(tmp_path.glob("*.jsonl")), 2)
+    assert parts is not None and [len(p.events) for p in parts] == [2, 1]  # two processes
+    one = Timeline.load(tmp_path, readers=1)
+    two = Timeline.load(tmp_path, readers=2)
+    assert len(one.steps) == 3 * 39 and one.torn_lines == 2
+    assert (two.task_id, two.torn_lines, len(two.events)) == ("t", 2, 3)
+    assert [e.to_json() for e in two.events] == [e.to_json() for e in one.events]
+    _same_steps(one.steps, two.steps)
+    np.testing.assert_array_equal(one.steps.inc, two.steps.inc)
+
+
+def test_split_by_size_keeps_file_order_and_balances_bytes() -> None:
+    from faultdrill.timeline import _split_by_size
+
+    paths = [Path(f"f{i}") for i in range(6)]
+    groups = _split_by_size(paths, [10, 10, 10, 10, 10, 10], 2)
+    assert groups == [paths[:3], paths[3:]]
+    assert _split_by_size(paths, [100, 1, 1, 1, 1, 1], 3)[0] == paths[:1]
+    assert [p for g in _split_by_size(paths, [5, 1, 9, 2, 7, 3], 4) for p in g] == paths
+    assert _split_by_size(paths[:1], [10], 4) == [paths[:1]]
+
+
+def test_a_reader_that_fails_leaves_the_load_to_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import faultdrill.timeline as timeline
+    from faultdrill.probe import Probe
+
+    for rank in range(2):
+        probe = Probe(tmp_path, rank=rank, task_id="t")
+        probe.step(1, 0.5, range(rank, rank + 1))
+        probe.close()
+    monkeypatch.setattr(timeline.sys, "executable", "/bin/false")
+    assert timeline._read_in_parallel(sorted(tmp_path.glob("*.jsonl")), 2) is None
+    tl = Timeline.load(tmp_path, readers=2)
+    assert len(tl.steps) == 2 and tl.task_id == "t"

@@ -19,11 +19,17 @@ Nothing here judges; checks (``faultdrill.checks``) do.
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any
 
 import numpy as np
@@ -251,44 +257,35 @@ class Timeline:
     # --- construction ---------------------------------------------------------------
 
     @classmethod
-    def load(cls, events_dir: Path) -> Timeline:
+    def load(cls, events_dir: Path, *, readers: int | None = None) -> Timeline:
         """Read every ``*.jsonl`` under ``events_dir`` (a run's or a scenario's).
 
         Streams: step events go straight into columns, so memory stays near the size of
         the resulting table rather than of the parsed JSON. A line that is torn, not JSON
         or not an object, and a record that is malformed (a step without ``mono`` or
         ``step``, a non-numeric time, rank, step or sample range), is skipped and counted
-        in ``torn_lines``; loading never raises on the content of a line."""
+        in ``torn_lines``; loading never raises on the content of a line.
+
+        Files of :data:`PARALLEL_BYTES` or more in all are read by ``readers`` processes
+        (default: one per usable CPU, at most 4), each taking a run of consecutive files;
+        their parts are joined in file order, so the result is the same either way.
+        ``readers=1`` reads in this process whatever the size."""
+        paths = sorted(events_dir.glob("*.jsonl"))
+        parts = _read_in_parallel(paths, readers)
+        if parts is None:
+            parts = [_read_files(paths)]
         events: list[Event] = []
         steps = _StepColumns()
         task = ""
         torn = 0
-        for path in sorted(events_dir.glob("*.jsonl")):
-            with open(path, "rb") as f:
-                for line in f:
-                    m = _probe_step_line(line)
-                    if m is not None:  # the probe's own step line: no JSON decoding needed
-                        fields = m.groups()
-                        steps.add_matched(fields)
-                        task = task or json.loads(b'"' + fields[0] + b'"')
-                        continue
-                    raw = _parse_line(line)
-                    if raw is None:
-                        torn += 1
-                        continue
-                    if raw.get("src") == "probe" and raw.get("kind") == "step":
-                        if not steps.add(raw):
-                            torn += 1
-                            continue
-                    else:
-                        try:
-                            events.append(Event.from_json(raw))
-                        except (TypeError, ValueError):  # a time that is not a number
-                            torn += 1
-                            continue
-                    task = task or str(raw.get("task", ""))
+        for part in parts:
+            task = task or part.task
+            events.extend(part.events)
+            steps.absorb(part.chunks)
+            part.chunks = []  # the table frees each column's chunks as it joins them
+            torn += part.torn
         tl = cls._assemble(task, events, steps.table())
-        tl.torn_lines = torn + steps.bad  # rows dropped by table(), now that it has run
+        tl.torn_lines = torn
         return tl
 
     @classmethod
@@ -553,6 +550,124 @@ def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
     return out
 
 
+#: Event files this large in all (bytes) are read by several processes.
+PARALLEL_BYTES = 128 << 20
+
+
+@dataclass
+class _Part:
+    """What one reader made of a run of consecutive event files."""
+
+    task: str
+    events: list[Event]
+    chunks: list[list[np.ndarray]]  # per step column, its converted chunks in file order
+    torn: int  # lines skipped, rows dropped included
+
+
+def _read_files(paths: list[Path]) -> _Part:
+    events: list[Event] = []
+    steps = _StepColumns()
+    task = ""
+    torn = 0
+    for path in paths:
+        with open(path, "rb") as f:
+            for line in f:
+                m = _probe_step_line(line)
+                if m is not None:  # the probe's own step line: no JSON decoding needed
+                    fields = m.groups()
+                    steps.add_matched(fields)
+                    task = task or json.loads(b'"' + fields[0] + b'"')
+                    continue
+                raw = _parse_line(line)
+                if raw is None:
+                    torn += 1
+                    continue
+                if raw.get("src") == "probe" and raw.get("kind") == "step":
+                    if not steps.add(raw):
+                        torn += 1
+                        continue
+                else:
+                    try:
+                        events.append(Event.from_json(raw))
+                    except (TypeError, ValueError):  # a time that is not a number
+                        torn += 1
+                        continue
+                task = task or str(raw.get("task", ""))
+    chunks = steps.chunks()
+    return _Part(task, events, chunks, torn + steps.bad)
+
+
+def _read_in_parallel(paths: list[Path], readers: int | None) -> list[_Part] | None:
+    """The parts read by ``readers`` child processes (``python -m faultdrill.event_reader``),
+    or None where one reader will do: few bytes, one file, one CPU, or a reader that could
+    not start or failed (then the caller reads everything itself; nothing is lost).
+
+    Plain subprocesses, not :mod:`multiprocessing`: its spawn re-runs the caller's main
+    module in each child, and fork is unsafe beside the engine's sampler threads."""
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(path.stat().st_size)
+        except OSError:
+            sizes.append(0)
+    if readers is None:
+        if sum(sizes) < PARALLEL_BYTES:
+            return None
+        readers = min(4, len(os.sched_getaffinity(0)))
+    groups = _split_by_size(paths, sizes, readers)
+    if len(groups) < 2:
+        return None
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (package_root, env.get("PYTHONPATH")) if x)
+    argv = [sys.executable, "-m", "faultdrill.event_reader"]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in groups:
+            procs.append(subprocess.Popen(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, env=env))
+
+        def run(proc: subprocess.Popen[bytes], group: list[Path]) -> bytes | None:
+            out, _err = proc.communicate(json.dumps([str(p) for p in group]).encode())
+            return out if proc.returncode == 0 else None
+
+        with ThreadPoolExecutor(len(procs)) as pool:
+            outs = list(pool.map(run, procs, groups))
+        parts: list[_Part] = []
+        for i, out in enumerate(outs):
+            if out is None:
+                return None
+            outs[i] = None  # one pickled part in memory at a time, besides the parts
+            part = pickle.loads(out)
+            if not isinstance(part, _Part):
+                return None
+            parts.append(part)
+        return parts
+    except (OSError, ValueError, pickle.UnpicklingError, EOFError):
+        return None
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _split_by_size(paths: list[Path], sizes: list[int], n: int) -> list[list[Path]]:
+    """``paths`` cut into at most ``n`` runs of consecutive files of about equal size."""
+    total = sum(sizes)
+    groups: list[list[Path]] = []
+    current: list[Path] = []
+    done = 0
+    for path, size in zip(paths, sizes, strict=True):
+        current.append(path)
+        done += size
+        if len(groups) < n - 1 and done >= total * (len(groups) + 1) / n:
+            groups.append(current)
+            current = []
+    if current:
+        groups.append(current)
+    return groups
+
+
 _raw_decode = json.JSONDecoder().raw_decode
 
 # Possessive quantifiers: these patterns never need to backtrack, and matching is most of
@@ -714,6 +829,17 @@ class _StepColumns:
         for done, col in zip(self._done, chunk, strict=True):
             done.append(col)
         self._open()
+
+    def chunks(self) -> list[list[np.ndarray]]:
+        """Everything added so far, converted: per column, its chunks in order."""
+        self._close()
+        return self._done
+
+    def absorb(self, chunks: list[list[np.ndarray]]) -> None:
+        """Append what another reader's :meth:`chunks` returned, after what is here."""
+        self._close()
+        for done, more in zip(self._done, chunks, strict=True):
+            done.extend(more)
 
     def table(self) -> StepTable:
         """Everything added so far, in the order added."""
