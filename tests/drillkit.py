@@ -19,7 +19,8 @@ DEMO = ROOT / "src" / "faultdrill" / "plans" / "demo.yaml"
 
 
 def demo_raw() -> dict[str, Any]:
-    return yaml.safe_load(DEMO.read_text())
+    raw: dict[str, Any] = yaml.safe_load(DEMO.read_text())
+    return raw
 
 
 def small_plan(tmp_path: Path, **workload: Any) -> tuple[Path, str]:

@@ -19,6 +19,7 @@ from faultdrill import cli, engine
 from faultdrill.engine import DrillInterrupted, execute_item
 from faultdrill.ledger import UNDOERS
 from faultdrill.plan import Plan
+from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Platform, Replica
 from faultdrill.timeline import Timeline
 
@@ -87,7 +88,7 @@ def drill(
     state = tmp_path / "state"
     monkeypatch.setenv("FAULTDRILL_STATE_DIR", str(state))
     monkeypatch.setitem(UNDOERS, "test-marker", _undo_marker)
-    monkeypatch.setitem(engine.PLATFORMS, plan.resources.platform, FakePlatform)
+    monkeypatch.setitem(PLATFORMS, plan.resources.platform, FakePlatform)
     quick = plan.model_copy(
         update={"observation": plan.observation.model_copy(update={"settle_s": 0.0})}
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from faultdrill.checks import Verdict
+from faultdrill.checks.api import EvidenceResult, Finding
 from faultdrill.evaluate import ItemResult, RunResult, evaluate_item, recovery_class
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario
 from faultdrill.reference import Reference
@@ -208,3 +209,65 @@ def test_reports_show_an_aborted_scenario_and_an_unproven_control() -> None:
     assert "data-caught='unproven'" in html and "NOT PROVEN (retest)" in html
     assert "class='note not-as-planned'" in html and "class='note q-note'" in html
     assert "未证实（补测）" in render_markdown(rep, "zh")
+
+
+def _evidence(**verdicts: Verdict) -> dict[str, EvidenceResult]:
+    out = {}
+    for cat in ("progress", "resources", "results"):
+        v = verdicts.get(cat, Verdict.PASS)
+        out[cat] = EvidenceResult(cat, [Finding(f"{cat}.x", v, "")])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("evidence", "outcome", "actions", "confirm", "expected", "why"),
+    [
+        (_evidence(), "succeeded", 0, False, RecoveryClass.AUTOMATIC, "by itself"),
+        (_evidence(), "failed", 0, False, RecoveryClass.UNRECOVERABLE, "ended failed"),
+        (_evidence(), None, 0, False, RecoveryClass.UNRECOVERABLE, "without an end state"),
+        (
+            _evidence(progress=Verdict.FAIL),
+            "succeeded",
+            1,
+            False,
+            RecoveryClass.UNRECOVERABLE,
+            "progress evidence failed",
+        ),
+        (
+            _evidence(results=Verdict.FAIL),
+            "succeeded",
+            0,
+            False,
+            RecoveryClass.UNRECOVERABLE,
+            "results evidence failed",
+        ),
+        (_evidence(), "succeeded", 1, False, RecoveryClass.MANUAL_RESTART, "resubmitted"),
+        (
+            _evidence(resources=Verdict.FAIL),
+            "succeeded",
+            0,
+            False,
+            RecoveryClass.MANUAL_CONFIRMATION,
+            "stale replicas",
+        ),
+        (_evidence(), "succeeded", 0, True, RecoveryClass.MANUAL_CONFIRMATION, "confirm"),
+        (
+            _evidence(results=Verdict.RETEST),
+            "succeeded",
+            0,
+            False,
+            RecoveryClass.MANUAL_CONFIRMATION,
+            "unexplained",
+        ),
+    ],
+)
+def test_recovery_class_follows_the_evidence(
+    evidence: dict[str, EvidenceResult],
+    outcome: str | None,
+    actions: int,
+    confirm: bool,
+    expected: RecoveryClass,
+    why: str,
+) -> None:
+    cls, reason = recovery_class(evidence, outcome, actions, confirm)
+    assert cls is expected and why in reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import string
+from typing import Any
 
 import pytest
 
@@ -88,7 +89,7 @@ def test_chinese_reports_use_the_methodology_terms() -> None:
     assert "补测" in md  # the retest findings of node-loss
 
 
-def _with_confirmation(rep: dict) -> dict:
+def _with_confirmation(rep: dict[str, Any]) -> dict[str, Any]:
     rep["scenarios"][0]["recovery_class"] = "manual-confirmation"
     return rep
 

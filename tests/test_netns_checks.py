@@ -237,6 +237,22 @@ def test_network_summary_splits_before_during_after() -> None:
     assert "| n1 | 0.20 | 5.00 | 0.20 | 1/2 | 1200 |" in md and "7 packets" in md
 
 
+def test_samples_are_judged_by_when_they_measured_not_when_they_were_written() -> None:
+    """A tick sends its probes, waits up to a period for answers, then writes its samples:
+    one that probed before the injection is "before" though written after it, and one that
+    probed after the undo began is "after" though written before the ``reverted`` event."""
+    tl = TL().add("net", "net_track_started", 0.0, hz=2.0, probe="UDP echo")
+    tl.add("fault", "injected", 2.0, fault="partition", target="node n1", duration_s=2.0)
+    tl.add("fault", "reverted", 4.05, fault="partition", revert_started_mono=4.0)
+    for written, probed, rtt in [(2.05, 1.96, 0.2), (3.0, 2.9, None), (4.04, 4.01, 0.3)]:
+        _net(tl, written, "n1", rtt, 1000)
+        tl.recs[-1]["probed_mono"] = probed
+    summ = network_summary(tl.build())
+    assert summ is not None and summ["window"]["seconds"] == 2.0
+    (n1,) = summ["nodes"]
+    assert (n1["lost_before"], n1["lost_during"], n1["lost_after"]) == ("0/1", "1/1", "0/1")
+
+
 @pytest.mark.parametrize("tl", [baseline(), restart()])
 def test_no_network_track_no_summary(tl: TL) -> None:
     assert network_summary(tl.build()) is None

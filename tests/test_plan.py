@@ -19,7 +19,8 @@ DEMO = Path(__file__).resolve().parents[1] / "src" / "faultdrill" / "plans" / "d
 
 
 def demo_raw() -> dict[str, Any]:
-    return yaml.safe_load(DEMO.read_text())
+    raw: dict[str, Any] = yaml.safe_load(DEMO.read_text())
+    return raw
 
 
 def write(tmp_path: Path, raw: Any) -> Path:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from tests.recorded_run import RecordedDemo
 from tests.report_data import synthetic_report
 
 
-def _kill() -> dict:
+def _kill() -> dict[str, Any]:
     return copy.deepcopy(synthetic_report()["scenarios"][0])
 
 
@@ -43,7 +44,9 @@ def test_same_outcome_matches() -> None:
         (("times", "detect_s"), None, "detect_s"),
     ],
 )
-def test_each_kind_of_difference_is_reported(path: tuple, value: object, needle: str) -> None:
+def test_each_kind_of_difference_is_reported(
+    path: tuple[str, ...], value: object, needle: str
+) -> None:
     new = _kill()
     target = new
     for p in path[:-1]:

@@ -191,7 +191,7 @@ class _Page:
             if ev.get("method") == method:
                 return ev
         while time.monotonic() < deadline:
-            msg = json.loads(self.ws.recv())
+            msg: dict[str, Any] = json.loads(self.ws.recv())
             self.events.append(msg)
             if msg.get("method") == method:
                 return msg

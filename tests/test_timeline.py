@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -415,7 +416,7 @@ def test_a_reader_that_fails_leaves_the_load_to_this_process(
         probe = Probe(tmp_path, rank=rank, task_id="t")
         probe.step(1, 0.5, range(rank, rank + 1))
         probe.close()
-    monkeypatch.setattr(timeline.sys, "executable", "/bin/false")
+    monkeypatch.setattr(sys, "executable", "/bin/false")
     assert timeline._read_in_parallel(sorted(tmp_path.glob("*.jsonl")), 2) is None
     tl = Timeline.load(tmp_path, readers=2)
     assert len(tl.steps) == 2 and tl.task_id == "t"

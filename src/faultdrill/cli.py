@@ -16,10 +16,13 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faultdrill import __version__
 from faultdrill.errors import DrillError
+
+if TYPE_CHECKING:
+    from faultdrill.plan import Plan
 
 __all__ = ["main"]
 
@@ -43,8 +46,9 @@ class _Console:
     def live(self) -> AbstractContextManager[Any]:
         if self.quiet:
             return nullcontext()
-        self._status = self.rich.status("starting...")
-        return self._status
+        status: AbstractContextManager[Any] = self.rich.status("starting...")
+        self._status = status
+        return status
 
     def progress(self, item: str, line: str) -> None:
         now = time.monotonic()
@@ -64,6 +68,21 @@ class _Console:
         print(text)
 
 
+def _without_what_this_machine_lacks(plan: Plan) -> tuple[Plan, str | None]:
+    """For the demo: the plan without the items this machine cannot run (storage faults
+    without root or FUSE...), and a sentence saying which and why; else (plan, None)."""
+    from faultdrill.plan import plan_without
+    from faultdrill.runner import machine_problems
+
+    problems = machine_problems(plan, [item.id for item in plan.items()])
+    if not problems:
+        return plan, None
+    reasons = sorted({why for lacks in problems.values() for why in lacks.values()})
+    left_out = ", ".join(problems)
+    note = f"this machine lacks {'; '.join(reasons)}; running the demo without {left_out}"
+    return plan_without(plan, set(problems), source=f"demo plan without {left_out}"), note
+
+
 def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool) -> int:
     from faultdrill.plan import load_plan
     from faultdrill.runner import run_plan
@@ -74,6 +93,10 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
         from faultdrill.platforms.netns import without_netns_if_unavailable
 
         plan, note = without_netns_if_unavailable(plan)
+        if note:
+            print(f"faultdrill: {note}", file=sys.stderr)
+            source = None
+        plan, note = _without_what_this_machine_lacks(plan)
         if note:
             print(f"faultdrill: {note}", file=sys.stderr)
             source = None

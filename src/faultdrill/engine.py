@@ -492,9 +492,10 @@ def _inject(fault: Fault, ctx: FaultContext, item: Scenario | Control, watch: _W
 
 
 def _revert(fault: Fault, ctx: FaultContext) -> None:
+    started = time.monotonic()
     try:
         fault.revert(ctx)
-        ctx.sink.emit("fault", "reverted", fault=fault.spec.kind)
+        ctx.sink.emit("fault", "reverted", fault=fault.spec.kind, revert_started_mono=started)
     except FaultError as exc:
         ctx.sink.emit("fault", "revert_failed", fault=fault.spec.kind, error=str(exc))
 

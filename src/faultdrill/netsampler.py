@@ -276,6 +276,9 @@ class NetSampler:
                 node=node,
                 dev=next(ln.dev for ln in self.links if ln.node == node),
                 seq=seq,
+                # when the counters were read and the probes sent: the sample is written
+                # up to a period later, and is judged by when it measured
+                probed_mono=t0,
                 rtt_ms=rtt[node],
                 **c,
             )
@@ -304,7 +307,9 @@ def network_summary(tl: Timeline) -> dict[str, Any] | None:
         reverted = tl.first("fault", "reverted", after=start)
         new = tl.incarnation_after(start)
         if inj[0].get("duration_s") is not None and reverted is not None:
-            end, to = reverted.mono, "fault reverted"
+            # the undo began before the event was written; probes after that may pass
+            end = float(reverted.get("revert_started_mono", reverted.mono))
+            to = "fault reverted"
         elif new is not None and new.first_step_mono is not None:
             end, to = new.first_step_mono, "first step after the restart"
     nodes = sorted({str(e.get("node")) for e in samples})
@@ -312,10 +317,13 @@ def network_summary(tl: Timeline) -> dict[str, Any] | None:
     for node in nodes:
         mine = [e for e in samples if e.get("node") == node]
 
+        def measured(e: Any) -> float:
+            return float(e.get("probed_mono", e.mono))
+
         def phase(e: Any) -> str:
-            if start is None or e.mono < start:
+            if start is None or measured(e) < start:
                 return "before"
-            if end is None or e.mono <= end:
+            if end is None or measured(e) <= end:
                 return "during"
             return "after"
 
@@ -335,8 +343,8 @@ def network_summary(tl: Timeline) -> dict[str, Any] | None:
             row[f"rtt_{ph}_ms"] = _median(rtts[ph])
             row[f"lost_{ph}"] = f"{lost[ph]}/{probes[ph]}"
         if start is not None:
-            before = [e for e in mine if e.mono < start]
-            during = [e for e in mine if e.mono >= start and (end is None or e.mono <= end)]
+            before = [e for e in mine if phase(e) == "before"]
+            during = [e for e in mine if phase(e) == "during"]
             if before and during:
                 a, b = before[-1], during[-1]
                 for key in ("bytes", "packets", "drop"):

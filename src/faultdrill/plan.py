@@ -412,10 +412,9 @@ class Plan(_Frozen):
                 f"resources.platform {self.resources.platform!r} is unknown; "
                 f"use one of: {', '.join(sorted(PLATFORMS))}"
             )
-        items: list[Scenario | Control] = [*self.scenarios(), *self.controls]
-        for item in items:
+        for item in self.items():
             fault_cls = FAULTS[item.fault.kind]
-            missing = fault_cls.requires - platform.abilities_for(self.resources)
+            missing = fault_cls.requires_for(item.fault) - platform.abilities_for(self.resources)
             if missing:
                 raise ValueError(
                     f"{item.id}: fault {item.fault.kind!r} needs {', '.join(sorted(missing))}, "
@@ -480,6 +479,10 @@ class Plan(_Frozen):
     def scenarios(self) -> list[Scenario]:
         return [s for r in self.rounds for s in r.scenarios]
 
+    def items(self) -> list[Scenario | Control]:
+        """Every scenario, in round order, then every control."""
+        return [*self.scenarios(), *self.controls]
+
     def round_of(self, scenario_id: str) -> int:
         for r in self.rounds:
             if any(s.id == scenario_id for s in r.scenarios):
@@ -518,6 +521,21 @@ def load_plan(path: str | Path) -> Plan:
         problem = getattr(exc, "problem", None) or str(exc)
         raise PlanError(str(path), [(where, f"not valid YAML: {problem}")]) from exc
     return parse_plan(raw, source=str(path), plan_dir=path.resolve().parent)
+
+
+def plan_without(plan: Plan, ids: set[str], *, source: str, **resources: Any) -> Plan:
+    """The same plan without the scenarios and controls named in ``ids`` (a round left
+    empty goes too), with ``resources`` fields replaced; validated again."""
+    raw = plan.model_dump(mode="json")
+    raw["resources"].update(resources)
+    rounds = []
+    for rnd in raw["rounds"]:
+        keep = [s for s in rnd["scenarios"] if s["id"] not in ids]
+        if keep:
+            rounds.append({**rnd, "scenarios": keep})
+    raw["rounds"] = rounds
+    raw["controls"] = [c for c in raw["controls"] if c["id"] not in ids]
+    return parse_plan(raw, source=source)
 
 
 def parse_plan(raw: Any, *, source: str = "<plan>", plan_dir: Path | None = None) -> Plan:

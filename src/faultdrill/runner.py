@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from faultdrill.checks import Verdict
@@ -63,6 +63,25 @@ def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> No
     path.write_text(json.dumps(dossier, indent=2) + "\n")
 
 
+def machine_problems(plan: Plan, ids: Iterable[str]) -> dict[str, dict[str, str]]:
+    """For each item of ``ids`` whose fault needs abilities this machine lacks now (root,
+    FUSE...): per ability, what is missing and its fix. A plan is validated against its
+    platform alone (so a recorded run can be judged anywhere); this is checked before a run."""
+    from faultdrill.faults import FAULTS
+    from faultdrill.platforms import PLATFORMS
+
+    platform = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
+    wanted = set(ids)
+    out: dict[str, dict[str, str]] = {}
+    for item in plan.items():
+        if item.id not in wanted:
+            continue
+        lacks = platform.machine_lacks(FAULTS[item.fault.kind].requires_for(item.fault))
+        if lacks:
+            out[item.id] = lacks
+    return out
+
+
 def run_plan(
     plan: Plan,
     run_dir: Path,
@@ -76,10 +95,21 @@ def run_plan(
     """Execute and judge a plan into ``run_dir``. ``only`` limits scenarios/controls by id."""
     if run_dir.exists() and any(run_dir.iterdir()):
         raise DrillError(f"{run_dir} is not empty; choose a new --out directory")
-    write_plan_copy(plan, source, run_dir)
     selected = [s.id for s in plan.scenarios() if only is None or s.id in only]
     if controls:
         selected += [c.id for c in plan.controls if only is None or c.id in only]
+    problems = machine_problems(plan, selected)
+    if problems:
+        lines = "".join(
+            f"\n  {item}: needs {ability!r}, which this machine lacks: {why}"
+            for item, lacks in problems.items()
+            for ability, why in lacks.items()
+        )
+        raise DrillError(
+            f"this machine cannot run {len(problems)} selected item(s):{lines}\n"
+            "provide what is named, or leave these items out with --only"
+        )
+    write_plan_copy(plan, source, run_dir)
     (run_dir / "selection.json").write_text(json.dumps({"selected": selected}, indent=2) + "\n")
     skipped: dict[str, str] = {}
     started = time.time()

@@ -4,6 +4,8 @@ every fault and recorded change taken back by the harness's cleanup."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
@@ -104,7 +106,7 @@ def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
             )
         ]
     step_times = np.sort(tl.steps.mono)
-    by_rank: dict[int, list] = {}
+    by_rank: dict[int, list[Any]] = {}
     for p in workers:
         by_rank.setdefault(int(p.rank or 0), []).append(p)
     for rank, lives in sorted(by_rank.items()):

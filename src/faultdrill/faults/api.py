@@ -112,6 +112,11 @@ class Fault(ABC):
         """
 
     @classmethod
+    def requires_for(cls, spec: FaultSpec) -> frozenset[str]:
+        """The abilities this spec needs (``requires``, plus what a mode may add)."""
+        return cls.requires
+
+    @classmethod
     def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
         """A problem with this spec in this plan (a rank that does not exist...), or None."""
         return None

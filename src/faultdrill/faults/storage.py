@@ -242,7 +242,9 @@ def _is_ours(mount: dict[str, str], path: Path, data: dict[str, Any], top: bool)
     """
     ids = [str(i) for i in data.get("mount_ids") or []]
     if data.get("source"):
-        return mount["source"] == data["source"] and mount["fstype"] == data.get("fstype", "tmpfs")
+        return bool(
+            mount["source"] == data["source"] and mount["fstype"] == data.get("fstype", "tmpfs")
+        )
     if "before_ids" not in data:
         return bool(ids) and mount["id"] in ids
     if mount["id"] in [str(i) for i in data["before_ids"]]:
@@ -533,25 +535,11 @@ class StorageOutage(Fault):
         self._under: int | None = None
 
     @classmethod
-    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
+    def requires_for(cls, spec: FaultSpec) -> frozenset[str]:
         assert isinstance(spec, StorageOutageSpec)
-        if spec.mode != "unreachable":
-            return None
-        from faultdrill.platforms import PLATFORMS
-        from faultdrill.platforms.local import LocalPlatform, fuse_missing
-
-        platform = PLATFORMS[plan.resources.platform]
-        if ABILITY_CHECKPOINT_FUSE in platform.abilities_for(plan.resources):
-            return None
-        why = (
-            "; ".join(fuse_missing())
-            if issubclass(platform, LocalPlatform)
-            else f"platform {platform.name!r} cannot serve the checkpoint directory through FUSE"
-        )
-        return (
-            f"fault 'storage-outage' mode 'unreachable' needs ability "
-            f"{ABILITY_CHECKPOINT_FUSE!r}, which this machine lacks: {why}"
-        )
+        if spec.mode == "unreachable":
+            return cls.requires | {ABILITY_CHECKPOINT_FUSE}
+        return cls.requires
 
     def _ckpt(self, ctx: FaultContext) -> Path:
         if ctx.ckpt_dir is None:

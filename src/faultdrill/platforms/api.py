@@ -144,6 +144,13 @@ class Platform(ABC):
         return frozenset()
 
     @classmethod
+    def machine_lacks(cls, abilities: frozenset[str]) -> dict[str, str]:
+        """Of ``abilities`` (which the platform has), those this machine cannot provide now,
+        each with what is missing and its fix. Plans are validated against the platform
+        alone, so a recorded run can be re-judged anywhere; this is checked before a run."""
+        return {}
+
+    @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
         """The class that runs this layout (an adapter may pick a subclass, e.g. for
         ``isolation: netns``). Construct platforms through this."""

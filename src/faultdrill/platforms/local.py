@@ -119,8 +119,19 @@ class LocalPlatform(Platform):
     @classmethod
     def abilities_for(cls, resources: Resources) -> frozenset[str]:
         if cls is LocalPlatform and resources.isolation == "netns":
-            return cls.variant_for(resources).abilities_for(resources) | round3_abilities()
-        return frozenset({ABILITY_SIGNAL_WORKERS, *round3_abilities()})
+            return cls.variant_for(resources).abilities_for(resources) | set(ROUND3_ABILITIES)
+        return frozenset({ABILITY_SIGNAL_WORKERS, *ROUND3_ABILITIES})
+
+    @classmethod
+    def machine_lacks(cls, abilities: frozenset[str]) -> dict[str, str]:
+        have = round3_abilities()
+        out = {}
+        for ability in sorted(abilities & set(ROUND3_ABILITIES) - have):
+            if ability == "checkpoint-fuse":
+                out[ability] = "; ".join(fuse_missing())
+            else:
+                out[ability] = "root (storage faults mount over the checkpoint directory)"
+        return out
 
     @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
@@ -373,7 +384,7 @@ _ROOT_ONLY = ("checkpoint-mounts", "checkpoint-fuse")
 
 def fuse_missing() -> list[str]:
     """What this machine lacks to serve a directory through FUSE, each with its fix (empty:
-    nothing). Checked when a plan is validated, so a plan needing it fails before any drill."""
+    nothing). Checked before a run, so a plan needing it fails before any drill."""
     out = []
     if os.geteuid() != 0:
         out.append("root (the FUSE mirror is mounted over the checkpoint directory)")
@@ -394,9 +405,9 @@ def fuse_missing() -> list[str]:
 
 
 def round3_abilities() -> frozenset[str]:
-    """``checkpoint-mounts`` needs root, ``checkpoint-fuse`` root and :func:`fuse_missing`
-    empty; without them, plans with such storage faults are refused at validation (and the
-    demo leaves them out)."""
+    """The round-3 abilities this machine has now: ``checkpoint-mounts`` needs root,
+    ``checkpoint-fuse`` root and :func:`fuse_missing` empty. Without them, a run with such
+    storage faults is refused before it starts (and the demo leaves them out)."""
     if os.geteuid() != 0:
         return frozenset(a for a in ROUND3_ABILITIES if a not in _ROOT_ONLY)
     if fuse_missing():

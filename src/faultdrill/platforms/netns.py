@@ -796,30 +796,18 @@ def without_netns_if_unavailable(plan: Plan) -> tuple[Plan, str | None]:
     if why is None:
         return plan, None
     from faultdrill.faults import FAULTS
-    from faultdrill.plan import parse_plan
+    from faultdrill.plan import plan_without
 
     can = LocalPlatform.abilities_for(plan.resources.model_copy(update={"isolation": "none"}))
-    raw = plan.model_dump(mode="json")
-    raw["resources"]["isolation"] = "none"
-    raw["resources"]["spares"] = 0
-    dropped: list[str] = []
-
-    def runnable(item: dict[str, Any]) -> bool:
-        ok = FAULTS[item["fault"]["kind"]].requires <= can
-        if not ok:
-            dropped.append(item["id"])
-        return ok
-
-    rounds = []
-    for rnd in raw["rounds"]:
-        keep = [s for s in rnd["scenarios"] if runnable(s)]
-        if keep:
-            rounds.append({**rnd, "scenarios": keep})
-    raw["rounds"] = rounds
-    raw["controls"] = [c for c in raw["controls"] if runnable(c)]
+    dropped = [
+        item.id
+        for item in plan.items()
+        if not FAULTS[item.fault.kind].requires_for(item.fault) <= can
+    ]
     note = (
         f"{why}; running the demo without network isolation"
         + (f" and without {', '.join(dropped)}" if dropped else "")
         + " (run as root for the multi-node network drills)"
     )
-    return parse_plan(raw, source="demo plan without network namespaces"), note
+    source = "demo plan without network namespaces"
+    return plan_without(plan, set(dropped), source=source, isolation="none", spares=0), note

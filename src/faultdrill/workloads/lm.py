@@ -392,7 +392,7 @@ class _Job:
             self.optimizer.zero_grad(set_to_none=True)
             logits = ddp(inputs)
             loss = nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), targets.reshape(-1))
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             self.optimizer.step()
             self.scheduler.step()
             self.step = step
@@ -478,9 +478,8 @@ def _init_process_group(cfg: LMConfig) -> None:
     if "RANK" in os.environ:
         dist.init_process_group("gloo", timeout=timeout)
     else:
-        dist.init_process_group(
-            "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
-        )
+        store = dist.HashStore()  # type: ignore[attr-defined]
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timeout)
 
 
 def check_world_size(cfg: LMConfig, world: int) -> None:

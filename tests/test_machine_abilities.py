@@ -1,0 +1,139 @@
+"""A plan is validated against its platform; what this machine lacks (root, FUSE) is
+checked before a run. So plans load, and recorded runs are judged again, as a normal user;
+a run needing root is refused before anything starts, naming the item and the fix; and the
+demo leaves out what it cannot run and says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from faultdrill.cli import main
+from faultdrill.errors import DrillError
+from faultdrill.evaluate import load_run_plan
+from faultdrill.plan import load_plan, plan_without
+from faultdrill.runner import machine_problems, run_plan
+from tests.drillkit import DEMO, demo_raw
+
+ROOT_ONLY = {"storage-read-only", "storage-full", "ctl-publish-before-durable"}
+
+
+@pytest.fixture
+def normal_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+
+
+def test_the_demo_plan_loads_as_a_normal_user(normal_user: None) -> None:
+    plan = load_plan(DEMO)
+    assert len(plan.items()) == 17
+    problems = machine_problems(plan, [i.id for i in plan.items()])
+    assert set(problems) == ROOT_ONLY
+    assert problems["storage-full"] == {
+        "checkpoint-mounts": "root (storage faults mount over the checkpoint directory)"
+    }
+
+
+def test_a_run_needing_root_is_refused_before_anything_runs(
+    normal_user: None, tmp_path: Path
+) -> None:
+    plan = load_plan(DEMO)
+    out = tmp_path / "run"
+    with pytest.raises(DrillError) as err:
+        run_plan(plan, out, only={"kill-worker", "storage-full"})
+    msg = str(err.value)
+    assert "cannot run 1 selected item(s)" in msg
+    assert "storage-full: needs 'checkpoint-mounts', which this machine lacks: root" in msg
+    assert "--only" in msg
+    assert not out.exists() or not any(out.iterdir())  # no baseline, no plan copy
+
+
+def test_a_run_needing_fuse_names_each_missing_part_and_its_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = demo_raw()
+    fault = {"kind": "storage-outage", "mode": "unreachable", "for_s": 2}
+    scenario = {"id": "storage-unreachable", "fault": fault, "trigger": {"at_step": 18}}
+    raw["rounds"] = [{"round": 3, "name": "storage", "scenarios": [scenario]}]
+    raw["controls"] = []
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no fusermount
+    monkeypatch.setitem(sys.modules, "fuse", None)  # no fusepy
+    plan = load_plan(path)  # the platform can; this machine cannot
+    with pytest.raises(DrillError) as err:
+        run_plan(plan, tmp_path / "run")
+    msg = str(err.value)
+    assert "storage-unreachable: needs 'checkpoint-fuse', which this machine lacks:" in msg
+    assert "fusermount (apt-get install -y --no-install-recommends fuse libfuse2)" in msg
+    assert "fusepy (pip install 'faultdrill[storage]')" in msg
+
+
+def test_a_fault_the_platform_cannot_do_is_still_refused_at_load(tmp_path: Path) -> None:
+    raw = demo_raw()
+    raw["resources"]["isolation"] = "none"
+    raw["resources"]["spares"] = 0
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    from faultdrill.errors import PlanError
+
+    with pytest.raises(PlanError, match="link-jitter: fault 'link-loss' needs network-links"):
+        load_plan(path)
+
+
+def test_the_demo_as_a_normal_user_runs_what_it_can_and_says_why(
+    normal_user: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    ran: list[object] = []
+
+    def fake_run_plan(plan: object, *a: object, **k: object) -> object:
+        ran.append(plan)
+        raise KeyboardInterrupt  # stop before any drill
+
+    monkeypatch.setattr("faultdrill.runner.run_plan", fake_run_plan)
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert "running the demo without network isolation" in err
+    assert "this machine lacks root (storage faults mount over the checkpoint directory)" in err
+    [plan] = ran
+    ids = {i.id for i in plan.items()}  # type: ignore[attr-defined]
+    assert ids == {
+        "kill-worker",
+        "control-plane-pause",
+        "checkpoint-bit-flip",
+        "checkpoint-dir-missing",
+        "ctl-resume-ignored",
+        "ctl-data-replayed",
+        "ctl-skip-ahead",
+        "ctl-optimizer-lost",
+        "ctl-load-unverified",
+        "ctl-stale-replica",
+        "ctl-corrupt-loaded",
+        "ctl-control-plane-resume-ignored",
+    }  # 4 scenarios and 8 controls, as the README says
+
+
+def test_a_recorded_plan_is_read_back_as_a_normal_user(normal_user: None, tmp_path: Path) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "geteuid", lambda: 0)
+        plan = load_plan(DEMO)
+    (tmp_path / "plan.json").write_text(json.dumps(plan.model_dump(mode="json")))
+    again = load_run_plan(tmp_path)
+    assert {i.id for i in again.items()} == {i.id for i in plan.items()}
+
+
+def test_plan_without_drops_items_and_empty_rounds() -> None:
+    plan = load_plan(DEMO)
+    left = plan_without(plan, {"node-loss", "ctl-resume-ignored"}, source="t")
+    assert [r.round for r in left.rounds] == [1, 3]
+    assert "ctl-resume-ignored" not in {c.id for c in left.controls}
+    assert len(left.items()) == len(plan.items()) - 2
