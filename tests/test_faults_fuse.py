@@ -301,7 +301,6 @@ def _plan_with(tmp_path: Path, fault: dict[str, object]) -> Path:
     return path
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="as non-root the plan lacks checkpoint-mounts")
 def test_server_applies_to_unreachable_only(tmp_path: Path) -> None:
     bad = {"kind": "storage-outage", "mode": "read-only", "for_s": 1, "server": "error"}
     with pytest.raises(PlanError, match="server applies to mode unreachable only"):
