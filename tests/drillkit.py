@@ -66,3 +66,19 @@ def kill_task(task_id: str) -> None:
     """Last-resort cleanup so a failing test never leaks processes."""
     for pid in task_pids(task_id):
         procfs.kill_checked(pid, None, 9)
+
+
+def demo_plans_run(out: Path, monkeypatch: Any) -> list[Any]:
+    """``faultdrill demo --out OUT --quiet`` through the CLI, stopped (as by Ctrl-C) where
+    it would start the first drill: returns the plans it was about to run."""
+    from faultdrill.cli import main
+
+    ran: list[Any] = []
+
+    def stop_before_any_drill(plan: Any, *a: Any, **k: Any) -> Any:
+        ran.append(plan)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("faultdrill.runner.run_plan", stop_before_any_drill)
+    assert main(["demo", "--out", str(out), "--quiet"]) == 130
+    return ran

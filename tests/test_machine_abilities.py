@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from faultdrill.cli import main
 from faultdrill.errors import DrillError
 from faultdrill.evaluate import load_run_plan
 from faultdrill.plan import load_plan, plan_without
 from faultdrill.runner import machine_problems, run_plan
-from tests.drillkit import DEMO, demo_raw
+from tests.drillkit import DEMO, demo_plans_run, demo_raw
 
 ROOT_ONLY = {"storage-read-only", "storage-full", "ctl-publish-before-durable"}
 
@@ -93,19 +92,11 @@ def test_the_demo_as_a_normal_user_runs_what_it_can_and_says_why(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    ran: list[object] = []
-
-    def fake_run_plan(plan: object, *a: object, **k: object) -> object:
-        ran.append(plan)
-        raise KeyboardInterrupt  # stop before any drill
-
-    monkeypatch.setattr("faultdrill.runner.run_plan", fake_run_plan)
-    assert main(["demo", "--out", str(tmp_path / "demo"), "--quiet"]) == 130
+    [plan] = demo_plans_run(tmp_path / "demo", monkeypatch)
     err = capsys.readouterr().err
     assert "running the demo without network isolation" in err
     assert "this machine lacks root (storage faults mount over the checkpoint directory)" in err
-    [plan] = ran
-    ids = {i.id for i in plan.items()}  # type: ignore[attr-defined]
+    ids = {i.id for i in plan.items()}
     assert ids == {
         "kill-worker",
         "control-plane-pause",

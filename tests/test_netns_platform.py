@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from faultdrill import procfs
-from faultdrill.cli import main
 from faultdrill.errors import EnvironmentPrepError
 from faultdrill.events import EventSink, read_jsonl
 from faultdrill.ledger import Ledger
@@ -32,7 +31,7 @@ from faultdrill.platforms.netns import (
     run_in_netns,
     without_netns_if_unavailable,
 )
-from tests.drillkit import DEMO
+from tests.drillkit import DEMO, demo_plans_run
 from tests.test_netns_kit import ledger_records, leftovers, needs_netns
 
 RES = Resources(isolation="netns", nodes=2, spares=1)
@@ -208,17 +207,10 @@ def test_demo_without_namespaces_says_so_and_runs_what_it_can(
     ids = [s.id for s in plan.scenarios()]
     assert "kill-worker" in ids and not {"link-jitter", "node-loss"} & set(ids)
     assert note is not None and "need root" in note and "link-jitter, node-loss" in note
-    ran: list[object] = []
-
-    def fake_run_plan(plan: object, *a: object, **k: object) -> object:
-        ran.append(plan)
-        raise KeyboardInterrupt  # stop before any drill
-
-    monkeypatch.setattr("faultdrill.runner.run_plan", fake_run_plan)
-    assert main(["demo", "--out", str(tmp_path / "demo"), "--quiet"]) == 130
+    ran = demo_plans_run(tmp_path / "demo", monkeypatch)
     err = capsys.readouterr().err
     assert "running the demo without network isolation" in err
-    assert ran and ran[0].resources.isolation == "none"  # type: ignore[attr-defined]
+    assert ran and ran[0].resources.isolation == "none"
 
 
 @pytest.mark.root
