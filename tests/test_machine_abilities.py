@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from faultdrill.cli import main
 from faultdrill.errors import DrillError
 from faultdrill.evaluate import load_run_plan
 from faultdrill.plan import load_plan, plan_without
@@ -128,3 +129,13 @@ def test_plan_without_drops_items_and_empty_rounds() -> None:
     assert [r.round for r in left.rounds] == [1, 3]
     assert "ctl-resume-ignored" not in {c.id for c in left.controls}
     assert len(left.items()) == len(plan.items()) - 2
+
+
+def test_validate_says_what_this_machine_cannot_run(
+    normal_user: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", str(DEMO)]) == 0
+    out = capsys.readouterr().out
+    assert "valid plan for task demo-lm: 3 round(s), 8 scenario(s), 9 control(s)" in out
+    assert "this machine cannot run storage-full: it needs 'checkpoint-mounts', missing root" in out
+    assert "cannot run kill-worker" not in out

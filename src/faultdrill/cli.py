@@ -391,12 +391,17 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from faultdrill.plan import load_plan
+    from faultdrill.runner import machine_problems
 
     plan = load_plan(args.plan)
     print(
         f"{args.plan}: valid plan for task {plan.task.id}: {len(plan.rounds)} round(s), "
         f"{len(plan.scenarios())} scenario(s), {len(plan.controls)} control(s)"
     )
+    # Valid is about the plan; whether this machine can drill it is said, not judged.
+    for item, lacks in machine_problems(plan, [i.id for i in plan.items()]).items():
+        for ability, why in lacks.items():
+            print(f"  this machine cannot run {item}: it needs {ability!r}, missing {why}")
     return 0
 
 
