@@ -276,3 +276,26 @@ def test_timeline_load_of_clean_records_counts_nothing(tmp_path: Path) -> None:
     (events / "probe-rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
     tl = Timeline.load(events)
     assert tl.torn_lines == 0 and len(tl.steps) == 49
+
+
+def test_a_relative_run_dir_reaches_the_job_as_an_absolute_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, plan: Plan
+) -> None:
+    """Agents and workers do not run in the harness's working directory: ``--out
+    faultdrill-demo`` (the README's demo command) once made every agent fail to open its
+    events file."""
+    jobs: list[JobSpec] = []
+    monkeypatch.setenv("FAULTDRILL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setitem(UNDOERS, "test-marker", _undo_marker)
+    monkeypatch.setitem(PLATFORMS, plan.resources.platform, FakePlatform)
+    monkeypatch.setattr(FakePlatform, "hooks", {})
+    monkeypatch.setattr(FakePlatform, "_submit", lambda self, job: jobs.append(job))
+    monkeypatch.chdir(tmp_path)
+    work = execute_item(plan, "baseline", None, Path("relative-out"))
+    assert work.is_absolute() and work == tmp_path / "relative-out" / "baseline"
+    [job] = jobs
+    assert job.work_dir.is_absolute() and job.events_dir.is_absolute()
+    paths = [v for v in job.env.values() if "relative-out" in v]
+    assert paths and all(Path(v).is_absolute() for v in paths), job.env
+    args = [a.split("=", 1)[-1] for a in job.argv if "relative-out" in a]
+    assert args and all(Path(a).is_absolute() for a in args), job.argv

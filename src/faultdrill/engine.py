@@ -292,7 +292,8 @@ def execute_item(
     not even start; every other outcome is recorded as events.
     """
     item_id = "baseline" if item is None else item.id
-    work = item_dir(run_dir, kind, item_id)
+    # Absolute: every path here reaches processes that run elsewhere (agents, workers).
+    work = item_dir(run_dir.resolve(), kind, item_id)
     if work.exists() and any(work.iterdir()):
         raise DrillError(f"{work} already holds a drill; use a new --out directory")
     work.mkdir(parents=True, exist_ok=True)

@@ -93,6 +93,7 @@ def run_plan(
     on_item: Callable[[str, str, Verdict | None], None] = lambda _i, _k, _v: None,
 ) -> RunResult:
     """Execute and judge a plan into ``run_dir``. ``only`` limits scenarios/controls by id."""
+    run_dir = run_dir.resolve()  # a relative --out must not depend on a job's working dir
     if run_dir.exists() and any(run_dir.iterdir()):
         raise DrillError(f"{run_dir} is not empty; choose a new --out directory")
     selected = [s.id for s in plan.scenarios() if only is None or s.id in only]
