@@ -10,6 +10,7 @@ import pytest
 from faultdrill.plan import Control, Plan, Scenario, load_plan
 from faultdrill.reference import Reference
 from tests.recorded_run import recorded_demo  # noqa: F401  (session fixture: one small drill)
+from tests.test_netns_kit import cluster  # noqa: F401  (a bare namespace cluster)
 from tests.timelines import Judge, baseline
 
 DEMO_PLAN = Path(str(files("faultdrill") / "plans" / "demo.yaml"))

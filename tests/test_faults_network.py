@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,32 +13,14 @@ import pytest
 
 from faultdrill.errors import PlanError
 from faultdrill.events import read_jsonl
-from faultdrill.faults.api import FaultContext, FaultSpec, make_fault
+from faultdrill.faults.api import FaultSpec, make_fault
 from faultdrill.faults.network import LinkFlapSpec, LinkLossSpec, LinkSlowSpec, PartitionSpec
 from faultdrill.ledger import Ledger
 from faultdrill.plan import parse_plan
 from faultdrill.platforms.netns import NetnsPlatform, ns_run, run_in_netns
-from tests.test_netns_kit import ledger_records, needs_netns, netns_raw
-from tests.test_netns_platform import make
+from tests.test_netns_kit import ctx_of, ledger_records, make, needs_netns, netns_raw
 
 N2: dict[str, Any] = {"node": "n2"}
-
-
-@pytest.fixture()
-def cluster(tmp_path: Path) -> Iterator[NetnsPlatform]:
-    platform = make(tmp_path)
-    try:
-        platform.prepare()
-        yield platform
-    finally:
-        platform.teardown()
-        platform.ledger.revert_all()
-
-
-def ctx_of(platform: NetnsPlatform) -> FaultContext:
-    return FaultContext(
-        platform=platform, ledger=platform.ledger, sink=platform.sink, scenario_id="unit"
-    )
 
 
 def iptables(platform: NetnsPlatform, node: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +16,12 @@ from faultdrill.engine import execute_item
 from faultdrill.errors import FaultError, PlanError
 from faultdrill.evaluate import evaluate_item
 from faultdrill.events import read_jsonl
-from faultdrill.faults.api import FaultContext, make_fault
+from faultdrill.faults.api import make_fault
 from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
 from faultdrill.plan import load_plan, parse_plan
 from faultdrill.platforms.netns import NetnsPlatform, ns_run
 from tests.test_netns_kit import (
+    ctx_of,
     kill_task,
     ledger_records,
     leftovers,
@@ -30,26 +30,8 @@ from tests.test_netns_kit import (
     tiny_raw,
     write_plan,
 )
-from tests.test_netns_platform import make
 
 N2: dict[str, Any] = {"node": "n2"}
-
-
-@pytest.fixture()
-def cluster(tmp_path: Path) -> Iterator[NetnsPlatform]:
-    platform = make(tmp_path)
-    try:
-        platform.prepare()
-        yield platform
-    finally:
-        platform.teardown()
-        platform.ledger.revert_all()
-
-
-def ctx_of(platform: NetnsPlatform) -> FaultContext:
-    return FaultContext(
-        platform=platform, ledger=platform.ledger, sink=platform.sink, scenario_id="unit"
-    )
 
 
 def sleepers(platform: NetnsPlatform, node: str, n: int = 2) -> list[subprocess.Popen[bytes]]:

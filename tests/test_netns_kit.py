@@ -4,7 +4,8 @@
   that starts in milliseconds (for the crash tests, which only need a running job);
 * a harness that runs ONE scenario without its baseline (``python -m tests.test_netns_kit
   PLAN OUT``), so that a test can SIGKILL it while the fault is active;
-* :func:`leftovers`: everything a ledger recorded that still exists on the machine.
+* :func:`leftovers`: everything a ledger recorded that still exists on the machine;
+* a bare cluster (:func:`make`, the ``cluster`` fixture) and a fault context on it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,18 @@ import pytest
 import yaml
 
 from faultdrill import procfs
-from faultdrill.platforms.netns import link_exists, netns_exists, netns_unavailable, ns_run
+from faultdrill.events import EventSink
+from faultdrill.faults.api import FaultContext
+from faultdrill.ledger import Ledger
+from faultdrill.plan import Resources
+from faultdrill.platforms.local import LocalPlatform
+from faultdrill.platforms.netns import (
+    NetnsPlatform,
+    link_exists,
+    netns_exists,
+    netns_unavailable,
+    ns_run,
+)
 from tests.drillkit import ROOT, demo_raw
 
 needs_netns = pytest.mark.skipif(
@@ -41,6 +54,39 @@ for step in range(1, int(sys.argv[1]) + 1):
     time.sleep(0.1)
 probe.run_end(final_step=step)
 '''
+
+
+RES = Resources(isolation="netns", nodes=2, spares=1)
+
+
+def make(tmp_path: Path, run_id: str | None = None) -> NetnsPlatform:
+    """A namespace cluster of :data:`RES`, not brought up yet."""
+    # unique per call: namespace names derive from the run id, and two test sessions at
+    # once (a CI run beside a developer's) must not collide
+    run_id = run_id or f"t-netns-{uuid.uuid4().hex[:12]}"
+    ledger = Ledger(tmp_path / "ledger.jsonl", run_id=run_id)
+    sink = EventSink(tmp_path / "events", "t")
+    platform = LocalPlatform.variant_for(RES)(RES, tmp_path, ledger, sink)
+    assert isinstance(platform, NetnsPlatform)
+    return platform
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path) -> Iterator[NetnsPlatform]:
+    """A cluster brought up for one test, torn down and its ledger replayed after it."""
+    platform = make(tmp_path)
+    try:
+        platform.prepare()
+        yield platform
+    finally:
+        platform.teardown()
+        platform.ledger.revert_all()
+
+
+def ctx_of(platform: NetnsPlatform) -> FaultContext:
+    return FaultContext(
+        platform=platform, ledger=platform.ledger, sink=platform.sink, scenario_id="unit"
+    )
 
 
 def netns_raw(*, spares: int = 0, **timeouts: Any) -> dict[str, Any]:

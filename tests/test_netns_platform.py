@@ -8,15 +8,13 @@ import json
 import signal
 import subprocess
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from faultdrill import procfs
 from faultdrill.errors import EnvironmentPrepError
-from faultdrill.events import EventSink, read_jsonl
+from faultdrill.events import read_jsonl
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources, load_plan
 from faultdrill.platforms import PLATFORMS
@@ -32,31 +30,7 @@ from faultdrill.platforms.netns import (
     without_netns_if_unavailable,
 )
 from tests.drillkit import DEMO, demo_plans_run
-from tests.test_netns_kit import ledger_records, leftovers, needs_netns
-
-RES = Resources(isolation="netns", nodes=2, spares=1)
-
-
-def make(tmp_path: Path, run_id: str | None = None) -> NetnsPlatform:
-    # unique per call: namespace names derive from the run id, and two test sessions at
-    # once (a CI run beside a developer's) must not collide
-    run_id = run_id or f"t-netns-{uuid.uuid4().hex[:12]}"
-    ledger = Ledger(tmp_path / "ledger.jsonl", run_id=run_id)
-    sink = EventSink(tmp_path / "events", "t")
-    platform = LocalPlatform.variant_for(RES)(RES, tmp_path, ledger, sink)
-    assert isinstance(platform, NetnsPlatform)
-    return platform
-
-
-@pytest.fixture()
-def cluster(tmp_path: Path) -> Iterator[NetnsPlatform]:
-    platform = make(tmp_path)
-    try:
-        platform.prepare()
-        yield platform
-    finally:
-        platform.teardown()
-        platform.ledger.revert_all()
+from tests.test_netns_kit import RES, ledger_records, leftovers, make, needs_netns
 
 
 def test_names_fit_ifnamsiz_and_differ_per_run(tmp_path: Path) -> None:
