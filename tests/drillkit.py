@@ -82,3 +82,18 @@ def demo_plans_run(out: Path, monkeypatch: Any) -> list[Any]:
     monkeypatch.setattr("faultdrill.runner.run_plan", stop_before_any_drill)
     assert main(["demo", "--out", str(out), "--quiet"]) == 130
     return ran
+
+
+def item(report: dict[str, Any], item_id: str) -> dict[str, Any]:
+    """One scenario or control of a ``report.json``, by id."""
+    found: dict[str, Any] = next(s for s in report["scenarios"] if s["id"] == item_id)
+    return found
+
+
+def finding(s: dict[str, Any], check: str) -> dict[str, Any]:
+    """The finding of ``check`` in a report item's evidence or expectation."""
+    for ev in [*s["evidence"].values(), s["expectation"]]:
+        for f in ev["findings"]:
+            if f["check"] == check:
+                return dict(f)
+    raise AssertionError(f"no finding of {check} in {s['id']}")

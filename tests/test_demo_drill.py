@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from faultdrill.cli import main
-from tests.drillkit import task_pids
+from tests.drillkit import item, task_pids
 from tests.recorded_run import RecordedDemo
 
 pytestmark = pytest.mark.drill
@@ -28,10 +28,6 @@ def demo(recorded_demo: RecordedDemo) -> tuple[Path, dict[str, Any]]:
     assert recorded_demo.rc == 0, recorded_demo.stdout + recorded_demo.stderr
     run_dir = recorded_demo.run_dir
     return run_dir, json.loads((run_dir / "report.json").read_text())
-
-
-def item(report: dict[str, Any], item_id: str) -> dict[str, Any]:
-    return next(s for s in report["scenarios"] if s["id"] == item_id)
 
 
 def failing_checks(s: dict[str, Any]) -> set[str]:

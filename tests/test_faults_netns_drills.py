@@ -25,6 +25,7 @@ from faultdrill.plan import load_plan
 from faultdrill.platforms.netns import NetnsPlatform, ns_run
 from faultdrill.runner import run_plan
 from faultdrill.timeline import Timeline
+from tests.drillkit import finding, item
 from tests.test_netns_kit import (
     kill_task,
     ledger_records,
@@ -129,18 +130,6 @@ def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunResult,
             os.environ.pop("FAULTDRILL_STATE_DIR", None)
         else:
             os.environ["FAULTDRILL_STATE_DIR"] = old
-
-
-def item(report: dict[str, Any], sid: str) -> dict[str, Any]:
-    return next(s for s in report["scenarios"] if s["id"] == sid)
-
-
-def finding(s: dict[str, Any], check: str) -> dict[str, Any]:
-    for ev in [*s["evidence"].values(), s["expectation"]]:
-        for f in ev["findings"]:
-            if f["check"] == check:
-                return dict(f)
-    raise AssertionError(f"no finding of {check} in {s['id']}")
 
 
 def verdicts(s: dict[str, Any]) -> dict[str, str]:

@@ -20,6 +20,7 @@ import pytest
 from faultdrill.evaluate import RunResult
 from faultdrill.plan import load_plan
 from faultdrill.runner import run_plan
+from tests.drillkit import finding, item
 from tests.test_netns_kit import (
     kill_task,
     ledger_records,
@@ -115,18 +116,6 @@ def elastic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunResul
         }
     ]
     yield from _run(tmp_path_factory.mktemp("netns-elastic"), raw)
-
-
-def item(report: dict[str, Any], sid: str) -> dict[str, Any]:
-    return next(s for s in report["scenarios"] if s["id"] == sid)
-
-
-def finding(s: dict[str, Any], check: str) -> dict[str, Any]:
-    for ev in [*s["evidence"].values(), s["expectation"]]:
-        for f in ev["findings"]:
-            if f["check"] == check:
-                return dict(f)
-    raise AssertionError(check)
 
 
 def test_strict_partition_60s_loses_the_job_and_names_the_timeout(

@@ -19,7 +19,7 @@ import pytest
 from faultdrill.plan import load_plan
 from faultdrill.report.markdown import render_markdown
 from faultdrill.runner import run_plan
-from tests.drillkit import DEMO, kill_task
+from tests.drillkit import DEMO, item, kill_task
 
 pytestmark = [
     pytest.mark.drill,
@@ -55,10 +55,6 @@ def _run(base: Path, only: set[str]) -> Iterator[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     yield from _run(tmp_path_factory.mktemp("round3"), DEFAULT)
-
-
-def item(report: dict[str, Any], item_id: str) -> dict[str, Any]:
-    return next(s for s in report["scenarios"] if s["id"] == item_id)
 
 
 def passed(s: dict[str, Any]) -> None:

@@ -385,9 +385,7 @@ def _item_html(
         f"<h3>{_e(sid)}{title}</h3>",
     ]
     if s.get("control"):
-        caught = {True: t("ctl.caught"), None: t("ctl.unproven")}.get(
-            s.get("caught"), t("ctl.missed")
-        )
+        caught = t.caught(s.get("caught"))
         out.append(
             "<p class='control-line'>"
             + _e(

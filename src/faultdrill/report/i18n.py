@@ -674,6 +674,12 @@ class Translator:
         pair = CHECK_NAMES.get(name)
         return name if pair is None else f"{name} ({pair[self._i]})"
 
+    def caught(self, caught: bool | None) -> str:
+        """A control's outcome: caught, missed, or not proven (aborted: ``None``)."""
+        return {True: self("ctl.caught"), None: self("ctl.unproven")}.get(
+            caught, self("ctl.missed")
+        )
+
     def seconds(self, v: Any) -> str:
         return self("na") if v is None else self("seconds", v=float(v))
 

@@ -59,9 +59,7 @@ def _item(s: dict[str, Any], lines: list[str], t: Translator = _EN) -> None:
     lines.append("")
     verdict = _mark(s["verdict"], t)
     if s.get("control"):
-        caught = {True: t("ctl.caught"), None: t("ctl.unproven")}.get(
-            s.get("caught"), t("ctl.missed")
-        )
+        caught = t.caught(s.get("caught"))
         lines.append(
             "**"
             + t(
