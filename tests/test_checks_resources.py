@@ -3,6 +3,8 @@ faults not taken back."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from faultdrill.checks import Finding, Verdict, run_checks
 from tests.timelines import NEW, OLD, TL, Judge, baseline, ids, restart
 
@@ -291,3 +293,140 @@ def test_a_scenario_with_a_fault_left_behind_does_not_pass(judge: Judge) -> None
         "results": P,
         "expectation": P,
     }
+
+
+# --- replicas and their children (DataLoader workers, helpers) ----------------------------
+
+CR = "resources.children-released"
+
+
+def with_loader_workers(tl: TL, pids: dict[int, int], *, linger: float = 0.3) -> TL:
+    """Two DataLoader workers per replica in ``pids`` (pid -> rank): children seen with
+    their replica, gone ``linger`` seconds after it (the sampler's lineage recorded)."""
+    lives = {
+        r["pid"]: r
+        for r in tl.recs
+        if r["src"] == "sampler" and r["kind"] in ("proc_seen", "proc_gone")
+    }
+    for pid, rank in pids.items():
+        gone = next(
+            (r["mono"] for r in tl.recs if r["kind"] == "proc_gone" and r["pid"] == pid), None
+        )
+        seen = next(r["mono"] for r in tl.recs if r["kind"] == "proc_seen" and r["pid"] == pid)
+        assert pid in lives
+        for k in (1, 2):
+            end = None if gone is None else gone + linger
+            tl.proc(
+                pid * 10 + k,
+                rank,
+                seen + 0.1,
+                end,
+                last_seen=None if end is None else end - 0.05,
+                role="child",
+                owner=pid,
+                ppid=pid,
+                node=f"n{rank}",
+            )
+    return tl
+
+
+def healthy_with_workers(linger: float = 0.3) -> TL:
+    pids = {OLD[0]: 0, OLD[1]: 1, NEW[0]: 0, NEW[1]: 1}
+    return with_loader_workers(restart(), pids, linger=linger)
+
+
+def test_dataloader_workers_are_not_second_holders_of_their_rank(judge: Judge) -> None:
+    # the false alarm of every real job: workers overlap their replica across many steps
+    tl = healthy_with_workers()
+    assert judge.one(ND, tl) == (
+        P,
+        "every rank was held by one live process at a time while training made progress",
+    )
+    assert judge.one(NS, tl)[0] is P
+
+
+def test_a_healthy_job_with_children_passes_every_check(judge: Judge) -> None:
+    found = run_checks(judge.ctx(healthy_with_workers()))
+    bad = [f for r in found.values() for f in r.findings if f.verdict is not P]
+    assert bad == []
+
+
+def test_children_released_reports_lingering_within_the_grace(judge: Judge) -> None:
+    # old replicas gone at 6.5; their workers last seen at 6.5 + 2.0 - 0.05
+    assert judge.one(CR, healthy_with_workers(linger=2.0)) == (
+        P,
+        "8 child process(es) outlived their replica, the longest by 1.9 s (pid 1001 of "
+        "replica pid 100, rank 0): within the 10 s grace for the framework's own clean-up",
+    )
+
+
+def test_children_released_fails_on_children_past_the_grace(judge: Judge) -> None:
+    tl = restart()
+    with_loader_workers(tl, {OLD[1]: 1}, linger=12.0)
+    [f] = judge.run(CR, tl)
+    assert (f.verdict, f.message) == (
+        F,
+        "2 child process(es) of replica pid 101 (rank 1, node n1) outlived it by up to "
+        "11.9 s, past the 10 s grace: pids [1011, 1012]",
+    )
+    assert f.data["grace_s"] == 10.0
+
+
+def test_children_released_uses_the_plan_s_grace(judge: Judge) -> None:
+    tl = restart()
+    with_loader_workers(tl, {OLD[1]: 1}, linger=2.0)
+    obs = judge.plan.observation.model_copy(update={"child_grace_s": 1.0})
+    strict = dataclasses.replace(judge, plan=judge.plan.model_copy(update={"observation": obs}))
+    verdict, msg = strict.one(CR, tl)
+    assert verdict is F and "past the 1 s grace" in msg
+
+
+def test_children_released_counts_a_child_alive_when_sampling_stopped(judge: Judge) -> None:
+    tl = restart().proc(1015, 1, 3.0, None, role="child", owner=OLD[1], ppid=OLD[1], node="n1")
+    verdict, msg = judge.one(CR, tl)
+    # sampling ends when the new incarnation is gone (10.5): 4.0 s after the old replica
+    assert verdict is P and "longest by 4.0 s" in msg
+    later = tl.proc(NEW[1] * 10, None, 12.0, 30.0, role="other", node="n1")
+    verdict, msg = judge.one(CR, later)
+    assert verdict is F and "(1 still alive when sampling stopped)" in msg
+
+
+def test_children_released_passes_when_no_replica_had_children(judge: Judge) -> None:
+    assert judge.one(CR, restart()) == (
+        P,
+        "no child process of a replica outlived it (no replica had any) (grace 10 s)",
+    )
+
+
+def test_children_released_retests_without_sampler_data(judge: Judge) -> None:
+    assert judge.one(CR, restart().drop("sampler"))[0] is R
+
+
+def test_a_child_that_keeps_stepping_after_the_restart_is_a_stale_replica(judge: Judge) -> None:
+    # a detached child of killed rank 1 writes steps under its own pid, beside the new one
+    tl = restart().proc(1019, 1, 2.0, 10.0, role="child", owner=OLD[1], ppid=OLD[1], node="n1")
+    tl.step(1019, 1, 6, 8.6, [ids(6, 1)])
+    verdict, msg = judge.one(NS, tl)
+    assert verdict is F
+    assert "split brain" in msg and "pid 1019 rank 1 step 6" in msg
+    # its steps are its replica's, not an unknown process's
+    assert judge.one("progress.steps-attributed", tl)[0] is P
+
+
+def test_a_wrapper_s_child_that_announced_itself_is_the_replica(judge: Judge) -> None:
+    # the launcher ran `sh -c "python train.py"`: sh (pid 55, rank 0) holds RANK first,
+    # python (pid 200, rank 0) announced itself; sh is a wrapper, not a second holder
+    tl = restart().drop("sampler", where=lambda r: r["pid"] == NEW[0])
+    tl.proc(55, 0, 7.0, 12.0, node="n0")
+    tl.proc(NEW[0], 0, 7.05, 12.0, role="child", owner=55, ppid=55, node="n0")
+    built = tl.build()
+    roles = {p.pid: p.role for p in built.procs}
+    assert roles[55] == "wrapper" and roles[NEW[0]] == "worker"
+    assert judge.one(ND, built)[0] is P
+
+
+def test_recordings_without_lineage_keep_every_rank_holder_a_worker(judge: Judge) -> None:
+    # runs recorded before lineage existed: the same duplicate as before is still a failure
+    tl = restart().proc(250, 0, 7.5, 8.8, last_seen=8.5, node="n2")
+    assert {p.role for p in tl.build().procs} == {"worker"}
+    assert judge.one(ND, tl)[0] is F

@@ -3,6 +3,8 @@ tolerance), the final model digest, and the final checkpoint."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from faultdrill.checks import Verdict
 from faultdrill.checks.results import comparison_mode
 from faultdrill.reference import Reference
@@ -68,7 +70,52 @@ def test_loss_matches_bitwise(judge: Judge) -> None:
         "all 12 committed (rank, step) losses are bitwise equal to the baseline (world "
         "size and config unchanged from the baseline)",
     )
-    assert f.data == {"mode": "bitwise"}
+    assert f.data == {"mode": "bitwise", "compared": 12, "not_reported": 0}
+
+
+def sparse(tl: TL, every: int = 2) -> TL:
+    """The same run, reporting its loss only at steps divisible by ``every`` (the others
+    carry ``loss: null``, as ``probe.step(step, None, ids)`` writes)."""
+    for r in tl.recs:
+        if r["kind"] == "step" and r["step"] % every:
+            r["loss"] = None
+    return tl
+
+
+def test_loss_compares_only_the_steps_a_sparse_log_reports(judge: Judge) -> None:
+    reference = Reference.from_timeline(sparse(baseline()).build())
+    j = dataclasses.replace(judge, reference=reference)
+    [f] = j.run(LM, sparse(restart()))
+    assert (f.verdict, f.message) == (
+        P,
+        "all 6 committed (rank, step) losses are bitwise equal to the baseline (world "
+        "size and config unchanged from the baseline); 6 step(s) reported no loss in the "
+        "drill or the baseline and were not compared",
+    )
+
+
+def test_a_sparse_log_still_catches_a_different_loss(judge: Judge) -> None:
+    reference = Reference.from_timeline(sparse(baseline()).build())
+    j = dataclasses.replace(judge, reference=reference)
+    tl = sparse(restart()).edit(
+        "probe", "step", lambda r: r["step"] == 6 and r["rank"] == 1, loss=9.0
+    )
+    assert j.one(LM, tl)[0] is F
+
+
+def test_a_reported_nan_is_not_taken_for_a_missing_loss(judge: Judge) -> None:
+    tl = restart().edit(
+        "probe", "step", lambda r: r["step"] == 6 and r["rank"] == 1, loss=float("nan")
+    )
+    verdict, msg = judge.one(LM, tl)
+    assert verdict is F and "inf vs baseline" in msg
+
+
+def test_no_loss_reported_anywhere_is_retest(judge: Judge) -> None:
+    reference = Reference.from_timeline(sparse(baseline(), every=100).build())
+    j = dataclasses.replace(judge, reference=reference)
+    verdict, msg = j.one(LM, sparse(restart(), every=100))
+    assert verdict is R and "could not be compared" in msg
 
 
 def test_loss_fails_on_the_smallest_difference_in_bitwise_mode(judge: Judge) -> None:

@@ -314,6 +314,7 @@ def _probe_lines(tmp_path: Path) -> list[bytes]:
     probe.step(2, float("nan"), [])
     probe.step(3, float("inf"), [64, 65, 70])  # two ranges: not the fast layout
     probe.step(4, -1e-7, range(128, 192))
+    probe.step(5, None, range(192, 256))  # a step that reported no loss
     probe.close()
     lines = (tmp_path / "written").glob("*.jsonl")
     written = [ln for f in sorted(lines) for ln in f.read_bytes().splitlines(keepends=True)]
@@ -359,7 +360,11 @@ def test_probe_step_lines_load_as_the_json_decoder_reads_them(
     assert len(decoded) == 6, decoded
     monkeypatch.setattr(timeline, "_probe_step_line", lambda ln: None)
     slow = Timeline.load(events)
-    assert len(fast.steps) == 7 and fast.torn_lines == 4
+    assert len(fast.steps) == 8 and fast.torn_lines == 4
+    # "not reported" (null) is NaN; a reported NaN is +inf: both paths keep them apart
+    mine = fast.steps.rank == 1
+    loss = dict(zip(fast.steps.step[mine].tolist(), fast.steps.loss[mine].tolist(), strict=True))
+    assert np.isnan(loss[5]) and loss[2] == np.inf
     assert (fast.task_id, fast.torn_lines, len(fast.events)) == (
         slow.task_id,
         slow.torn_lines,

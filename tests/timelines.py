@@ -206,8 +206,11 @@ class TL:
         role: str = "worker",
         node: str = "n0",
         start_time: int | None = None,
+        owner: int | None = None,
+        ppid: int | None = None,
     ) -> TL:
-        """A process life: ``proc_seen`` at ``seen``, ``proc_gone`` at ``gone`` (if any)."""
+        """A process life: ``proc_seen`` at ``seen``, ``proc_gone`` at ``gone`` (if any).
+        ``owner``: the replica a ``child`` belongs to (lineage as the sampler records it)."""
         who = {
             "pid": pid,
             "start_time": start_time or pid * 10,
@@ -215,7 +218,8 @@ class TL:
             "rank": rank,
             "node": node,
         }
-        self.add("sampler", "proc_seen", seen, restart_count=0, **who)
+        lineage = {} if owner is None and ppid is None else {"owner": owner, "ppid": ppid}
+        self.add("sampler", "proc_seen", seen, restart_count=0, **who, **lineage)
         if gone is not None:
             self.add(
                 "sampler",

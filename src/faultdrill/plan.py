@@ -215,6 +215,13 @@ class Observation(_Frozen):
         4.0, ge=2, le=20, description="network track (isolation netns): samples per second"
     )
     settle_s: float = Field(1.0, ge=0, description="keep observing this long after the job ends")
+    child_grace_s: float = Field(
+        10.0,
+        ge=0,
+        description="how long a replica's child process (DataLoader worker, helper) may "
+        "outlive its replica before it counts as left behind; covers the framework's own "
+        "clean-up (DataLoader workers notice a dead parent within 5 s)",
+    )
 
 
 class Responsibility(_Frozen):

@@ -18,7 +18,8 @@ Contract
   ============  ===============================================================
   run_start     world_size, local_rank, node, host, restart_count, master,
                 config_digest  (call after the process group is initialised)
-  step          step, loss, samples: ``[[start, end), ...]`` global sample ids
+  step          step, loss (``null``: not reported this step), samples:
+                ``[[start, end), ...]`` global sample ids
   ckpt_save     id, step, path, sha256, bytes, data_position  (after it is durable);
                 optional duration_s (seconds the save blocked training)
   ckpt_save_failed  step, error, errno, duration_s: a save that raised (nothing published)
@@ -159,10 +160,15 @@ class Probe:
             **extra,
         )
 
-    def step(self, step: int, loss: float, samples: SampleIds | Iterable[int] = ()) -> None:
-        """Record one optimizer step: its number, this rank's loss, the samples it consumed."""
+    def step(self, step: int, loss: float | None, samples: SampleIds | Iterable[int] = ()) -> None:
+        """Record one optimizer step: its number, this rank's loss, the samples it consumed.
+
+        ``loss=None``: this step's loss was not computed or not synchronised (a job that
+        logs it every N steps); the results check then compares only the steps that have one.
+        """
         ids = samples if isinstance(samples, (range, list, tuple)) else list(samples)
-        self.emit("step", step=step, loss=float(loss), samples=fold_ranges(ids))  # type: ignore[arg-type]
+        value = None if loss is None else float(loss)
+        self.emit("step", step=step, loss=value, samples=fold_ranges(ids))  # type: ignore[arg-type]
 
     def checkpoint_saved(
         self,

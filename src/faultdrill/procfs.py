@@ -20,10 +20,12 @@ __all__ = [
     "alive",
     "cmdline",
     "environ",
+    "identity",
     "kill_checked",
     "listening_ports",
     "pids_with_env",
     "proc_state",
+    "session_id",
     "start_time",
 ]
 
@@ -47,6 +49,18 @@ def start_time(pid: int) -> int | None:
 def parent_pid(pid: int) -> int | None:
     fields = _stat_fields(pid)
     return int(fields[1]) if fields else None
+
+
+def identity(pid: int) -> tuple[int, int, int] | None:
+    """(start time, parent pid, session id) from one read of ``stat``; None if gone."""
+    fields = _stat_fields(pid)
+    return (int(fields[19]), int(fields[1]), int(fields[3])) if fields else None
+
+
+def session_id(pid: int) -> int | None:
+    """The session the process belongs to (its leader's pid; kept after the leader died)."""
+    fields = _stat_fields(pid)
+    return int(fields[3]) if fields else None
 
 
 def proc_state(pid: int) -> str | None:

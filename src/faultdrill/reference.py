@@ -62,7 +62,11 @@ def mean_loss_per_step(st: StepTable) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mean_loss_by_step(step: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct steps, mean loss at each), from parallel columns."""
+    """(distinct steps, mean loss at each), from parallel columns; steps that reported no
+    loss (NaN, see :class:`~faultdrill.timeline.StepTable`) are left out."""
+    reported = ~np.isnan(loss)
+    if not reported.all():
+        step, loss = step[reported], loss[reported]
     if step.size == 0:
         return np.zeros(0, np.int64), np.zeros(0)
     steps, inv = np.unique(step, return_inverse=True)

@@ -1,7 +1,8 @@
 """The process sampler: which pids hold which rank and incarnation, alive or not.
 
 A background thread reads the platform's replicas at a fixed rate and emits a ``proc_seen``
-event the first time a (pid, start time) appears and a ``proc_gone`` event (with the last
+event (with the process's parent, session and, for a child of a replica, its ``owner``:
+see :mod:`faultdrill.lineage`) the first time a (pid, start time) appears and a ``proc_gone`` event (with the last
 time it was seen) the first time it is missing. Listening ports of the job's processes are
 recorded once a second, so that the end-of-job snapshot can say whether they were released.
 Extra samplers (e.g. the network track) plug in as ``tick`` callables.
@@ -85,6 +86,9 @@ class ProcessSampler:
                         rank=rep.rank,
                         node=rep.node,
                         restart_count=rep.restart_count,
+                        ppid=rep.ppid,
+                        sid=rep.sid,
+                        owner=rep.owner,
                     )
                 self.known[key] = (rep, now)
             for key in [k for k in self.known if k not in current]:
@@ -120,7 +124,8 @@ def end_snapshot(
     platform says it still holds (mounts, frozen groups, rules...)."""
     sampler.sample()
     alive = [
-        {"pid": r.pid, "role": r.role, "rank": r.rank, "node": r.node} for r in platform.replicas()
+        {"pid": r.pid, "role": r.role, "rank": r.rank, "node": r.node, "owner": r.owner}
+        for r in platform.replicas()
     ]
     still = []
     if sampler.ports_seen:

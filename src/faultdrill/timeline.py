@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from faultdrill.events import Event
+from faultdrill.lineage import promote_announced
 
 __all__ = [
     "Incarnation",
@@ -51,7 +52,9 @@ I8 = np.int64
 class StepTable:
     """Step events in columns. Row i is one rank's step; its sample ranges are
     ``rng_start[rng_off[i]:rng_off[i+1]]`` / ``rng_end[...]``; ``rng_row`` maps each range
-    back to its row. ``inc`` is filled in when incarnations are derived (-1: unknown)."""
+    back to its row. ``inc`` is filled in when incarnations are derived (-1: unknown).
+    ``loss`` is NaN where the step reported no loss (jobs that log it every N steps) and
+    +inf where it reported a NaN: both non-finite, but only NaN means "not reported"."""
 
     mono: np.ndarray
     rank: np.ndarray
@@ -216,16 +219,23 @@ class Incarnation:
 
 @dataclass(frozen=True)
 class ProcLife:
-    """One process of the job as the sampler saw it."""
+    """One process of the job as the sampler saw it.
+
+    ``role``: ``agent``, ``worker`` (a rank's replica), ``child`` (below the replica whose
+    pid is ``owner``), ``wrapper`` (a rank holder whose child announced itself as the
+    replica, e.g. ``sh -c "python train.py"``) or ``other``; see :mod:`faultdrill.lineage`.
+    Runs recorded before lineage existed have no children: every rank holder is a worker."""
 
     pid: int
     start_time: int
-    role: str  # "agent" | "worker" | "other"
+    role: str
     rank: int | None
     node: str
     seen_mono: float
     gone_mono: float | None  # first sample it was missing from; None: alive at the end
     last_seen_mono: float  # last sample it was present in
+    owner: int | None = None
+    ppid: int | None = None
 
     def seen_alive_at(self, mono: float) -> bool:
         """Certainly alive at ``mono``: seen in samples on both sides of it."""
@@ -315,8 +325,8 @@ class Timeline:
     def from_parts(cls, task_id: str, events: list[Event], steps: StepTable) -> Timeline:
         """Build from already-sorted events and a mono-sorted step table."""
         tl = cls(task_id=task_id, events=events, steps=steps)
-        tl._derive_incarnations()
         tl._derive_procs()
+        tl._derive_incarnations()
         return tl
 
     # --- queries ----------------------------------------------------------------------
@@ -453,6 +463,10 @@ class Timeline:
             inc.members[pid] = rank
             inc.starts.append(ev)
         pid_inc = {pid: inc.index for inc in incs for pid in inc.members}
+        step_inc = dict(pid_inc)
+        for p in self.procs:  # a replica's children write on its behalf (a logger, a writer)
+            if p.role == "child" and p.owner in pid_inc:
+                step_inc.setdefault(p.pid, pid_inc[p.owner])
         for ev in self.events:
             if ev.src != "probe":
                 continue
@@ -465,7 +479,7 @@ class Timeline:
                 incs[idx].ends.append(ev)
         st = self.steps
         if len(st):
-            st.inc = _lookup(pid_inc, st.pid)
+            st.inc = _lookup(step_inc, st.pid)
             for inc in incs:
                 m = st.inc == inc.index
                 if not m.any():
@@ -489,15 +503,25 @@ class Timeline:
                 seen.setdefault(key, ev)
             elif ev.kind == "proc_gone":
                 gone.setdefault(key, ev)
+        owners, wrappers = self._owners(seen)
         procs = []
         for key, ev in seen.items():
             rank = ev.get("rank")
             end = gone.get(key)
+            role = str(ev.get("role", "other"))
+            owner = owners.get(key)
+            if role == "child" and owner is None:
+                role = "worker"  # it announced itself: the replica, whatever its parentage
+            elif owner is not None and role != "agent":
+                role = "child"
+            elif role == "worker" and key[0] in wrappers:
+                role = "wrapper"
+            ppid = ev.get("ppid")
             procs.append(
                 ProcLife(
                     pid=key[0],
                     start_time=key[1],
-                    role=str(ev.get("role", "other")),
+                    role=role,
                     rank=None if rank is None else int(rank),
                     node=str(ev.get("node", "")),
                     seen_mono=ev.mono,
@@ -505,9 +529,25 @@ class Timeline:
                     last_seen_mono=float(end.get("last_seen_mono", end.mono))
                     if end
                     else last_sample,
+                    owner=owner,
+                    ppid=None if ppid is None else int(ppid),
                 )
             )
         self.procs = sorted(procs, key=lambda p: p.seen_mono)
+
+    def _owners(
+        self, seen: dict[tuple[int, int], Event]
+    ) -> tuple[dict[tuple[int, int], int | None], set[int]]:
+        """Each process's owner as the sampler decided it, corrected by who announced itself
+        (:func:`faultdrill.lineage.promote_announced`), and the wrapper pids."""
+        owners: dict[tuple[int, int], int | None] = {}
+        parents: dict[tuple[int, int], int | None] = {}
+        for key, ev in seen.items():
+            owner, ppid = ev.get("owner"), ev.get("ppid")
+            owners[key] = None if owner is None else int(owner)
+            parents[key] = None if ppid is None else int(ppid)
+        announced = {int(e.get("pid", -1)) for e in self.of("probe", "run_start")}
+        return promote_announced(owners, parents, announced)
 
     @property
     def unknown_step_rows(self) -> int:
@@ -677,13 +717,13 @@ _NUM = rb"(?:-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][-+]?[0-9]++)?+|NaN|-?Inf
 _CHARS = rb"[\x20\x21\x23-\x5b\x5d-\x7e]*+"  # printable ASCII but the quote and backslash
 _STR = _CHARS + rb'(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})' + _CHARS + rb")*+"
 #: A step line exactly as :meth:`faultdrill.probe.Probe.step` writes it, with no sample
-#: range or one. Only strict JSON (numbers, an ASCII task) matches, so every line it takes
+#: range or one (a null loss too). Only strict JSON (numbers, an ASCII task) matches, so every line it takes
 #: is one :func:`_parse_line` would decode to the same values; any other line goes that way.
 #: Groups: task, rank, pid, mono, step, loss, range start, range end.
 _probe_step_line = re.compile(
     (
         rb'\{"src": "probe", "task": "(STR)", "rank": (INT), "pid": (INT),'
-        rb'"ts":NUM,"mono":(NUM),"kind":"step","step":(INT),"loss":(NUM),'
+        rb'"ts":NUM,"mono":(NUM),"kind":"step","step":(INT),"loss":(NUM|null),'
         rb'"samples":\[(?:\[(INT),(INT)\])?\]\}\n'
     )
     .replace(b"STR", _STR)
@@ -709,6 +749,23 @@ def _parse_line(line: bytes) -> dict[str, Any] | None:
         except ValueError:
             return None
     return obj if isinstance(obj, dict) else None
+
+
+def _loss_value(raw: Any) -> Any:
+    """A step's loss for the table: NaN when the step reported none (``null`` or absent: a
+    job that logs its loss every N steps), +inf for a reported NaN, so that "not reported"
+    and "diverged" stay apart (:attr:`StepTable.loss`). Anything else is converted (and
+    checked) with the chunk."""
+    if raw is None:
+        return _NAN
+    if isinstance(raw, float) and raw != raw:
+        return _INF
+    return raw
+
+
+_NAN, _INF = float("nan"), float("inf")
+#: The same for a loss matched as text by :data:`_probe_step_line`.
+_MATCHED_LOSS = {b"null": b"nan", b"NaN": b"inf"}
 
 
 class _StepColumns:
@@ -741,7 +798,7 @@ class _StepColumns:
         self.rank.append(raw.get("rank", 0))
         self.pid.append(raw.get("pid", 0))
         self.step.append(raw["step"])
-        self.loss.append(raw.get("loss", float("nan")))
+        self.loss.append(_loss_value(raw.get("loss")))
         self.counts.append(len(samples))
         self.pairs.extend(samples)
         if len(self.step) >= self.CHUNK:
@@ -756,7 +813,7 @@ class _StepColumns:
         self.rank.append(rank)
         self.pid.append(pid)
         self.step.append(step)
-        self.loss.append(loss)
+        self.loss.append(_MATCHED_LOSS.get(loss, loss))
         if lo is None:
             self.counts.append(0)
         else:

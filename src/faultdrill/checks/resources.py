@@ -140,6 +140,91 @@ def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
     return out
 
 
+@check("resources.children-released", "resources")
+def children_released(ctx: CheckContext) -> list[Finding]:
+    """No child process of a replica (DataLoader worker, helper, writer) outlived its
+    replica by more than the plan's grace (``observation.child_grace_s``). Within the grace
+    a child's lingering is the framework's own clean-up and is reported, not judged."""
+    tl, name = ctx.timeline, "resources.children-released"
+    grace = float(ctx.plan.observation.child_grace_s)
+    if not any(p.role == "worker" for p in tl.procs):
+        return [ctx.finding(name, R, "the process table was not sampled (no worker seen)")]
+    lives = _lingering(tl.procs)
+    if not lives:
+        return [
+            ctx.finding(
+                name,
+                P,
+                "no child process of a replica outlived it"
+                + ("" if any(p.role == "child" for p in tl.procs) else " (no replica had any)")
+                + f" (grace {grace:g} s)",
+                grace_s=grace,
+            )
+        ]
+    late = [(c, o, t) for c, o, t in lives if t > grace]
+    if not late:
+        c, o, t = max(lives, key=lambda x: x[2])
+        return [
+            ctx.finding(
+                name,
+                P,
+                f"{len(lives)} child process(es) outlived their replica, the longest by "
+                f"{t:.1f} s (pid {c.pid} of replica pid {o.pid}, rank {o.rank}): within the "
+                f"{grace:g} s grace for the framework's own clean-up",
+                grace_s=grace,
+                longest_s=round(t, 3),
+            )
+        ]
+    out = []
+    by_owner: dict[int, list[tuple[Any, float]]] = {}
+    for c, o, t in late:
+        by_owner.setdefault(o.pid, []).append((c, t))
+    for owner_pid, kids in sorted(by_owner.items()):
+        o = next(o for _c, o, _t in late if o.pid == owner_pid)
+        longest = max(t for _c, t in kids)
+        still = sum(1 for c, _t in kids if c.gone_mono is None)
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                f"{len(kids)} child process(es) of replica pid {owner_pid} (rank {o.rank}, "
+                f"node {o.node}) outlived it by up to {longest:.1f} s, past the {grace:g} s "
+                f"grace: pids {sorted(c.pid for c, _t in kids)[:6]}"
+                + (f" ({still} still alive when sampling stopped)" if still else ""),
+                owner=owner_pid,
+                pids=sorted(c.pid for c, _t in kids),
+                longest_s=round(longest, 3),
+                grace_s=grace,
+            )
+        )
+    return out
+
+
+def _lingering(procs: list[Any]) -> list[tuple[Any, Any, float]]:
+    """(child, its replica, seconds it was certainly alive after the replica was gone) for
+    every child that outlived its replica. The replica's end is the first sample it was
+    missing from, so the time is a lower bound."""
+    replicas: dict[int, list[Any]] = {}
+    for p in procs:
+        if p.role in ("worker", "wrapper"):
+            replicas.setdefault(p.pid, []).append(p)
+    out = []
+    for c in procs:
+        if c.role != "child" or c.owner is None:
+            continue
+        # pids are reused: the owner is the life of that pid that began before the child
+        lives = [o for o in replicas.get(c.owner, []) if o.seen_mono <= c.seen_mono + 1.0]
+        if not lives:
+            continue
+        o = max(lives, key=lambda o: o.seen_mono)
+        if o.gone_mono is None:
+            continue  # the replica itself lived to the end: released-at-end judges that
+        t = c.last_seen_mono - o.gone_mono
+        if t > 0:
+            out.append((c, o, t))
+    return out
+
+
 @check("resources.released-at-end", "resources")
 def released_at_end(ctx: CheckContext) -> list[Finding]:
     """After the job ended, none of its processes, listening ports or leftovers the

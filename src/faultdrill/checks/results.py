@@ -89,9 +89,23 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     if mode == "bitwise":
         width = int(max(st.rank.max(where=rows, initial=0), ref.steps.rank.max(initial=0))) + 1
         base, known = _baseline_loss(ref.steps, st, rows, width)
-        equal = known & (base == st.loss[rows])
+        got = st.loss[rows]
+        # NaN: that step reported no loss (a job logging every N steps): nothing to compare
+        compared = known & ~np.isnan(got) & ~np.isnan(base)
+        silent = int((known & ~compared).sum())
         unknown = int((~known).sum())
-        differ = np.flatnonzero(known & ~equal)
+        differ = np.flatnonzero(compared & (base != got))
+        n_cmp = int(compared.sum())
+        if not n_cmp and not unknown:
+            return [
+                ctx.finding(
+                    name,
+                    R,
+                    f"none of the {n_got} committed (rank, step) pairs reported a loss that the "
+                    "baseline also reported: the losses could not be compared",
+                    mode=mode,
+                )
+            ]
         out = []
         if differ.size:
             at = np.flatnonzero(rows)[differ]  # table rows of the differing losses
@@ -101,7 +115,7 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     F,
-                    f"{differ.size} of {n_got} committed (rank, step) losses differ from "
+                    f"{differ.size} of {n_cmp} committed (rank, step) losses differ from "
                     f"the baseline ({why}); first at step {int(st.step[i])} rank {int(st.rank[i])}: "
                     f"{float(st.loss[i])!r} vs baseline {float(base[differ[j]])!r}",
                     first_step=int(st.step[i]),
@@ -124,9 +138,17 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     P,
-                    f"all {n_got} committed (rank, step) losses are "
-                    f"bitwise equal to the baseline ({why})",
+                    f"all {n_cmp} committed (rank, step) losses are "
+                    f"bitwise equal to the baseline ({why})"
+                    + (
+                        f"; {silent} step(s) reported no loss in the drill or the baseline "
+                        "and were not compared"
+                        if silent
+                        else ""
+                    ),
                     mode=mode,
+                    compared=n_cmp,
+                    not_reported=silent,
                 )
             )
         return out

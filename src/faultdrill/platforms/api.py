@@ -84,15 +84,23 @@ class JobState(str, Enum):
 
 @dataclass(frozen=True)
 class Replica:
-    """A live process of the job, as the platform sees it now."""
+    """A live process of the job, as the platform sees it now.
+
+    ``role``: ``agent`` (a launcher, e.g. torchrun's agent), ``worker`` (the replica of a
+    rank: the process the launcher started for it), ``child`` (a descendant of a replica:
+    DataLoader workers, helpers; ``owner`` is the replica's pid) or ``other``. Which
+    rank-holding process is a replica and which a child is decided by
+    :mod:`faultdrill.lineage`, the same way for every platform."""
 
     pid: int
     start_time: int
-    role: str  # "agent" | "worker" | "other"
+    role: str  # "agent" | "worker" | "child" | "other"
     node: str
     rank: int | None = None
     restart_count: int | None = None
     ppid: int | None = None
+    sid: int | None = None
+    owner: int | None = None
 
 
 @dataclass(frozen=True)

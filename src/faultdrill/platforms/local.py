@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING
 from faultdrill import procfs
 from faultdrill.errors import EnvironmentPrepError, PlatformError
 from faultdrill.ledger import undoer
+from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
     ABILITY_SIGNAL_WORKERS,
     JobSpec,
@@ -115,6 +116,7 @@ class LocalPlatform(Platform):
         self._retired: list[_Agent] = []  # agents of an earlier submission of the job
         self.rdzv_host = "127.0.0.1"
         self.rdzv_port = 0
+        self._lineage = Lineage()
 
     @classmethod
     def abilities_for(cls, resources: Resources) -> frozenset[str]:
@@ -313,9 +315,10 @@ class LocalPlatform(Platform):
                 rep = describe_process(pid, procfs.environ(pid).get("FAULTDRILL_NODE", "?"))
                 if rep is not None:
                     out.append(rep)
-        return out
+        return self._lineage.classify(out)
 
     def worker_pids(self, *, rank: int | None = None, node: str | None = None) -> list[Replica]:
+        """The replicas (never their children) holding ``rank`` or living on ``node``."""
         return [
             r
             for r in self.replicas()
@@ -416,10 +419,13 @@ def round3_abilities() -> frozenset[str]:
 
 
 def describe_process(pid: int, node: str) -> Replica | None:
-    """What a job process is, from its environment and command line (None if gone)."""
-    start = procfs.start_time(pid)
-    if start is None:
+    """What a job process is, from its environment and command line (None if gone). Every
+    process holding a rank is a ``worker`` here; :meth:`LocalPlatform.replicas` then tells
+    the replicas from their children (:mod:`faultdrill.lineage`)."""
+    ids = procfs.identity(pid)
+    if ids is None:
         return None
+    start, ppid, sid = ids
     env = procfs.environ(pid)
     argv = procfs.cmdline(pid)
     if "RANK" in env:
@@ -437,5 +443,6 @@ def describe_process(pid: int, node: str) -> Replica | None:
         node=node,
         rank=rank,
         restart_count=int(rc) if rc.isdigit() else None,
-        ppid=procfs.parent_pid(pid),
+        ppid=ppid,
+        sid=sid,
     )

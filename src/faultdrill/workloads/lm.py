@@ -77,6 +77,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from faultdrill.probe import Probe, probe_from_env
 from faultdrill.workloads import _ckpt
+from faultdrill.workloads._loader import StepBatches, make_loader
 from faultdrill.workloads.lm_config import (  # the config part needs no torch: plans use it
     BAD_MODES,
     DIGEST_FIELDS,
@@ -382,13 +384,33 @@ class _Job:
         os.set_blocking(write_fd, False)
         self.stale_pipe = write_fd
 
+    def batches(self) -> Iterator[tuple[int, list[int], torch.Tensor, torch.Tensor]]:
+        """(step, the sample ids it consumes, inputs, targets) from the step after the
+        resume point to the last: read here, or fetched by DataLoader workers (a loader
+        iterated once per data epoch, as real jobs do)."""
+        cfg = self.cfg
+        if cfg.loader_workers == 0:
+            for step in range(self.step + 1, cfg.steps + 1):
+                lo = self.position + self.rank * self.per_rank  # train() advances position
+                ids = range(lo, lo + self.per_rank)
+                yield (step, list(ids), *self.corpus.batch(ids))
+            return
+        plan = StepBatches(cfg.global_batch, self.rank, self.per_rank)
+        loader = make_loader(cfg, self.corpus, plan)
+        epoch_steps = max(1, cfg.dataset_size // cfg.global_batch)
+        step, position = self.step + 1, self.position
+        while step <= cfg.steps:
+            last = min(cfg.steps, (step - 1) // epoch_steps * epoch_steps + epoch_steps)
+            plan.set_epoch(step, last, position)
+            for positions, inputs, targets in loader:
+                yield step, positions.tolist(), inputs, targets
+                step += 1
+            position += (last - plan.first + 1) * cfg.global_batch
+
     def train(self, ddp: nn.Module) -> None:
         cfg = self.cfg
         ddp.train()
-        for step in range(self.step + 1, cfg.steps + 1):
-            lo = self.position + self.rank * self.per_rank
-            ids = range(lo, lo + self.per_rank)
-            inputs, targets = self.corpus.batch(ids)
+        for step, ids, inputs, targets in self.batches():
             self.optimizer.zero_grad(set_to_none=True)
             logits = ddp(inputs)
             loss = nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab), targets.reshape(-1))

@@ -20,6 +20,7 @@ from faultdrill.errors import DrillError
 __all__ = [
     "BAD_MODES",
     "DIGEST_FIELDS",
+    "LOADER_STARTS",
     "SAVE_ERRORS",
     "ConfigError",
     "LMConfig",
@@ -38,6 +39,7 @@ BAD_MODES = (
     "publish-before-durable",
 )
 SAVE_ERRORS = ("skip", "crash")
+LOADER_STARTS = ("fork", "spawn", "forkserver")
 
 
 class ConfigError(DrillError, ValueError):
@@ -67,6 +69,9 @@ class LMConfig:
     step_sleep_s: float = 0.0
     save_error: str = "skip"
     bad_mode: str | None = None
+    loader_workers: int = 0
+    loader_start: str = "fork"
+    loader_persistent: bool = True
 
 
 DIGEST_FIELDS = (
@@ -86,6 +91,7 @@ DIGEST_FIELDS = (
 
 _INT_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "int"}
 _FLOAT_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "float"}
+_BOOL_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "bool"}
 # Rules beyond the type: field -> (predicate, rule as said in the error).
 _MIN_INT = {
     "steps": 1,
@@ -100,6 +106,7 @@ _MIN_INT = {
     "dataset_size": 1,
     "ckpt_every": 1,
     "ckpt_keep": 1,
+    "loader_workers": 0,
 }
 
 
@@ -134,6 +141,8 @@ def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
             ):
                 raise fail(name, "must be a finite number", value)
             value = float(value)
+        elif name in _BOOL_FIELDS and not isinstance(value, bool):
+            raise fail(name, "must be true or false", value)
         values[name] = value
     cfg_ckpt = values["ckpt_dir"]
     if not isinstance(cfg_ckpt, str) or not cfg_ckpt:
@@ -147,6 +156,10 @@ def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
         raise fail("step_sleep_s", "must be >= 0", values["step_sleep_s"])
     if "save_error" in values and values["save_error"] not in SAVE_ERRORS:
         raise fail("save_error", f"must be one of {', '.join(SAVE_ERRORS)}", values["save_error"])
+    if "loader_start" in values and values["loader_start"] not in LOADER_STARTS:
+        raise fail(
+            "loader_start", f"must be one of {', '.join(LOADER_STARTS)}", values["loader_start"]
+        )
     if values.get("bad_mode") is not None and values["bad_mode"] not in BAD_MODES:
         raise fail("bad_mode", f"must be null or one of {', '.join(BAD_MODES)}", values["bad_mode"])
     cfg = LMConfig(**values)
