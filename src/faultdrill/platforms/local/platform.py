@@ -1,6 +1,6 @@
 """The embedded local platform: real torchrun agents, one per simulated node.
 
-Each node is one torchrun agent (``faultdrill.platforms.torchrun_agent``) with elastic
+Each node is one torchrun agent (``faultdrill.platforms.local.agent``) with elastic
 c10d rendezvous on loopback; the first node hosts the rendezvous store. Each node's
 processes live in their own cgroup v1 freezer group, so that every process of a node can
 be found, frozen and killed even when a worker runs in its own session or leaves a
@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from faultdrill import procfs
 from faultdrill.errors import EnvironmentPrepError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import (
@@ -36,6 +35,7 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
+from faultdrill.platforms.local import procfs
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AGENT_MODULE", "LocalPlatform", "free_port"]
 
-AGENT_MODULE = "faultdrill.platforms.torchrun_agent"
+AGENT_MODULE = "faultdrill.platforms.local.agent"
 _SCRUB = (
     "RANK",
     "LOCAL_RANK",
@@ -99,7 +99,7 @@ class _Agent:
 @register
 class LocalPlatform(Platform):
     """torchrun agents on this host; nodes are cgroups (and, with netns isolation, network
-    namespaces: see ``faultdrill.platforms.netns``)."""
+    namespaces: see ``faultdrill.platforms.local.netns``)."""
 
     name = "local"
 
@@ -136,7 +136,7 @@ class LocalPlatform(Platform):
     @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
         if resources.isolation == "netns":
-            from faultdrill.platforms.netns import NetnsPlatform
+            from faultdrill.platforms.local.netns import NetnsPlatform
 
             return NetnsPlatform
         return cls
