@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill.probe import Probe
-from faultdrill.timeline import PARALLEL_BYTES, Timeline
+from faultdrill.timeline import Timeline
+from faultdrill.timeline.reader import PARALLEL_BYTES
 
 __all__ = ["load_cost", "write_events"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from faultdrill import procfs
+from faultdrill.platforms.local import procfs
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "src" / "faultdrill" / "plans" / "demo.yaml"
@@ -79,7 +79,7 @@ def demo_plans_run(out: Path, monkeypatch: Any) -> list[Any]:
         ran.append(plan)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("faultdrill.runner.run_plan", stop_before_any_drill)
+    monkeypatch.setattr("faultdrill.engine.run.run_plan", stop_before_any_drill)
     assert main(["demo", "--out", str(out), "--quiet"]) == 130
     return ran
 

@@ -18,7 +18,7 @@ from tests.drillkit import cli_env, demo_raw, faultdrill, kill_task, task_pids, 
 _RUN_ONE = """
 import sys
 from pathlib import Path
-from faultdrill.engine import execute_item
+from faultdrill.engine.item import execute_item
 from faultdrill.plan import load_plan
 plan = load_plan(sys.argv[1])
 sc = plan.scenarios()[0]

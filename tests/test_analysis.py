@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from faultdrill.analysis import (
+from faultdrill.judge.analysis import (
     END_KINDS,
     LOST_KINDS,
     RODE_OUT,

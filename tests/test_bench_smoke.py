@@ -18,9 +18,10 @@ from faultdrill.checks import CheckContext, Verdict, run_checks
 from faultdrill.checks.results import _baseline_loss
 from faultdrill.events import read_jsonl
 from faultdrill.intervals import merge
+from faultdrill.judge.reference import Reference
 from faultdrill.plan import load_plan
-from faultdrill.reference import Reference
-from faultdrill.timeline import StepTable, Timeline, _lookup
+from faultdrill.timeline import StepTable, Timeline
+from faultdrill.timeline.model import _lookup
 
 DEMO_PLAN = Path(str(files("faultdrill") / "plans" / "demo.yaml"))
 

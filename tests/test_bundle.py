@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from faultdrill.bundle import (
+from faultdrill.archive.bundle import (
     BundleError,
     extract_bundle,
     make_bundle,
@@ -104,7 +104,7 @@ def test_bundle_holds_every_attachment(bundle: Path, recorded_demo: RecordedDemo
         "Expected observations",
     ):
         assert heading in runbook
-    assert "python -m faultdrill.platforms.torchrun_agent" in runbook
+    assert "python -m faultdrill.platforms.local.agent" in runbook
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_verify_catches_a_flipped_byte_in_the_archive_itself(bundle: Path, tmp_p
 def test_unpacked_bundle_is_a_run_that_judges_the_same(
     bundle: Path, recorded_demo: RecordedDemo, tmp_path: Path
 ) -> None:
-    from faultdrill.evaluate import evaluate_run
+    from faultdrill.judge.evaluate import evaluate_run
 
     run = extract_bundle(bundle, tmp_path / "x")
     original = json.loads((recorded_demo.run_dir / "report.json").read_text())

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from faultdrill.checks import CHECKS, Verdict
-from faultdrill.reference import Reference
+from faultdrill.judge.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.timelines import NEW, OLD, TL, Judge, baseline, ids, restart
 

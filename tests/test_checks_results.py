@@ -7,7 +7,7 @@ import dataclasses
 
 from faultdrill.checks import Verdict
 from faultdrill.checks.results import comparison_mode
-from faultdrill.reference import Reference
+from faultdrill.judge.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.timelines import NEW, OLD, TL, Judge, baseline, finish, first_run, loss_at, restart
 

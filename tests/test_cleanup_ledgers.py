@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from faultdrill import cli, procfs
+from faultdrill import cli
 from faultdrill.ledger import UNDOERS, Ledger, active_entries
+from faultdrill.platforms.local import procfs
 
 
 def _undo_marker(data: dict[str, Any]) -> None:

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from faultdrill.archive.diff import Band, diff_reports, load_report
 from faultdrill.cli import main
-from faultdrill.diff import Band, diff_reports, load_report
 from faultdrill.errors import RunDirError
 from tests.drillkit import demo_raw, kill_task
 from tests.recorded_run import RecordedDemo
@@ -156,7 +156,7 @@ def test_cli_exit_status_and_junit(tmp_path: Path) -> None:
 def _known_bad_from_recording(demo: RecordedDemo, dest: Path) -> Path:
     """The recorded run with its kill-worker item replaced by the known-bad workload's
     recording under the same fault, re-judged by the checks as that scenario."""
-    from faultdrill.evaluate import evaluate_run
+    from faultdrill.judge.evaluate import evaluate_run
     from faultdrill.report import write_reports
 
     skip = shutil.ignore_patterns("ckpt", "tmp")

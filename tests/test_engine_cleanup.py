@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from faultdrill import cli, engine
-from faultdrill.engine import DrillInterrupted, execute_item
+from faultdrill import cli
+from faultdrill.engine.item import DrillInterrupted, execute_item, signal_guard
 from faultdrill.ledger import UNDOERS
 from faultdrill.plan import Plan
 from faultdrill.platforms import PLATFORMS
@@ -154,7 +154,7 @@ def test_second_signal_during_the_cleanup_after_an_interruption_is_ignored(
 
 
 def test_signal_guard_notes_signals_while_cleaning() -> None:
-    with engine.signal_guard() as guard:
+    with signal_guard() as guard:
         guard.cleaning = True
         os.kill(os.getpid(), signal.SIGHUP)
         os.kill(os.getpid(), signal.SIGINT)

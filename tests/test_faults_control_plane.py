@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from faultdrill import procfs
 from faultdrill.errors import FaultError, PlanError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
@@ -19,7 +18,8 @@ from faultdrill.faults.control_plane import ABILITY_CONTROL_PLANE, ControlPlaneO
 from faultdrill.ledger import UNDOERS, Ledger
 from faultdrill.plan import parse_plan
 from faultdrill.platforms.api import Replica
-from faultdrill.platforms.local import ROUND3_ABILITIES, describe_process
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.platform import ROUND3_ABILITIES, describe_process
 from tests.drillkit import demo_raw
 from tests.round3kit import Harness
 

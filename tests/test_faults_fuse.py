@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from faultdrill import procfs
 from faultdrill.errors import PlanError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
@@ -33,7 +32,8 @@ from faultdrill.faults.storage import (
 )
 from faultdrill.ledger import UNDOERS, Ledger
 from faultdrill.plan import load_plan
-from faultdrill.platforms.local import ROUND3_ABILITIES, fuse_missing, round3_abilities
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.platform import ROUND3_ABILITIES, fuse_missing, round3_abilities
 from tests.drillkit import demo_raw
 
 fuse = pytest.mark.skipif(

@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
-from faultdrill import procfs
-from faultdrill.evaluate import RunResult
+from faultdrill.engine.run import run_plan
+from faultdrill.judge.evaluate import RunResult
 from faultdrill.plan import load_plan
-from faultdrill.platforms.netns import NetnsPlatform, ns_run
-from faultdrill.runner import run_plan
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.linux import ns_run
+from faultdrill.platforms.local.netns import NetnsPlatform
 from faultdrill.timeline import Timeline
 from tests.drillkit import finding, item
 from tests.test_netns_kit import (

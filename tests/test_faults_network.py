@@ -17,7 +17,8 @@ from faultdrill.faults.api import FaultSpec, make_fault
 from faultdrill.faults.network import LinkFlapSpec, LinkLossSpec, LinkSlowSpec, PartitionSpec
 from faultdrill.ledger import Ledger
 from faultdrill.plan import parse_plan
-from faultdrill.platforms.netns import NetnsPlatform, ns_run, run_in_netns
+from faultdrill.platforms.local.linux import ns_run, run_in_netns
+from faultdrill.platforms.local.netns import NetnsPlatform
 from tests.test_netns_kit import ctx_of, ledger_records, make, needs_netns, netns_raw
 
 N2: dict[str, Any] = {"node": "n2"}

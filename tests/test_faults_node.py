@@ -11,15 +11,16 @@ from typing import Any
 
 import pytest
 
-from faultdrill import procfs
-from faultdrill.engine import execute_item
+from faultdrill.engine.item import execute_item
 from faultdrill.errors import FaultError, PlanError
-from faultdrill.evaluate import evaluate_item
 from faultdrill.events import read_jsonl
 from faultdrill.faults.api import make_fault
 from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
+from faultdrill.judge.evaluate import evaluate_item
 from faultdrill.plan import load_plan, parse_plan
-from faultdrill.platforms.netns import NetnsPlatform, ns_run
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.linux import ns_run
+from faultdrill.platforms.local.netns import NetnsPlatform
 from tests.test_netns_kit import (
     ctx_of,
     kill_task,

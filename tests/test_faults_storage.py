@@ -21,7 +21,7 @@ from faultdrill.faults.storage import (
     observe_pointer,
 )
 from faultdrill.ledger import UNDOERS, Ledger
-from faultdrill.platforms.local import ROUND3_ABILITIES
+from faultdrill.platforms.local.platform import ROUND3_ABILITIES
 from tests.round3kit import Harness
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")

@@ -26,13 +26,13 @@ from typing import Any
 import pytest
 import yaml
 
-from faultdrill import procfs
+from faultdrill.engine.run import run_plan
 from faultdrill.faults.storage import MIRROR_FSTYPE, mounts_at
-from faultdrill.inventory import verify_dir
+from faultdrill.judge.inventory import verify_dir
 from faultdrill.plan import load_plan
-from faultdrill.platforms.local import fuse_missing
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.platform import fuse_missing
 from faultdrill.report.markdown import render_markdown
-from faultdrill.runner import run_plan
 from tests.drillkit import demo_raw, kill_task, wait_for
 from tests.round3kit import Harness
 

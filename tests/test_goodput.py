@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from faultdrill.disruption import describe_disruption
-from faultdrill.goodput import CATEGORIES, account
+from faultdrill.judge.disruption import describe_disruption
+from faultdrill.judge.goodput import CATEGORIES, account
 from tests.timelines import NEW, OLD, TL, baseline, restart
 
 

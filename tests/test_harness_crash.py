@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from faultdrill import procfs
+from faultdrill.platforms.local import procfs
 from tests.drillkit import (
     cli_env,
     faultdrill,

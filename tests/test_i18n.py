@@ -13,7 +13,7 @@ from faultdrill.errors import DrillError
 from faultdrill.report.html import render_html
 from faultdrill.report.i18n import CATALOG, CHECK_NAMES, translator
 from faultdrill.report.markdown import render_markdown
-from faultdrill.runbook import render_runbook
+from faultdrill.report.runbook import render_runbook
 from tests.report_data import synthetic_report
 
 CJK = re.compile(r"[\u4e00-\u9fff]")

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from faultdrill import procfs
+from faultdrill.engine.run import run_plan
 from faultdrill.plan import parse_plan
-from faultdrill.runner import run_plan
+from faultdrill.platforms.local import procfs
 from tests.drillkit import demo_raw, kill_task
 from tests.test_netns_kit import ledger_records
 

@@ -11,7 +11,7 @@ from faultdrill.checks import Verdict
 from faultdrill.checks.network import placement
 from faultdrill.faults.network import LinkTarget, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeTarget
-from faultdrill.netsampler import network_lines, network_summary
+from faultdrill.judge.network import network_lines, network_summary
 from faultdrill.plan import Scenario
 from tests.timelines import NEW, OLD, TL, Judge, baseline, restart
 

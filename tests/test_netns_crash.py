@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from faultdrill import procfs
-from faultdrill.platforms.netns import ns_run
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.linux import ns_run
 from tests.test_netns_kit import (
     cleanup,
     kill_task,

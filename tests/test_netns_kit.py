@@ -23,19 +23,14 @@ from typing import Any
 import pytest
 import yaml
 
-from faultdrill import procfs
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources
-from faultdrill.platforms.local import LocalPlatform
-from faultdrill.platforms.netns import (
-    NetnsPlatform,
-    link_exists,
-    netns_exists,
-    netns_unavailable,
-    ns_run,
-)
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.linux import link_exists, netns_exists, netns_unavailable, ns_run
+from faultdrill.platforms.local.netns import NetnsPlatform
+from faultdrill.platforms.local.platform import LocalPlatform
 from tests.drillkit import ROOT, demo_raw
 
 needs_netns = pytest.mark.skipif(
@@ -243,7 +238,7 @@ def kill_task(task_id: str) -> None:
 
 
 def _main(plan_path: str, out: str) -> None:
-    from faultdrill.engine import execute_item
+    from faultdrill.engine.item import execute_item
     from faultdrill.plan import load_plan
 
     plan = load_plan(plan_path)

@@ -12,23 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from faultdrill import procfs
 from faultdrill.errors import EnvironmentPrepError
 from faultdrill.events import read_jsonl
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources, load_plan
 from faultdrill.platforms import PLATFORMS
-from faultdrill.platforms import netns as netns_mod
 from faultdrill.platforms.api import ABILITY_NETWORK_LINKS, ABILITY_NODE_CONTROL
-from faultdrill.platforms.local import LocalPlatform
-from faultdrill.platforms.netns import (
-    NetnsPlatform,
-    link_exists,
-    netns_exists,
-    ns_run,
-    run_in_netns,
-    without_netns_if_unavailable,
-)
+from faultdrill.platforms.local import netns as netns_mod
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.linux import link_exists, netns_exists, ns_run, run_in_netns
+from faultdrill.platforms.local.netns import NetnsPlatform, without_netns_if_unavailable
+from faultdrill.platforms.local.platform import LocalPlatform
 from tests.drillkit import DEMO, demo_plans_run
 from tests.test_netns_kit import RES, ledger_records, leftovers, make, needs_netns
 

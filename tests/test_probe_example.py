@@ -1,7 +1,7 @@
 """The documented probe example (``examples/my_train.py``), judged by the real checks.
 
 The example publishes checkpoints with a pointer file holding ``<name> <sha256>``; the
-pointer contract (``faultdrill.inventory.read_pointer``: its first token is the id) must
+pointer contract (``faultdrill.judge.inventory.read_pointer``: its first token is the id) must
 make a healthy run of it pass. Once in-process with the harness's real inventory (cheap),
 and once as a real baseline under the engine: torchrun, sampler, inventory, cleanup.
 """
@@ -19,12 +19,12 @@ import pytest
 import yaml
 
 from faultdrill.checks import CHECKS, CheckContext, Verdict, run_checks
-from faultdrill.engine import execute_item
-from faultdrill.evaluate import evaluate_item
+from faultdrill.engine.item import execute_item
 from faultdrill.events import read_jsonl
-from faultdrill.inventory import pointer_id, read_pointer, take_inventory
+from faultdrill.judge.evaluate import evaluate_item
+from faultdrill.judge.inventory import pointer_id, read_pointer, take_inventory
+from faultdrill.judge.reference import Reference
 from faultdrill.plan import load_plan
-from faultdrill.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.drillkit import kill_task
 

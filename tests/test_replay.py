@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from faultdrill.diff import Band
+from faultdrill.archive.diff import Band
+from faultdrill.archive.replay import compare_item, replay_bundle
 from faultdrill.errors import DrillError
-from faultdrill.replay import compare_item, replay_bundle
 from tests.recorded_run import RecordedDemo
 from tests.report_data import synthetic_report
 

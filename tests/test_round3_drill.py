@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from faultdrill.engine.run import run_plan
 from faultdrill.plan import load_plan
 from faultdrill.report.markdown import render_markdown
-from faultdrill.runner import run_plan
 from tests.drillkit import DEMO, item, kill_task
 
 pytestmark = [

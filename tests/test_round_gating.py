@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-import faultdrill.runner as runner
+import faultdrill.engine.run as runner
 from faultdrill.checks import Verdict
+from faultdrill.judge.reference import Reference
 from faultdrill.plan import Plan, parse_plan
-from faultdrill.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.drillkit import demo_raw
 

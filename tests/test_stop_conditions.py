@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from faultdrill.engine import _stop_reason, _Watch
+from faultdrill.engine.watch import Watch, stop_reason
 from faultdrill.plan import StopConditions
 from faultdrill.probe import Probe
 
 STOP = StopConditions(max_wall_s=100, max_no_progress_s=10)
 
 
-def _watch(tmp_path: Path, losses: list[float]) -> tuple[_Watch, float]:
+def _watch(tmp_path: Path, losses: list[float]) -> tuple[Watch, float]:
     """A watch that has read ``len(losses)`` steps on rank 0; returns it and the last
     step's monotonic time."""
     probe = Probe(tmp_path, rank=0, task_id="t")
@@ -22,7 +22,7 @@ def _watch(tmp_path: Path, losses: list[float]) -> tuple[_Watch, float]:
     for step, loss in enumerate(losses, 1):
         probe.step(step, loss, range(step, step + 1))
     probe.close()
-    watch = _Watch(tmp_path)
+    watch = Watch(tmp_path)
     watch.poll()
     assert watch.max_step == len(losses) and watch.last_progress_mono is not None
     return watch, watch.last_progress_mono
@@ -30,33 +30,33 @@ def _watch(tmp_path: Path, losses: list[float]) -> tuple[_Watch, float]:
 
 def test_a_job_making_progress_within_its_limits_is_left_alone(tmp_path: Path) -> None:
     watch, last = _watch(tmp_path, [2.0, 1.9, 1.8])
-    assert _stop_reason(watch, STOP, started=last - 5, now=last + 1) is None
+    assert stop_reason(watch, STOP, started=last - 5, now=last + 1) is None
 
 
 def test_no_new_step_for_too_long_fires_max_no_progress(tmp_path: Path) -> None:
     watch, last = _watch(tmp_path, [2.0, 1.9])
-    name, why = _stop_reason(watch, STOP, started=last - 5, now=last + 11) or ("", "")
+    name, why = stop_reason(watch, STOP, started=last - 5, now=last + 11) or ("", "")
     assert name == "max_no_progress_s" and "no new step for 11 s > 10 s (last step 2)" in why
 
 
 def test_a_job_that_never_stepped_counts_from_its_start(tmp_path: Path) -> None:
-    watch = _Watch(tmp_path)
+    watch = Watch(tmp_path)
     watch.poll()
-    assert _stop_reason(watch, STOP, started=0.0, now=9.0) is None
-    assert (_stop_reason(watch, STOP, started=0.0, now=11.0) or ("",))[0] == "max_no_progress_s"
+    assert stop_reason(watch, STOP, started=0.0, now=9.0) is None
+    assert (stop_reason(watch, STOP, started=0.0, now=11.0) or ("",))[0] == "max_no_progress_s"
 
 
 def test_a_non_finite_loss_fires_unless_the_plan_allows_it(tmp_path: Path) -> None:
     watch, last = _watch(tmp_path, [2.0, float("nan"), 1.8])
-    name, why = _stop_reason(watch, STOP, started=last, now=last) or ("", "")
+    name, why = stop_reason(watch, STOP, started=last, now=last) or ("", "")
     assert name == "nonfinite_loss" and why == "rank 0 step 2 loss nan"
     allowed = StopConditions(max_wall_s=100, max_no_progress_s=10, stop_on_nonfinite_loss=False)
-    assert _stop_reason(watch, allowed, started=last, now=last) is None
+    assert stop_reason(watch, allowed, started=last, now=last) is None
 
 
 def test_the_wall_clock_limit_fires_first(tmp_path: Path) -> None:
     watch, last = _watch(tmp_path, [2.0, float("inf")])
-    name, why = _stop_reason(watch, STOP, started=last - 101, now=last) or ("", "")
+    name, why = stop_reason(watch, STOP, started=last - 101, now=last) or ("", "")
     assert name == "max_wall_s" and "> 100 s" in why
 
 

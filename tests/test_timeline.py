@@ -339,7 +339,7 @@ def _same_steps(a: StepTable, b: StepTable) -> None:
 def test_probe_step_lines_load_as_the_json_decoder_reads_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import faultdrill.timeline as timeline
+    import faultdrill.timeline.reader as reader
 
     lines = _probe_lines(tmp_path)
     events = tmp_path / "events"
@@ -348,17 +348,17 @@ def test_probe_step_lines_load_as_the_json_decoder_reads_them(
     (events / "probe-rank9.jsonl").write_bytes(lines[-1])
     fast = Timeline.load(events)
     decoded: list[bytes] = []
-    real_parse = timeline._parse_line
+    real_parse = reader._parse_line
 
     def counted_parse(line: bytes) -> dict[str, object] | None:
         decoded.append(line)
         return real_parse(line)
 
-    monkeypatch.setattr(timeline, "_parse_line", counted_parse)
+    monkeypatch.setattr(reader, "_parse_line", counted_parse)
     Timeline.load(events)
     # Only the lines outside the probe's usual step layout went through the JSON decoder.
     assert len(decoded) == 6, decoded
-    monkeypatch.setattr(timeline, "_probe_step_line", lambda ln: None)
+    monkeypatch.setattr(reader, "_probe_step_line", lambda ln: None)
     slow = Timeline.load(events)
     assert len(fast.steps) == 8 and fast.torn_lines == 4
     # "not reported" (null) is NaN; a reported NaN is +inf: both paths keep them apart
@@ -387,7 +387,7 @@ def test_several_readers_load_what_one_reader_loads(tmp_path: Path) -> None:
         probe.close()
     with open(tmp_path / "probe-rank1.jsonl", "ab") as f:
         f.write(b'not json\n{"src": "probe", "kind": "step", "mono": "x", "step": 1}\n')
-    from faultdrill.timeline import _read_in_parallel
+    from faultdrill.timeline.reader import _read_in_parallel
 
     parts = _read_in_parallel(sorted(tmp_path.glob("*.jsonl")), 2)
     assert parts is not None and [len(p.events) for p in parts] == [2, 1]  # two processes
@@ -401,7 +401,7 @@ def test_several_readers_load_what_one_reader_loads(tmp_path: Path) -> None:
 
 
 def test_split_by_size_keeps_file_order_and_balances_bytes() -> None:
-    from faultdrill.timeline import _split_by_size
+    from faultdrill.timeline.reader import _split_by_size
 
     paths = [Path(f"f{i}") for i in range(6)]
     groups = _split_by_size(paths, [10, 10, 10, 10, 10, 10], 2)
@@ -414,7 +414,7 @@ def test_split_by_size_keeps_file_order_and_balances_bytes() -> None:
 def test_a_reader_that_fails_leaves_the_load_to_this_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import faultdrill.timeline as timeline
+    import faultdrill.timeline.reader as reader
     from faultdrill.probe import Probe
 
     for rank in range(2):
@@ -422,6 +422,6 @@ def test_a_reader_that_fails_leaves_the_load_to_this_process(
         probe.step(1, 0.5, range(rank, rank + 1))
         probe.close()
     monkeypatch.setattr(sys, "executable", "/bin/false")
-    assert timeline._read_in_parallel(sorted(tmp_path.glob("*.jsonl")), 2) is None
+    assert reader._read_in_parallel(sorted(tmp_path.glob("*.jsonl")), 2) is None
     tl = Timeline.load(tmp_path, readers=2)
     assert len(tl.steps) == 2 and tl.task_id == "t"

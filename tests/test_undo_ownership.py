@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from faultdrill import procfs
 from faultdrill.errors import FaultError
 from faultdrill.faults.process import _escalate
 from faultdrill.faults.storage import bind_entry, mounts_at, tmpfs_entry
 from faultdrill.ledger import UNDOERS, Ledger
-from faultdrill.platforms.netns import netns_exists, ns_inode
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.linux import netns_exists, ns_inode
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts and namespaces need root")
 
@@ -151,7 +151,7 @@ def test_each_tmpfs_entry_has_its_own_tag(tmp_path: Path) -> None:
 @root
 @pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2")
 def test_namespace_with_another_inode_is_left_alone(tmp_path: Path) -> None:
-    from faultdrill.platforms import netns as _netns  # noqa: F401  (registers the undo)
+    from faultdrill.platforms.local import linux as _linux  # noqa: F401  (registers the undo)
 
     name = f"fdt-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", name], check=True, timeout=30)

@@ -22,8 +22,8 @@ from typing import Any
 
 from faultdrill.checks import CheckContext, Finding, Verdict
 from faultdrill.checks.api import run_one
+from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, Scenario
-from faultdrill.reference import Reference
 from faultdrill.timeline import Timeline
 
 WALL = 1_700_000_000.0

@@ -71,8 +71,8 @@ class _Console:
 def _without_what_this_machine_lacks(plan: Plan) -> tuple[Plan, str | None]:
     """For the demo: the plan without the items this machine cannot run (storage faults
     without root or FUSE...), and a sentence saying which and why; else (plan, None)."""
+    from faultdrill.engine.run import machine_problems
     from faultdrill.plan import plan_without
-    from faultdrill.runner import machine_problems
 
     problems = machine_problems(plan, [item.id for item in plan.items()])
     if not problems:
@@ -84,13 +84,13 @@ def _without_what_this_machine_lacks(plan: Plan) -> tuple[Plan, str | None]:
 
 
 def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool) -> int:
+    from faultdrill.engine.run import run_plan
     from faultdrill.plan import load_plan
-    from faultdrill.runner import run_plan
 
     plan = load_plan(plan_path)
     source: Path | None = plan_path
     if demo:
-        from faultdrill.platforms.netns import without_netns_if_unavailable
+        from faultdrill.platforms.local.netns import without_netns_if_unavailable
 
         plan, note = without_netns_if_unavailable(plan)
         if note:
@@ -152,12 +152,12 @@ def _deliverables(
         f"machine-readable: {paths['json']}"
     )
     if junit and getattr(args, "junit", None):
-        from faultdrill.junit import report_suite, write_junit
+        from faultdrill.archive.junit import report_suite, write_junit
 
         report = json.loads((run_dir / "report.json").read_text())
         say(f"junit: {write_junit(args.junit, report_suite(report))}")
     if bundle:
-        from faultdrill.bundle import make_bundle
+        from faultdrill.archive.bundle import make_bundle
 
         archive, manifest = make_bundle(run_dir, lang=getattr(args, "lang", "en"))
         say(f"bundle: {archive} (manifest sha256 {manifest['manifest_sha256']})")
@@ -172,7 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from faultdrill.evaluate import evaluate_run
+    from faultdrill.judge.evaluate import evaluate_run
     from faultdrill.report import write_reports
 
     result = evaluate_run(args.run_dir)
@@ -188,7 +188,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
-    from faultdrill.bundle import make_bundle, verify_bundle
+    from faultdrill.archive.bundle import make_bundle, verify_bundle
 
     target = args.target
     if target[0] == "verify" and len(target) == 2:
@@ -219,7 +219,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 
 def _band(args: argparse.Namespace) -> Any:
-    from faultdrill.diff import Band
+    from faultdrill.archive.diff import Band
 
     if not (args.time_band_s >= 0 and args.time_band_rel >= 0):  # also refuses nan
         raise DrillError("--time-band-s and --time-band-rel must be numbers >= 0")
@@ -229,7 +229,7 @@ def _band(args: argparse.Namespace) -> Any:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from faultdrill.replay import replay_bundle
+    from faultdrill.archive.replay import replay_bundle
 
     ids = [i for chunk in args.scenario or [] for i in chunk.split(",") if i]
     out = args.out or Path(f"faultdrill-replay-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -249,7 +249,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print("\n".join(rr.lines()))
     _deliverables(out, args, bundle=False, say=print, junit=False)
     if args.junit:
-        from faultdrill.junit import replay_suite, report_suite, write_junit
+        from faultdrill.archive.junit import replay_suite, report_suite, write_junit
 
         report = json.loads((out / "report.json").read_text())
         print(f"junit: {write_junit(args.junit, replay_suite(rr), report_suite(report))}")
@@ -257,7 +257,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from faultdrill.diff import diff_reports, load_report
+    from faultdrill.archive.diff import diff_reports, load_report
 
     band = _band(args)
     a, la = load_report(args.a, verify=not args.no_verify)
@@ -267,7 +267,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(res.to_json(), indent=2, default=str) + "\n")
     if args.junit:
-        from faultdrill.junit import diff_suite, write_junit
+        from faultdrill.archive.junit import diff_suite, write_junit
 
         write_junit(args.junit, diff_suite(res))
     return 1 if res.regressed else 0
@@ -390,8 +390,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from faultdrill.engine.run import machine_problems
     from faultdrill.plan import load_plan
-    from faultdrill.runner import machine_problems
 
     plan = load_plan(args.plan)
     print(
@@ -552,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("faultdrill: interrupted", file=sys.stderr)
         return 130
     except BaseException as exc:
-        from faultdrill.engine import DrillInterrupted
+        from faultdrill.engine.item import DrillInterrupted
 
         if isinstance(exc, DrillInterrupted):
             print(_interrupted_message(exc), file=sys.stderr)

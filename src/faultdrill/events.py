@@ -9,7 +9,7 @@ flat fields. Sources:
 probe      the training script itself (``faultdrill.probe``)
 platform   the platform: agents, workers, job state (``faultdrill.platforms``)
 fault      injections and reverts (``faultdrill.faults``)
-sampler    the process table, sampled (``faultdrill.sampler``)
+sampler    the process table, sampled (``faultdrill.engine.samplers``)
 net        per-node network counters and round trips
 harness    the drill engine: scenario start/end, stop conditions, operator actions
 =========  ====================================================================

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faultdrill import procfs
 from faultdrill.errors import DrillError, FaultError, NotOursError
 
 __all__ = [
@@ -87,6 +86,10 @@ class ActiveEntry:
         An entry of the older format (a path only) cannot tell: False."""
         if self.pid is None or self.start_time is None:
             return False
+        # Imported here: importing faultdrill.platforms registers the platforms, whose
+        # modules import this one (undoer) at import time.
+        from faultdrill.platforms.local import procfs
+
         return procfs.alive(self.pid, self.start_time)
 
 
@@ -168,6 +171,10 @@ class Ledger:
     def activate(self) -> None:
         """List this ledger in the state dir so a later ``cleanup`` finds it, with this
         process (the harness) as its owner: pid and start time."""
+        # Imported here: importing faultdrill.platforms registers the platforms, whose
+        # modules import this one (undoer) at import time.
+        from faultdrill.platforms.local import procfs
+
         idx = self._index_file()
         idx.parent.mkdir(parents=True, exist_ok=True)
         pid = os.getpid()

@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         generator=torch.Generator(),
     )
     g = world * args.grad_accum * args.micro
-    epoch_steps = 4
+    epoch_steps = 8  # a kill at step 12 lands mid-epoch, not while workers start
     batches: Iterator[Any] = iter(())
     while step < args.steps:
         sampler.first = step + 1

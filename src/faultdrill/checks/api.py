@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from faultdrill.errors import DrillError
 
 if TYPE_CHECKING:
+    from faultdrill.judge.reference import Reference
     from faultdrill.plan import Control, Plan, Scenario
-    from faultdrill.reference import Reference
     from faultdrill.timeline import Timeline
 
 __all__ = [

@@ -3,9 +3,9 @@ the job end the way the scenario expected."""
 
 from __future__ import annotations
 
-from faultdrill.analysis import injections
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
 from faultdrill.checks.progress import newest_valid_before
+from faultdrill.judge.analysis import injections
 from faultdrill.timeline import Incarnation
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL

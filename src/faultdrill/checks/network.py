@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from faultdrill.analysis import injections
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
 from faultdrill.events import Event
+from faultdrill.judge.analysis import injections
 from faultdrill.timeline import Timeline
 
 __all__ = ["HANG_FAULTS", "NODE_LOSS_FAULTS", "decisive_timeout", "network_report", "placement"]
@@ -384,7 +384,7 @@ def spare_environment(ctx: CheckContext) -> list[Finding]:
 
 def network_report(tl: Timeline) -> dict[str, Any]:
     """The report's ``network`` (track summary) and ``placement`` sections, when present."""
-    from faultdrill.netsampler import network_summary
+    from faultdrill.judge.network import network_summary
 
     out: dict[str, Any] = {}
     net = network_summary(tl)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
-from faultdrill.reference import mean_loss_by_step
+from faultdrill.judge.reference import mean_loss_by_step
 from faultdrill.timeline import StepTable
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL

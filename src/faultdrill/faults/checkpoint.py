@@ -33,7 +33,7 @@ from pydantic import Field
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, is_single_name, register
 from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
-from faultdrill.inventory import read_pointer
+from faultdrill.judge.inventory import read_pointer
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import ABILITY_SIGNAL_WORKERS
 

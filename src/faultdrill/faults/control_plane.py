@@ -29,12 +29,12 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from faultdrill import procfs
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
 from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import Replica
+from faultdrill.platforms.local import procfs
 
 __all__ = [
     "ABILITY_CONTROL_PLANE",

@@ -34,7 +34,7 @@ from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import ABILITY_NETWORK_LINKS, NetworkLinks
-from faultdrill.platforms.netns import (
+from faultdrill.platforms.local.linux import (
     NodeLink,
     _ActiveRule,
     fresh_rule_id,

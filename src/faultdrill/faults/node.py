@@ -26,14 +26,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from faultdrill import procfs
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
 from faultdrill.faults.network import links_of
 from faultdrill.faults.process import send_signal
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import ABILITY_NODE_CONTROL, NodeControl
-from faultdrill.platforms.netns import ns_run
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.linux import ns_run
 
 __all__ = ["NodeDownSpec", "NodeDrainSpec", "NodeFreezeSpec", "NodeTarget"]
 

@@ -9,11 +9,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from faultdrill import procfs
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
 from faultdrill.ledger import Ledger, undoer
 from faultdrill.platforms.api import ABILITY_SIGNAL_WORKERS, SignalsWorkers
+from faultdrill.platforms.local import procfs
 
 
 class WorkerTarget(BaseModel):

@@ -11,12 +11,13 @@
   filler. At the end of the item the tmpfs is unmounted and its contents copied back into
   the directory, so the run keeps its checkpoints as evidence.
 * ``unreachable``: the directory is served through a FUSE passthrough for the whole item
-  (``prepare`` mounts :mod:`faultdrill.faults.fuse_mirror` over the directory itself; the
-  daemon mirrors the directory underneath through a descriptor opened before mounting), so
-  the job writes its checkpoints as through a network filesystem; the fault makes that
-  server unreachable, as chosen by ``server``: ``hang`` (the daemon is SIGSTOPped: every
-  request blocks, as on an NFS hard mount whose server is down; a save blocks its rank until
-  the server returns) or ``error`` (every request is answered ``EIO``, as on a soft mount).
+  (``prepare`` mounts :mod:`faultdrill.platforms.local.fuse_mirror` over the directory
+  itself; the daemon mirrors the directory underneath through a descriptor opened before
+  mounting), so the job writes its checkpoints as through a network filesystem; the fault
+  makes that server unreachable, as chosen by ``server``: ``hang`` (the daemon is
+  SIGSTOPped: every request blocks, as on an NFS hard mount whose server is down; a save
+  blocks its rank until the server returns) or ``error`` (every request is answered
+  ``EIO``, as on a soft mount).
   Reverted by SIGCONT / normal service. At the end of the item the mount is lazily
   unmounted and the daemon stopped; every write that went through it is already in the
   directory underneath. Needs the ``checkpoint-fuse`` ability (fusepy, libfuse2,
@@ -60,11 +61,11 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from faultdrill import procfs
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, is_single_name, register
-from faultdrill.inventory import read_pointer, verify_dir
+from faultdrill.judge.inventory import read_pointer, verify_dir
 from faultdrill.ledger import undoer
+from faultdrill.platforms.local import procfs
 
 __all__ = [
     "ABILITY_CHECKPOINT_FUSE",
@@ -79,7 +80,7 @@ __all__ = [
 ABILITY_CHECKPOINT_MOUNTS = "checkpoint-mounts"
 #: The checkpoint directory can be served through a FUSE mirror (mode ``unreachable``):
 #: root, fusepy, libfuse2, ``/dev/fuse`` and ``fusermount`` (declared by the local platform
-#: only when all are there; ``platforms.local.fuse_missing`` says what is not).
+#: only when all are there; ``platforms.local.platform.fuse_missing`` says what is not).
 ABILITY_CHECKPOINT_FUSE = "checkpoint-fuse"
 
 FILLER = ".faultdrill-fill"
@@ -318,7 +319,7 @@ def _undo_filler(data: dict[str, Any]) -> None:
 
 # --- the FUSE mirror (mode unreachable) ----------------------------------------------------
 
-MIRROR_MODULE = "faultdrill.faults.fuse_mirror"
+MIRROR_MODULE = "faultdrill.platforms.local.fuse_mirror"
 MIRROR_FSTYPE = "fuse.faultdrill"  # the daemon mounts with subtype "faultdrill"
 FUSECTL = Path("/sys/fs/fuse/connections")
 
@@ -580,7 +581,7 @@ class StorageOutage(Fault):
     ) -> dict[str, Any]:
         """Start the mirror daemon over ``ckpt`` and wait until it serves (see the module
         docstring); prove that a write through the mount lands in the directory underneath."""
-        from faultdrill.platforms.local import fuse_missing
+        from faultdrill.platforms.local.platform import fuse_missing
 
         missing = fuse_missing()
         if missing:

@@ -11,7 +11,7 @@ from faultdrill.report.i18n import LANGS, check_lang
 from faultdrill.report.markdown import render_markdown
 
 if TYPE_CHECKING:
-    from faultdrill.evaluate import RunResult
+    from faultdrill.judge.evaluate import RunResult
 
 __all__ = ["LANGS", "render_html", "render_markdown", "render_reports", "write_reports"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from faultdrill.report.i18n import Translator, translator
 from faultdrill.report.scope import derive_scope, recorded_environment
-from faultdrill.report.timeline_svg import (
+from faultdrill.report.svg import (
     ItemView,
     item_events_dir,
     load_item,

@@ -598,6 +598,10 @@ CHECK_NAMES: dict[str, tuple[str, str]] = {
     "resources.no-stale-replica": ("no stale replica", "没有旧副本残留"),
     "resources.no-duplicate-rank": ("never two processes for one rank", "同一 rank 不存在两个进程"),
     "resources.released-at-end": ("nothing left after the job", "任务结束后资源全部释放"),
+    "resources.children-released": (
+        "no child process outlived its replica past the grace",
+        "子进程未在宽限期后残留",
+    ),
     "resources.faults-reverted": (
         "every fault and recorded change taken back",
         "所有故障与记录的变更均已撤销",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faultdrill.netsampler import network_lines
+from faultdrill.judge.network import network_lines
 from faultdrill.report.i18n import Translator, translator
 from faultdrill.report.round3 import item_sections
 from faultdrill.report.scope import derive_scope

@@ -61,7 +61,7 @@ def make_server(
                     200, render_markdown(report, use).encode(), "text/markdown; charset=utf-8"
                 )
             elif url.path == "/runbook.md":
-                from faultdrill.runbook import render_runbook
+                from faultdrill.report.runbook import render_runbook
 
                 self._send(
                     200,
@@ -83,7 +83,7 @@ def serve(
     announce: Any = print,
 ) -> None:
     """Serve a run directory or bundle until interrupted (Ctrl-C)."""
-    from faultdrill.bundle import extract_bundle
+    from faultdrill.archive.bundle import extract_bundle
     from faultdrill.errors import RunDirError
 
     with tempfile.TemporaryDirectory(prefix="faultdrill-serve-") as tmp:

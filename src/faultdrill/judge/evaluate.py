@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill import __version__
-from faultdrill.analysis import Answers, answer_questions
 from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, combine, run_checks
 from faultdrill.checks.network import network_report
-from faultdrill.disruption import describe_disruption
-from faultdrill.engine import environment_facts, item_dir
+from faultdrill.engine.item import environment_facts, item_dir
 from faultdrill.errors import RunDirError
-from faultdrill.goodput import account
-from faultdrill.inventory import inventory_summary
+from faultdrill.judge.analysis import Answers, answer_questions
+from faultdrill.judge.disruption import describe_disruption
+from faultdrill.judge.goodput import account
+from faultdrill.judge.inventory import inventory_summary
+from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario, parse_plan
-from faultdrill.reference import Reference
 from faultdrill.timeline import Timeline
 
 __all__ = [
@@ -98,7 +98,7 @@ class ItemResult:
     recovery_why: str
     conditions: dict[str, Any]
     timeline: Timeline | None = field(default=None, repr=False)
-    #: Round-3 accounting (``faultdrill.goodput``, ``inventory``, ``disruption``).
+    #: Round-3 accounting (``faultdrill.judge.goodput``, ``inventory``, ``disruption``).
     goodput: dict[str, Any] = field(default_factory=dict)
     inventory: dict[str, Any] = field(default_factory=dict)
     disruption: dict[str, Any] | None = None

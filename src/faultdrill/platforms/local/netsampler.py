@@ -18,7 +18,8 @@ Events (``src`` = ``net``, stream ``net.jsonl``):
 * ``rule_counters``: ``rule``, ``node``, ``fault``, ``rule_kind`` (iptables|tbf), ``chain`` or
   ``dev``, ``packets``, ``bytes`` (and ``dropped`` for tbf), ``final`` (read at revert).
 
-:func:`network_summary` turns them into the report's compact per-node table.
+:func:`faultdrill.judge.network.network_summary` turns them into the report's compact per-node
+table.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import contextlib
 import re
 import select
 import socket
-import statistics
 import struct
 import subprocess
 import threading
@@ -37,10 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
-    from faultdrill.platforms.netns import NodeLink, _ActiveRule
-    from faultdrill.timeline import Timeline
+    from faultdrill.platforms.local.linux import NodeLink, _ActiveRule
 
-__all__ = ["PROBE_PORT", "NetSampler", "network_lines", "network_summary", "read_rule_counters"]
+__all__ = ["PROBE_PORT", "NetSampler", "read_rule_counters"]
 
 PROBE_PORT = 7
 _PROBE = struct.Struct("!cIH")  # b"Q"/b"A", sequence number, index of the probing node
@@ -140,7 +139,7 @@ class NetSampler:
     # --- the thread ---------------------------------------------------------------------
 
     def _open(self) -> None:
-        from faultdrill.platforms.netns import in_netns
+        from faultdrill.platforms.local.linux import in_netns
 
         for ln in self.links:
             try:
@@ -282,174 +281,3 @@ class NetSampler:
                 rtt_ms=rtt[node],
                 **c,
             )
-
-
-# --- the report's summary ---------------------------------------------------------------
-
-
-def _median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
-
-
-def network_summary(tl: Timeline) -> dict[str, Any] | None:
-    """Per node: round trips before/during/after the fault window, probes lost during it,
-    bytes/packets/drops on its interface during it; and every rule's final counters.
-    None when the run has no network track."""
-    samples = tl.of("net", "net_sample")
-    if not samples:
-        return None
-    inj = tl.of("fault", "injected")
-    start = inj[0].mono if inj else None
-    end, to = None, "end of observation"
-    if start is not None:
-        # A fault with a duration: until it was reverted. A one-shot fault: until the job
-        # made its first step again (the recovery window).
-        reverted = tl.first("fault", "reverted", after=start)
-        new = tl.incarnation_after(start)
-        if inj[0].get("duration_s") is not None and reverted is not None:
-            # the undo began before the event was written; probes after that may pass
-            end = float(reverted.get("revert_started_mono", reverted.mono))
-            to = "fault reverted"
-        elif new is not None and new.first_step_mono is not None:
-            end, to = new.first_step_mono, "first step after the restart"
-    nodes = sorted({str(e.get("node")) for e in samples})
-    out_nodes = []
-    for node in nodes:
-        mine = [e for e in samples if e.get("node") == node]
-
-        def measured(e: Any) -> float:
-            return float(e.get("probed_mono", e.mono))
-
-        def phase(e: Any) -> str:
-            if start is None or measured(e) < start:
-                return "before"
-            if end is None or measured(e) <= end:
-                return "during"
-            return "after"
-
-        rtts: dict[str, list[float]] = {"before": [], "during": [], "after": []}
-        lost = {"before": 0, "during": 0, "after": 0}
-        probes = {"before": 0, "during": 0, "after": 0}
-        for e in mine:
-            ph = phase(e)
-            for v in (e.get("rtt_ms") or {}).values():
-                probes[ph] += 1
-                if v is None:
-                    lost[ph] += 1
-                else:
-                    rtts[ph].append(float(v))
-        row: dict[str, Any] = {"node": node}
-        for ph in ("before", "during", "after"):
-            row[f"rtt_{ph}_ms"] = _median(rtts[ph])
-            row[f"lost_{ph}"] = f"{lost[ph]}/{probes[ph]}"
-        if start is not None:
-            before = [e for e in mine if phase(e) == "before"]
-            during = [e for e in mine if phase(e) == "during"]
-            if before and during:
-                a, b = before[-1], during[-1]
-                for key in ("bytes", "packets", "drop"):
-                    row[f"{key}_during"] = sum(
-                        int(b.get(f"{d}_{key}", 0) or 0) - int(a.get(f"{d}_{key}", 0) or 0)
-                        for d in ("rx", "tx")
-                    )
-        out_nodes.append(row)
-    rules: dict[str, dict[str, Any]] = {}
-    for e in tl.of("net", "rule_counters"):
-        rules[str(e.get("rule"))] = {
-            k: e.get(k)
-            for k in (
-                "rule",
-                "node",
-                "fault",
-                "rule_kind",
-                "chain",
-                "dev",
-                "packets",
-                "bytes",
-                "dropped",
-            )
-            if e.get(k) is not None
-        }
-    hz = tl.first("net", "net_track_started")
-    return {
-        "window": {
-            "from": "fault injected" if start is not None else None,
-            "to": to,
-            "seconds": round(end - start, 3) if start is not None and end is not None else None,
-        },
-        "hz": hz.get("hz") if hz else None,
-        "probe": hz.get("probe") if hz else None,
-        "nodes": out_nodes,
-        "rules": list(rules.values()),
-        "samples": len(samples),
-        "gaps": len(tl.of("net", "net_track_gap")),
-    }
-
-
-def _ms(v: Any) -> str:
-    return "n/a" if v is None else f"{v:.2f}"
-
-
-def network_lines(item: dict[str, Any]) -> list[str]:
-    """report.md lines for one item's ``placement`` and ``network`` sections (report.json)."""
-    lines: list[str] = []
-    where = item.get("placement")
-    if where and (where.get("lost") or where.get("spares_placed") or where.get("spares_rejected")):
-        resumed = where.get("resumed_on")
-        parts = [
-            f"ran on {', '.join(where.get('before') or []) or '?'} "
-            f"(world size {where.get('world_size_before')})",
-            "resumed on "
-            + (
-                f"{', '.join(resumed)} (world size {where.get('world_size_after')})"
-                if resumed
-                else "no node: the job did not resume"
-            ),
-        ]
-        for lost in where.get("lost") or []:
-            parts.append(f"{lost['node']} lost at +{lost['at_s']:.2f} s ({lost['reason']})")
-        for sp in where.get("spares_placed") or []:
-            parts.append(f"spare {sp['node']} placed for {sp['replaces']} at +{sp['at_s']:.2f} s")
-        for sp in where.get("spares_rejected") or []:
-            parts.append(
-                f"spare {sp['node']} REJECTED, environment preparation: "
-                f"{sp['precondition']}: {sp['detail']}"
-            )
-        for detail in where.get("no_spare") or []:
-            parts.append(f"no spare: {detail}")
-        lines += [f"**Placement**: {'; '.join(parts)}.", ""]
-    net = item.get("network")
-    if net:
-        w = net.get("window") or {}
-        span = f"{w['seconds']:.1f} s, " if w.get("seconds") is not None else ""
-        lines += [
-            f"**Network track** ({net.get('hz')} Hz per node; {net.get('probe')}; fault window "
-            f"{span}from {w.get('from') or 'start'} to {w.get('to')}):",
-            "",
-            "| node | RTT before ms | RTT during ms | RTT after ms | probes lost during | "
-            "bytes during | packets during | interface drops during |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for n in net.get("nodes") or []:
-            lines.append(
-                f"| {n['node']} | {_ms(n.get('rtt_before_ms'))} | {_ms(n.get('rtt_during_ms'))} "
-                f"| {_ms(n.get('rtt_after_ms'))} | {n.get('lost_during')} | "
-                f"{n.get('bytes_during', 'n/a')} | {n.get('packets_during', 'n/a')} | "
-                f"{n.get('drop_during', 'n/a')} |"
-            )
-        rules = net.get("rules") or []
-        if rules:
-            lines.append("")
-            lines.append(
-                "Injected rules (final counters): "
-                + "; ".join(
-                    f"`{r.get('rule')}` {r.get('rule_kind')} {r.get('chain') or r.get('dev')} on "
-                    f"{r.get('node')}: {r.get('packets')} packets"
-                    + (f", {r['dropped']} dropped" if r.get("dropped") is not None else "")
-                    for r in rules
-                )
-            )
-        if net.get("gaps"):
-            lines.append(f"\n{net['gaps']} gap(s) in the network track.")
-        lines.append("")
-    return lines

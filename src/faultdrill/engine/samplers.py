@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from faultdrill import procfs
 from faultdrill.events import EventSink
 from faultdrill.platforms.api import Platform, Replica
+from faultdrill.platforms.local import procfs
 
 __all__ = ["ProcessSampler", "end_snapshot"]
 

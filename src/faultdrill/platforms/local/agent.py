@@ -1,6 +1,6 @@
 """Real torchrun, with its decisions put on the drill's timeline.
 
-Runs ``torch.distributed.run.main`` unchanged (``python -m faultdrill.platforms.torchrun_agent
+Runs ``torch.distributed.run.main`` unchanged (``python -m faultdrill.platforms.local.agent
 <torchrun args>`` behaves exactly like ``torchrun <args>``) after attaching a logging handler
 to ``torch.distributed``. The agent's own log records (worker group failed, rendezvous
 complete with its round's master port, membership change, exit barrier...) become

@@ -115,7 +115,7 @@ def _inventory(run_dir: Path) -> dict[str, Any]:
 
 def _fault_script(kind: str, item_id: str, d: Path) -> str | None:
     """The commands a fault actually ran in one item, as a commented shell script."""
-    from faultdrill.runbook import ledger_changes, undo_hint
+    from faultdrill.report.runbook import ledger_changes, undo_hint
 
     events: list[dict[str, Any]] = []
     for path in sorted((d / "events").glob("*.jsonl")):
@@ -176,9 +176,9 @@ def make_bundle(
     Returns (archive path, manifest). Raises BundleError when the run has no report.json
     (run ``faultdrill check RUN_DIR`` first) or the archive cannot be written.
     """
-    from faultdrill.engine import environment_facts
+    from faultdrill.engine.item import environment_facts
     from faultdrill.report import render_html, render_markdown
-    from faultdrill.runbook import render_runbook
+    from faultdrill.report.runbook import render_runbook
 
     check_lang(lang)
     run_dir = run_dir.resolve()

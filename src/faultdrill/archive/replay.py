@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faultdrill.diff import Band, load_report
+from faultdrill.archive.diff import Band, load_report
 from faultdrill.errors import DrillError
 
 __all__ = ["ReplayResult", "compare_item", "replay_bundle"]
@@ -155,11 +155,11 @@ def replay_bundle(
     the original run recorded is replayed. Raises DrillError on bad input (unknown id, a
     bundle that fails verification, an empty operator name).
     """
-    from faultdrill.bundle import extract_bundle, verify_bundle
-    from faultdrill.evaluate import load_run_plan
+    from faultdrill.archive.bundle import extract_bundle, verify_bundle
+    from faultdrill.engine.run import run_plan
+    from faultdrill.judge.evaluate import load_run_plan
     from faultdrill.report import write_reports
     from faultdrill.report.i18n import check_lang
-    from faultdrill.runner import run_plan
 
     check_lang(lang)
     band = band or Band()

@@ -21,11 +21,11 @@ from typing import Any
 from faultdrill.events import read_jsonl
 from faultdrill.report.i18n import Translator, translator
 from faultdrill.report.scope import recorded_environment
-from faultdrill.report.timeline_svg import item_events_dir
+from faultdrill.report.svg import item_events_dir
 
 __all__ = ["ledger_changes", "render_runbook", "undo_hint"]
 
-#: What faultdrill itself sets in every agent's environment (``platforms/local.py``);
+#: What faultdrill itself sets in every agent's environment (``platforms/local/platform.py``);
 #: listed so that a person starting the agents by hand reproduces the same job.
 _AGENT_ENV = (
     ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
@@ -232,7 +232,7 @@ def _item_section(
                 + (f" ({t('rb.spare')})" if node in spares else "")
                 + f"\n{prefix}env {envs} FAULTDRILL_NODE={node} "
                 f"TMPDIR=$RUN/{sub}/{sid}/tmp/{node} "
-                f"python -m faultdrill.platforms.torchrun_agent {cmd} &",
+                f"python -m faultdrill.platforms.local.agent {cmd} &",
                 orig,
             )
         )

@@ -1,7 +1,8 @@
 """A reader process of :meth:`faultdrill.timeline.Timeline.load` for large runs.
 
 Reads the event files named on stdin (a JSON list of paths) and writes what it made of
-them to stdout (a pickled part), for the parent to join in file order. Not a user command.
+them to stdout (a pickled part), for the parent to join in file order. Not a user command:
+run as ``python -m faultdrill.timeline._child`` by :mod:`faultdrill.timeline.reader`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pickle
 import sys
 from pathlib import Path
 
-from faultdrill.timeline import _read_files
+from faultdrill.timeline.reader import _read_files
 
 
 def main() -> int:

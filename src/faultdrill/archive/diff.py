@@ -59,7 +59,7 @@ def load_report(path: Path, *, verify: bool = True) -> tuple[dict[str, Any], str
             )
         text = rp.read_bytes()
     elif path.is_file() and path.name.endswith((".tar.gz", ".tgz", ".tar")):
-        from faultdrill.bundle import read_member, verify_bundle
+        from faultdrill.archive.bundle import read_member, verify_bundle
 
         if verify:
             res = verify_bundle(path)

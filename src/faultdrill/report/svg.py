@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from faultdrill.analysis import LOST_KINDS
+from faultdrill.judge.analysis import LOST_KINDS
 from faultdrill.report.i18n import Translator
 from faultdrill.timeline import Timeline
 

@@ -1,9 +1,9 @@
-"""The drill engine: runs the baseline, the scenarios round by round, and the controls.
+"""One drill item (the baseline, a scenario or a control), from launch to cleanup.
 
 Running and judging are separate (as in Jepsen's run/analyze): :func:`execute_item` only
 launches the job, watches it, injects the fault at its trigger, enforces the stop
 conditions, and records everything as events under the item's directory; judging is
-:mod:`faultdrill.evaluate`, which can be re-run offline on the recorded directory
+:mod:`faultdrill.judge.evaluate`, which can be re-run offline on the recorded directory
 (``faultdrill check RUN_DIR``).
 
 Whatever happens (normal end, stop condition, exception, SIGINT/SIGTERM/SIGHUP), the
@@ -16,7 +16,6 @@ listed in the state directory for ``faultdrill cleanup``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform as pyplatform
 import signal
@@ -24,7 +23,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -32,10 +30,12 @@ from typing import Any
 import yaml
 
 from faultdrill import __version__
+from faultdrill.engine.samplers import ProcessSampler, end_snapshot
+from faultdrill.engine.watch import Watch, stop_reason
 from faultdrill.errors import DrillError, FaultError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import Fault, FaultContext, make_fault
-from faultdrill.inventory import take_inventory
+from faultdrill.judge.inventory import take_inventory
 from faultdrill.ledger import Ledger
 from faultdrill.plan import (
     ARG_PLACEHOLDERS,
@@ -44,11 +44,9 @@ from faultdrill.plan import (
     Plan,
     Scenario,
     StopConditions,
-    Trigger,
 )
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
-from faultdrill.sampler import ProcessSampler, end_snapshot
 from faultdrill.timeline import Timeline
 
 __all__ = [
@@ -116,86 +114,6 @@ def item_dir(run_dir: Path, kind: ItemKind, item_id: str) -> Path:
     if kind == "baseline":
         return run_dir / "baseline"
     return run_dir / ("scenarios" if kind == "scenario" else "controls") / item_id
-
-
-# --- watching the job ------------------------------------------------------------------
-
-
-@dataclass
-class _Watch:
-    """What the engine knows of the job's progress, from tailing the probe files."""
-
-    events_dir: Path
-    offsets: dict[Path, int] = field(default_factory=dict)
-    max_step: int = 0
-    saves: int = 0
-    first_step_mono: float | None = None
-    last_progress_mono: float | None = None
-    nonfinite: str | None = None
-    ranks_seen: set[int] = field(default_factory=set)
-
-    def poll(self) -> None:
-        for path in self.events_dir.glob("probe-rank*.jsonl"):
-            off = self.offsets.get(path, 0)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(off)
-                    chunk = f.read()
-            except OSError:
-                continue
-            end = chunk.rfind(b"\n")
-            if end < 0:
-                continue
-            self.offsets[path] = off + end + 1
-            for raw in chunk[: end + 1].splitlines():
-                try:
-                    ev = json.loads(raw)
-                except ValueError:
-                    continue
-                self._see(ev)
-
-    def _see(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("kind")
-        if kind == "step":
-            step = int(ev.get("step", 0))
-            now = float(ev.get("mono", time.monotonic()))
-            if self.first_step_mono is None:
-                self.first_step_mono = now
-            if step > self.max_step:
-                self.max_step = step
-            self.last_progress_mono = max(self.last_progress_mono or now, now)
-            loss = ev.get("loss")
-            if isinstance(loss, float) and not math.isfinite(loss) and self.nonfinite is None:
-                self.nonfinite = f"rank {ev.get('rank')} step {step} loss {loss}"
-        elif kind == "ckpt_save":
-            self.saves += 1
-        elif kind == "run_start":
-            self.ranks_seen.add(int(ev.get("rank", 0)))
-
-    def triggered(self, trig: Trigger, now: float) -> bool:
-        if trig.at_step is not None:
-            return self.max_step >= trig.at_step
-        if trig.after_checkpoint is not None:
-            return self.saves >= trig.after_checkpoint
-        assert trig.after_s is not None
-        return self.first_step_mono is not None and now - self.first_step_mono >= trig.after_s
-
-
-def _stop_reason(
-    watch: _Watch, stop: StopConditions, started: float, now: float
-) -> tuple[str, str] | None:
-    if now - started > stop.max_wall_s:
-        return "max_wall_s", f"scenario ran {now - started:.0f} s > {stop.max_wall_s:g} s"
-    since = watch.last_progress_mono or started
-    if now - since > stop.max_no_progress_s:
-        return (
-            "max_no_progress_s",
-            f"no new step for {now - since:.0f} s > {stop.max_no_progress_s:g} s "
-            f"(last step {watch.max_step})",
-        )
-    if stop.stop_on_nonfinite_loss and watch.nonfinite:
-        return "nonfinite_loss", watch.nonfinite
-    return None
 
 
 # --- job construction ------------------------------------------------------------------
@@ -390,7 +308,7 @@ def _watch_job(
 ) -> tuple[str, bool]:
     """Poll until the job ends or a stop condition fires. Returns (outcome, ended naturally)."""
     sink = ctx.sink
-    watch = _Watch(work / "events")
+    watch = Watch(work / "events")
     started = time.monotonic()
     injected_at: float | None = None
     reverted = False
@@ -442,7 +360,7 @@ def _watch_job(
                 platform.resubmit()
                 continue
             return state.value, True
-        reason = _stop_reason(watch, stop, started, now)
+        reason = stop_reason(watch, stop, started, now)
         if reason is not None:
             sink.emit(
                 "harness",
@@ -465,7 +383,7 @@ def _prepare_fault(fault: Fault, ctx: FaultContext) -> None:
         ctx.sink.emit("fault", "prepared", fault=fault.spec.kind, **facts)
 
 
-def _inject(fault: Fault, ctx: FaultContext, item: Scenario | Control, watch: _Watch) -> float:
+def _inject(fault: Fault, ctx: FaultContext, item: Scenario | Control, watch: Watch) -> float:
     spec = fault.spec
     ctx.sink.emit(
         "fault",

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from faultdrill.diff import DiffResult
-    from faultdrill.replay import ReplayResult
+    from faultdrill.archive.diff import DiffResult
+    from faultdrill.archive.replay import ReplayResult
 
 __all__ = ["diff_suite", "replay_suite", "report_suite", "write_junit"]
 
@@ -91,7 +91,7 @@ def report_suite(report: dict[str, Any], name: str | None = None) -> ET.Element:
 
 
 def diff_suite(diff: DiffResult) -> ET.Element:
-    suite = ET.Element("testsuite", name=f"faultdrill.diff {diff.a} -> {diff.b}")
+    suite = ET.Element("testsuite", name=f"faultdrill.archive.diff {diff.a} -> {diff.b}")
     case = _case(suite, "diff.run", "run")
     if diff.run_regressions:
         ET.SubElement(case, "failure", message="run regression").text = "\n".join(
@@ -109,7 +109,7 @@ def diff_suite(diff: DiffResult) -> ET.Element:
 
 
 def replay_suite(replay: ReplayResult) -> ET.Element:
-    suite = ET.Element("testsuite", name=f"faultdrill.replay by {replay.operator}")
+    suite = ET.Element("testsuite", name=f"faultdrill.archive.replay by {replay.operator}")
     for item in replay.items:
         case = _case(suite, "replay", str(item["id"]))
         if not item["matches"]:

@@ -1,6 +1,6 @@
 """The embedded local platform: real torchrun agents, one per simulated node.
 
-Each node is one torchrun agent (``faultdrill.platforms.torchrun_agent``) with elastic
+Each node is one torchrun agent (``faultdrill.platforms.local.agent``) with elastic
 c10d rendezvous on loopback; the first node hosts the rendezvous store. Each node's
 processes live in their own cgroup v1 freezer group, so that every process of a node can
 be found, frozen and killed even when a worker runs in its own session or leaves a
@@ -9,13 +9,16 @@ environment is the fallback handle, recorded in the ledger like the groups.
 
 Settings taken from ``../shared/notes/torchrun.md`` (each fixed a measured failure):
 ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (restarted workers otherwise read stale gloo
-addresses), ``TMPDIR`` inside the run directory (torchelastic_* leftovers), one thread.
+addresses), ``TMPDIR`` in a short scratch directory of the run, removed by its undo (torchelastic_*
+leftovers; AF_UNIX socket paths of DataLoader workers stay under 108 bytes), one thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -24,8 +27,7 @@ import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from faultdrill import procfs
-from faultdrill.errors import EnvironmentPrepError, PlatformError
+from faultdrill.errors import EnvironmentPrepError, NotOursError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
@@ -37,6 +39,7 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
+from faultdrill.platforms.local import procfs
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AGENT_MODULE", "LocalPlatform", "free_port"]
 
-AGENT_MODULE = "faultdrill.platforms.torchrun_agent"
+AGENT_MODULE = "faultdrill.platforms.local.agent"
 _SCRUB = (
     "RANK",
     "LOCAL_RANK",
@@ -69,6 +72,29 @@ def free_port(host: str = "127.0.0.1") -> int:
 @undoer("cgroup")
 def _undo_cgroup(data: dict[str, object]) -> None:
     procfs.Cgroup(Path(str(data["path"]))).remove()
+
+
+_SCRATCH_PARENT = Path("/tmp")
+_SCRATCH_NAME = re.compile(r"fd-[0-9a-f]{12}")
+
+
+def scratch_root(run_id: str) -> Path:
+    """``/tmp/fd-<12 hex digits of the run id's hash>``: short, and named so that the undo
+    can tell it is ours."""
+    return _SCRATCH_PARENT / f"fd-{hashlib.sha1(run_id.encode()).hexdigest()[:12]}"
+
+
+@undoer("scratch-dir")
+def _undo_scratch(data: dict[str, object]) -> None:
+    """Remove a run's scratch directory; refuses any path that is not one of ours."""
+    path = Path(str(data["path"]))
+    if path.parent != _SCRATCH_PARENT or not _SCRATCH_NAME.fullmatch(path.name):
+        raise NotOursError(f"{path} is not a faultdrill scratch directory; left alone")
+    if path.is_symlink():
+        raise NotOursError(f"{path} is a symbolic link, not our scratch directory; left alone")
+    shutil.rmtree(path, ignore_errors=True)
+    if path.exists():
+        raise OSError(f"cannot remove scratch directory {path}")
 
 
 @undoer("run-processes")
@@ -100,7 +126,7 @@ class _Agent:
 @register
 class LocalPlatform(Platform):
     """torchrun agents on this host; nodes are cgroups (and, with netns isolation, network
-    namespaces: see ``faultdrill.platforms.netns``)."""
+    namespaces: see ``faultdrill.platforms.local.netns``)."""
 
     name = "local"
 
@@ -117,6 +143,7 @@ class LocalPlatform(Platform):
         self.rdzv_host = "127.0.0.1"
         self.rdzv_port = 0
         self._lineage = Lineage()
+        self._scratch: Path | None = None
 
     @classmethod
     def abilities_for(cls, resources: Resources) -> frozenset[str]:
@@ -138,7 +165,7 @@ class LocalPlatform(Platform):
     @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
         if resources.isolation == "netns":
-            from faultdrill.platforms.netns import NetnsPlatform
+            from faultdrill.platforms.local.netns import NetnsPlatform
 
             return NetnsPlatform
         return cls
@@ -210,10 +237,28 @@ class LocalPlatform(Platform):
             *job.argv,
         ]
 
+    def scratch_dir(self, node: str) -> Path:
+        """The node's TMPDIR: below a short directory of this run in /tmp, made (and
+        recorded in the ledger) on first use. Not the run directory: multiprocessing (and
+        so every DataLoader worker that shares a tensor) binds AF_UNIX sockets in TMPDIR,
+        whose paths may not exceed 107 bytes, and a run directory can be deep."""
+        if self._scratch is None:
+            assert self.ledger is not None
+            root = scratch_root(self.ledger.run_id)
+            eid = self.ledger.record("scratch-dir", {"path": str(root)}, f"scratch dir {root}")
+            try:
+                root.mkdir(mode=0o700, exist_ok=True)
+            except OSError as exc:
+                raise PlatformError(f"cannot create the scratch directory {root}: {exc}") from exc
+            self.ledger.mark_applied(eid)
+            self._scratch = root
+        tmp = self._scratch / node
+        tmp.mkdir(exist_ok=True)
+        return tmp
+
     def agent_env(self, node: str, job: JobSpec) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
-        tmp = job.work_dir / "tmp" / node
-        tmp.mkdir(parents=True, exist_ok=True)
+        tmp = self.scratch_dir(node)
         env.update(job.env)
         env.update(
             {

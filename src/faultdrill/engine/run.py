@@ -12,11 +12,17 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from faultdrill.checks import Verdict
-from faultdrill.engine import Reporter, environment_facts, execute_item, item_dir, write_plan_copy
+from faultdrill.engine.item import (
+    Reporter,
+    environment_facts,
+    execute_item,
+    item_dir,
+    write_plan_copy,
+)
 from faultdrill.errors import DrillError
-from faultdrill.evaluate import ItemResult, RunResult, evaluate_item
+from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item
+from faultdrill.judge.reference import Reference
 from faultdrill.plan import Plan
-from faultdrill.reference import Reference
 from faultdrill.report import write_reports
 from faultdrill.timeline import Timeline
 

@@ -1,0 +1,250 @@
+"""The plan: frozen, typed data, validated once when it is loaded.
+
+A plan freezes the baseline first (task, data, resources, checkpoint policy, seeds,
+responsibilities, observation window, stop conditions; :mod:`faultdrill.plan.sections`),
+then lists scenarios in rounds, each with exactly one fault, a trigger, an expected state
+and pass criteria, and the negative controls. The cross-field checks (unique ids, a
+platform that can do every fault, controls that name an evidence check, the reference
+workload's config) run here, when the whole plan is validated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from faultdrill import faults as _faults  # noqa: F401  (registers every fault kind)
+from faultdrill.faults.api import FAULTS, FaultSpec
+from faultdrill.plan.sections import (
+    REFERENCE_WORKLOAD,
+    CheckpointPolicy,
+    Data,
+    Expected,
+    Frozen,
+    Observation,
+    PassCriteria,
+    Recovery,
+    Resources,
+    Responsibility,
+    StopConditions,
+    StopOverrides,
+    Task,
+    Tolerance,
+    Trigger,
+)
+
+__all__ = ["Control", "Plan", "Round", "Scenario"]
+
+
+def _fault_union() -> Any:
+    models = tuple(cls.spec_model for cls in FAULTS.values())
+    if len(models) == 1:
+        return models[0]
+    return Annotated[Union[models], Field(discriminator="kind")]  # noqa: UP007
+
+
+if TYPE_CHECKING:
+    FaultField = FaultSpec
+else:
+    FaultField = _fault_union()
+
+
+class Scenario(Frozen):
+    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,47}$")]
+    title: str = ""
+    fault: FaultField
+    trigger: Trigger
+    preconditions: tuple[str, ...] = ()
+    expected: Expected = Expected()
+    pass_criteria: PassCriteria = PassCriteria()
+    recovery: Recovery = Recovery()
+    stop: StopOverrides = StopOverrides()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_main_variable(cls, raw: Any) -> Any:
+        """A scenario changes exactly one main variable: its fault. Anything else that
+        would change between baseline and drill (resources, workload, environment, a
+        second fault) makes the outcome unattributable, so it is refused here by name."""
+        if not isinstance(raw, dict):
+            return raw
+        if isinstance(raw.get("fault"), list):
+            raise ValueError(
+                f"scenario {raw.get('id', '?')!r} lists {len(raw['fault'])} faults; a scenario "
+                "injects exactly one fault: split it into one scenario per fault"
+            )
+        second = sorted(k for k in _SECOND_VARIABLES if k in raw)
+        if second:
+            raise ValueError(
+                f"scenario {raw.get('id', '?')!r} changes {', '.join(second)} besides its "
+                "fault: each scenario changes one main variable; drill that change in its own "
+                "plan (with its own baseline)"
+            )
+        return raw
+
+
+#: Keys that would make a scenario change a second variable besides its fault.
+_SECOND_VARIABLES = frozenset(
+    {
+        "faults",
+        "resources",
+        "nodes",
+        "procs_per_node",
+        "workload",
+        "env",
+        "task",
+        "data",
+        "checkpoint",
+        "seeds",
+        "timeouts",
+    }
+)
+
+
+class Round(Frozen):
+    round: int = Field(ge=1, le=9)
+    name: str = ""
+    continue_on_failure: bool = False
+    scenarios: tuple[Scenario, ...] = Field(min_length=1)
+
+
+class Control(Frozen):
+    """A negative control: a known-bad workload that the named check must catch."""
+
+    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,47}$")]
+    title: str = ""
+    workload: dict[str, Any] = Field(
+        default_factory=dict, description="task.workload keys overridden to switch the bug on"
+    )
+    env: dict[str, str] = Field(default_factory=dict)
+    fault: FaultField
+    trigger: Trigger
+    expected_check: str
+    stop: StopOverrides = StopOverrides()
+
+
+class Plan(Frozen):
+    version: Literal[1] = 1
+    task: Task
+    data: Data
+    resources: Resources = Resources()
+    checkpoint: CheckpointPolicy = CheckpointPolicy()
+    seeds: dict[str, int] = Field(default_factory=lambda: {"global": 0})
+    observation: Observation = Observation()
+    responsibility: Responsibility
+    stop: StopConditions = StopConditions()
+    tolerance: Tolerance = Tolerance()
+    rounds: tuple[Round, ...] = ()
+    controls: tuple[Control, ...] = ()
+
+    @field_validator("rounds")
+    @classmethod
+    def _rounds_in_order(cls, rounds: tuple[Round, ...]) -> tuple[Round, ...]:
+        numbers = [r.round for r in rounds]
+        if numbers != sorted(set(numbers)):
+            raise ValueError(f"round numbers must be increasing and unique, got {numbers}")
+        return rounds
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Plan:
+        from faultdrill.checks import CHECKS
+        from faultdrill.platforms import PLATFORMS
+
+        ids = [s.id for s in self.scenarios()] + [c.id for c in self.controls]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"scenario/control ids must be unique; repeated: {', '.join(dupes)}")
+        platform = PLATFORMS.get(self.resources.platform)
+        if platform is None:
+            raise ValueError(
+                f"resources.platform {self.resources.platform!r} is unknown; "
+                f"use one of: {', '.join(sorted(PLATFORMS))}"
+            )
+        for item in self.items():
+            fault_cls = FAULTS[item.fault.kind]
+            missing = fault_cls.requires_for(item.fault) - platform.abilities_for(self.resources)
+            if missing:
+                raise ValueError(
+                    f"{item.id}: fault {item.fault.kind!r} needs {', '.join(sorted(missing))}, "
+                    f"which platform {platform.name!r} with isolation "
+                    f"{self.resources.isolation!r} cannot do"
+                )
+            problem = fault_cls.validate_against(item.fault, self)
+            if problem:
+                raise ValueError(f"{item.id}: {problem}")
+        evidence = sorted(n for n, reg in CHECKS.items() if reg.category != "expectation")
+        for c in self.controls:
+            if c.expected_check not in CHECKS:
+                raise ValueError(
+                    f"controls[{c.id}].expected_check {c.expected_check!r} is not a check; "
+                    f"use one of: {', '.join(evidence)}"
+                )
+            if CHECKS[c.expected_check].category == "expectation":
+                # expectation checks judge whether the drill ran as planned; a known-bad
+                # workload cannot make them fail, so the control could never be caught
+                raise ValueError(
+                    f"controls[{c.id}].expected_check {c.expected_check!r} is an expectation "
+                    "check, which a known-bad workload cannot fail; name a progress, "
+                    f"resources or results check: {', '.join(evidence)}"
+                )
+        self._check_reference_workload()
+        return self
+
+    def _check_reference_workload(self) -> None:
+        """The reference workload's config, as each item will run it, is valid."""
+        if self.task.entrypoint.module != REFERENCE_WORKLOAD:
+            return
+        from faultdrill.workloads.lm_config import ConfigError, config_from_dict
+
+        checks: list[tuple[str, Control | None]] = [("task.workload", None)]
+        checks += [(f"controls[{c.id}].workload", c) for c in self.controls]
+        for where, item in checks:
+            try:
+                config_from_dict(self.workload_config(item, "<ckpt_dir>"), source=where)
+            except ConfigError as exc:
+                raise ValueError(
+                    f"{exc}; the fields are those of the reference workload's LMConfig "
+                    "(faultdrill.workloads.lm_config)"
+                ) from exc
+
+    def workload_config(self, item: Scenario | Control | None, ckpt_dir: str) -> dict[str, Any]:
+        """The workload config an item runs with (``{workload_config}``): ``task.workload``,
+        a control's ``workload`` over it, and for the reference workload the plan's
+        checkpoint policy, gloo timeout and seed."""
+        cfg = dict(self.task.workload)
+        if isinstance(item, Control):
+            cfg.update(item.workload)
+        if self.task.entrypoint.module == REFERENCE_WORKLOAD:
+            cfg.update(
+                ckpt_dir=ckpt_dir,
+                ckpt_every=self.checkpoint.every_steps,
+                ckpt_keep=self.checkpoint.keep,
+                gloo_timeout_s=self.resources.timeouts.gloo_s,
+            )
+            cfg.setdefault("seed", self.seeds.get("global", 0))
+        return cfg
+
+    def scenarios(self) -> list[Scenario]:
+        return [s for r in self.rounds for s in r.scenarios]
+
+    def items(self) -> list[Scenario | Control]:
+        """Every scenario, in round order, then every control."""
+        return [*self.scenarios(), *self.controls]
+
+    def round_of(self, scenario_id: str) -> int:
+        for r in self.rounds:
+            if any(s.id == scenario_id for s in r.scenarios):
+                return r.round
+        return 0
+
+    def stop_for(self, overrides: StopOverrides) -> StopConditions:
+        merged = self.stop.model_dump()
+        merged.update({k: v for k, v in overrides.model_dump().items() if v is not None})
+        return StopConditions(**merged)
+
+    def digest(self) -> str:
+        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()

@@ -1,0 +1,123 @@
+"""Loading a plan: the one edge where raw YAML or JSON becomes a :class:`Plan`.
+
+Past :func:`load_plan` nothing handles raw dicts. Every error names the file, the field
+path, the rule broken and how to fix it (:class:`~faultdrill.errors.PlanError`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from faultdrill.errors import PlanError
+from faultdrill.faults.api import FAULTS
+from faultdrill.plan.model import Plan
+
+__all__ = ["load_plan", "parse_plan", "plan_schema", "plan_without"]
+
+
+def plan_schema() -> dict[str, Any]:
+    return Plan.model_json_schema()
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a YAML (or JSON) plan file. Raises PlanError, never anything else."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PlanError(str(path), [("(file)", f"cannot read: {exc.strerror}")]) from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PlanError(str(path), [(where, f"not valid YAML: {problem}")]) from exc
+    return parse_plan(raw, source=str(path), plan_dir=path.resolve().parent)
+
+
+def plan_without(plan: Plan, ids: set[str], *, source: str, **resources: Any) -> Plan:
+    """The same plan without the scenarios and controls named in ``ids`` (a round left
+    empty goes too), with ``resources`` fields replaced; validated again."""
+    raw = plan.model_dump(mode="json")
+    raw["resources"].update(resources)
+    rounds = []
+    for rnd in raw["rounds"]:
+        keep = [s for s in rnd["scenarios"] if s["id"] not in ids]
+        if keep:
+            rounds.append({**rnd, "scenarios": keep})
+    raw["rounds"] = rounds
+    raw["controls"] = [c for c in raw["controls"] if c["id"] not in ids]
+    return parse_plan(raw, source=source)
+
+
+def parse_plan(raw: Any, *, source: str = "<plan>", plan_dir: Path | None = None) -> Plan:
+    """Validate a parsed plan. ``plan_dir``: the directory of the plan file it came from, if
+    any; a relative ``task.entrypoint.script`` is resolved against it and must exist."""
+    if not isinstance(raw, dict):
+        raise PlanError(
+            source,
+            [("(top level)", f"must be a mapping with task, data, ...; got {type(raw).__name__}")],
+        )
+    try:
+        context = {"plan_dir": str(plan_dir)} if plan_dir is not None else None
+        return Plan.model_validate(raw, context=context)
+    except ValidationError as exc:
+        errors = exc.errors()
+        # A tuple whose item failed also reports itself "too short": noise, drop it.
+        locs = [tuple(e["loc"]) for e in errors]
+        errors = [
+            e
+            for e in errors
+            if not (
+                e["type"] == "too_short"
+                and any(
+                    other != tuple(e["loc"]) and other[: len(e["loc"])] == tuple(e["loc"])
+                    for other in locs
+                )
+            )
+        ]
+        raise PlanError(source, [_explain(err) for err in errors]) from exc
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in FAULTS or str(part).startswith(("function-after", "tagged-union")):
+            continue  # pydantic's union branch names are noise to a plan author
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _explain(err: Any) -> tuple[str, str]:
+    kind, loc, value = err["type"], _loc(err["loc"]), err.get("input")
+    msg = err["msg"]
+    if kind == "extra_forbidden":
+        return loc, f"unknown key {loc.rsplit('.', 1)[-1]!r}; remove it or check its spelling"
+    if kind == "missing":
+        return loc, "required field is missing; add it"
+    if kind == "union_tag_invalid":
+        tag = err.get("ctx", {}).get("tag", value)
+        return (
+            loc + ".kind",
+            f"{tag!r} is not a known fault kind; use one of: {', '.join(sorted(FAULTS))}",
+        )
+    if kind == "union_tag_not_found":
+        return loc, f"a fault needs 'kind'; use one of: {', '.join(sorted(FAULTS))}"
+    if kind == "literal_error" and loc.endswith("fault.kind"):
+        return loc, f"{value!r} is not a known fault kind; use one of: {', '.join(sorted(FAULTS))}"
+    if kind in ("literal_error", "enum"):
+        expected = err.get("ctx", {}).get("expected", "")
+        return loc, f"{value!r} is not allowed; use {expected}"
+    if kind == "value_error":
+        return loc, msg.removeprefix("Value error, ")
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        return loc, f"{msg.lower()}; got {value!r} ({type(value).__name__})"
+    return loc, f"{msg} (got {value!r})"

@@ -1,0 +1,355 @@
+"""The fast reader of event files: JSON lines into events and step columns.
+
+A probe's own step line is matched by a regular expression and goes straight into
+columns (:class:`_StepColumns`), without the JSON decoder; any other line is decoded, and
+a line that is torn, not JSON or not an object is counted, never raised on. Runs of
+:data:`PARALLEL_BYTES` or more are read by child processes
+(``python -m faultdrill.timeline._child``), their parts joined in file order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import PIPE
+from typing import Any
+
+import numpy as np
+
+from faultdrill.events import Event
+from faultdrill.timeline.steps import I8, StepTable
+
+__all__ = ["PARALLEL_BYTES"]
+
+
+#: Event files this large in all (bytes) are read by several processes.
+PARALLEL_BYTES = 128 << 20
+
+
+@dataclass
+class _Part:
+    """What one reader made of a run of consecutive event files."""
+
+    task: str
+    events: list[Event]
+    chunks: list[list[np.ndarray]]  # per step column, its converted chunks in file order
+    torn: int  # lines skipped, rows dropped included
+
+
+def _read_files(paths: list[Path]) -> _Part:
+    events: list[Event] = []
+    steps = _StepColumns()
+    task = ""
+    torn = 0
+    for path in paths:
+        with open(path, "rb") as f:
+            for line in f:
+                m = _probe_step_line(line)
+                if m is not None:  # the probe's own step line: no JSON decoding needed
+                    fields = m.groups()
+                    steps.add_matched(fields)
+                    task = task or json.loads(b'"' + fields[0] + b'"')
+                    continue
+                raw = _parse_line(line)
+                if raw is None:
+                    torn += 1
+                    continue
+                if raw.get("src") == "probe" and raw.get("kind") == "step":
+                    if not steps.add(raw):
+                        torn += 1
+                        continue
+                else:
+                    try:
+                        events.append(Event.from_json(raw))
+                    except (TypeError, ValueError):  # a time that is not a number
+                        torn += 1
+                        continue
+                task = task or str(raw.get("task", ""))
+    chunks = steps.chunks()
+    return _Part(task, events, chunks, torn + steps.bad)
+
+
+def _read_in_parallel(paths: list[Path], readers: int | None) -> list[_Part] | None:
+    """The parts read by ``readers`` child processes
+    (``python -m faultdrill.timeline._child``), or None where one reader will do: few
+    bytes, one file, one CPU, or a reader that could not start or failed (then the caller
+    reads everything itself; nothing is lost).
+
+    Plain subprocesses, not :mod:`multiprocessing`: its spawn re-runs the caller's main
+    module in each child, and fork is unsafe beside the engine's sampler threads."""
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(path.stat().st_size)
+        except OSError:
+            sizes.append(0)
+    if readers is None:
+        if sum(sizes) < PARALLEL_BYTES:
+            return None
+        readers = min(4, len(os.sched_getaffinity(0)))
+    groups = _split_by_size(paths, sizes, readers)
+    if len(groups) < 2:
+        return None
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (package_root, env.get("PYTHONPATH")) if x)
+    argv = [sys.executable, "-m", "faultdrill.timeline._child"]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in groups:
+            procs.append(subprocess.Popen(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, env=env))
+
+        def run(proc: subprocess.Popen[bytes], group: list[Path]) -> bytes | None:
+            out, _err = proc.communicate(json.dumps([str(p) for p in group]).encode())
+            return out if proc.returncode == 0 else None
+
+        with ThreadPoolExecutor(len(procs)) as pool:
+            outs = list(pool.map(run, procs, groups))
+        parts: list[_Part] = []
+        for i, out in enumerate(outs):
+            if out is None:
+                return None
+            outs[i] = None  # one pickled part in memory at a time, besides the parts
+            part = pickle.loads(out)
+            if not isinstance(part, _Part):
+                return None
+            parts.append(part)
+        return parts
+    except (OSError, ValueError, pickle.UnpicklingError, EOFError):
+        return None
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _split_by_size(paths: list[Path], sizes: list[int], n: int) -> list[list[Path]]:
+    """``paths`` cut into at most ``n`` runs of consecutive files of about equal size."""
+    total = sum(sizes)
+    groups: list[list[Path]] = []
+    current: list[Path] = []
+    done = 0
+    for path, size in zip(paths, sizes, strict=True):
+        current.append(path)
+        done += size
+        if len(groups) < n - 1 and done >= total * (len(groups) + 1) / n:
+            groups.append(current)
+            current = []
+    if current:
+        groups.append(current)
+    return groups
+
+
+_raw_decode = json.JSONDecoder().raw_decode
+
+# Possessive quantifiers: these patterns never need to backtrack, and matching is most of
+# the cost of loading (about 1.5 us a line against 4-8 us for the JSON decoder).
+_INT = rb"-?(?:0|[1-9][0-9]*+)"
+_NUM = rb"(?:-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][-+]?[0-9]++)?+|NaN|-?Infinity)"
+_CHARS = rb"[\x20\x21\x23-\x5b\x5d-\x7e]*+"  # printable ASCII but the quote and backslash
+_STR = _CHARS + rb'(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})' + _CHARS + rb")*+"
+#: A step line exactly as :meth:`faultdrill.probe.Probe.step` writes it, with no sample
+#: range or one (a null loss too). Only strict JSON (numbers, an ASCII task) matches, so every line it takes
+#: is one :func:`_parse_line` would decode to the same values; any other line goes that way.
+#: Groups: task, rank, pid, mono, step, loss, range start, range end.
+_probe_step_line = re.compile(
+    (
+        rb'\{"src": "probe", "task": "(STR)", "rank": (INT), "pid": (INT),'
+        rb'"ts":NUM,"mono":(NUM),"kind":"step","step":(INT),"loss":(NUM|null),'
+        rb'"samples":\[(?:\[(INT),(INT)\])?\]\}\n'
+    )
+    .replace(b"STR", _STR)
+    .replace(b"INT", _INT)
+    .replace(b"NUM", _NUM)
+).fullmatch
+
+
+def _parse_line(line: bytes) -> dict[str, Any] | None:
+    """One events line as an object, or None if it is torn (no newline: the writer died
+    mid-write), not JSON, or not an object: what :func:`~faultdrill.events.read_jsonl`
+    accepts, decoded faster for the usual line (one object, then the newline)."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        text = line.decode()
+        obj, end = _raw_decode(text)
+        if end != len(text) - 1:  # more than the newline follows: let json.loads judge
+            obj = json.loads(text)
+    except ValueError:  # not JSON, or not UTF-8: json.loads has the final word
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _loss_value(raw: Any) -> Any:
+    """A step's loss for the table: NaN when the step reported none (``null`` or absent: a
+    job that logs its loss every N steps), +inf for a reported NaN, so that "not reported"
+    and "diverged" stay apart (:attr:`StepTable.loss`). Anything else is converted (and
+    checked) with the chunk."""
+    if raw is None:
+        return _NAN
+    if isinstance(raw, float) and raw != raw:
+        return _INF
+    return raw
+
+
+_NAN, _INF = float("nan"), float("inf")
+#: The same for a loss matched as text by :data:`_probe_step_line`.
+_MATCHED_LOSS = {b"null": b"nan", b"NaN": b"inf"}
+
+
+class _StepColumns:
+    """Step events gathered as columns, converted to numpy every :attr:`CHUNK` rows, so
+    the event dicts never pile up (at 10 M steps they would take several GiB)."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self) -> None:
+        self._done: list[list[np.ndarray]] = [[] for _ in range(8)]  # chunks, per column
+        self.bad = 0  # rows dropped because a value was not a number (see _close)
+        self._open()
+
+    def _open(self) -> None:
+        self.mono: list[Any] = []
+        self.rank: list[Any] = []
+        self.pid: list[Any] = []
+        self.step: list[Any] = []
+        self.loss: list[Any] = []
+        self.counts: list[int] = []
+        self.pairs: list[Any] = []
+
+    def add(self, raw: dict[str, Any]) -> bool:
+        """Queue one step event; False (nothing queued) if it lacks ``mono`` or ``step`` or
+        its ``samples`` is not a list. Values are checked when the chunk is converted."""
+        samples = raw.get("samples") or []
+        if "mono" not in raw or "step" not in raw or type(samples) not in (list, tuple):
+            return False
+        self.mono.append(raw["mono"])
+        self.rank.append(raw.get("rank", 0))
+        self.pid.append(raw.get("pid", 0))
+        self.step.append(raw["step"])
+        self.loss.append(_loss_value(raw.get("loss")))
+        self.counts.append(len(samples))
+        self.pairs.extend(samples)
+        if len(self.step) >= self.CHUNK:
+            self._close()
+        return True
+
+    def add_matched(self, fields: tuple[Any, ...]) -> None:
+        """Queue one step line matched by :data:`_probe_step_line` (its groups). The values
+        stay bytes: numpy converts them with the chunk, as it does the numbers of :meth:`add`."""
+        _task, rank, pid, mono, step, loss, lo, hi = fields
+        self.mono.append(mono)
+        self.rank.append(rank)
+        self.pid.append(pid)
+        self.step.append(step)
+        self.loss.append(_MATCHED_LOSS.get(loss, loss))
+        if lo is None:
+            self.counts.append(0)
+        else:
+            self.counts.append(1)
+            self.pairs.append((lo, hi))
+        if len(self.step) >= self.CHUNK:
+            self._close()
+
+    def _convert(self) -> tuple[np.ndarray, ...]:
+        """The open chunk as columns; ValueError/TypeError/OverflowError if a value is not
+        a number or a sample is not a [start, end) pair."""
+        pairs = np.asarray(self.pairs, dtype=I8)
+        if pairs.size == 0:
+            pairs = pairs.reshape(0, 2)
+        elif pairs.ndim != 2 or pairs.shape[1] != 2:
+            raise ValueError("a sample range is not a [start, end) pair")
+        return (
+            np.asarray(self.mono, dtype=np.float64),
+            np.asarray(self.rank, dtype=I8),
+            np.asarray(self.pid, dtype=I8),
+            np.asarray(self.step, dtype=I8),
+            np.asarray(self.loss, dtype=np.float64),
+            np.asarray(self.counts, dtype=I8),
+            pairs[:, 0].copy(),
+            pairs[:, 1].copy(),
+        )
+
+    def _drop_bad_rows(self) -> None:
+        """Slow path, only for a chunk that failed to convert: keep the rows whose every
+        value converts on its own, count the others in :attr:`bad`."""
+        cols = (self.mono, self.rank, self.pid, self.step, self.loss)
+        types = (np.float64, I8, I8, I8, np.float64)
+        keep: list[int] = []
+        starts: list[int] = []
+        at = 0
+        for i, n in enumerate(self.counts):
+            starts.append(at)
+            at += n
+            try:
+                for col, dt in zip(cols, types, strict=True):
+                    if np.asarray(col[i], dtype=dt).ndim:
+                        raise ValueError("not a single number")
+                pairs = np.asarray(self.pairs[starts[i] : at], dtype=I8)
+                if pairs.size and (pairs.ndim != 2 or pairs.shape[1] != 2):
+                    raise ValueError("not a pair")
+            except (ValueError, TypeError, OverflowError):
+                continue
+            keep.append(i)
+        self.bad += len(self.counts) - len(keep)
+        pairs_kept = [p for i in keep for p in self.pairs[starts[i] : starts[i] + self.counts[i]]]
+        self.mono, self.rank, self.pid, self.step, self.loss = ([c[i] for i in keep] for c in cols)
+        self.counts = [self.counts[i] for i in keep]
+        self.pairs = pairs_kept
+
+    def _close(self) -> None:
+        if not self.step:
+            return
+        try:
+            chunk = self._convert()
+        except (ValueError, TypeError, OverflowError):
+            self._drop_bad_rows()
+            try:
+                chunk = self._convert()
+            except (ValueError, TypeError, OverflowError):  # mixed rows numpy still refuses
+                self.bad += len(self.step)
+                self.step = []
+            if not self.step:
+                self._open()
+                return
+        for done, col in zip(self._done, chunk, strict=True):
+            done.append(col)
+        self._open()
+
+    def chunks(self) -> list[list[np.ndarray]]:
+        """Everything added so far, converted: per column, its chunks in order."""
+        self._close()
+        return self._done
+
+    def absorb(self, chunks: list[list[np.ndarray]]) -> None:
+        """Append what another reader's :meth:`chunks` returned, after what is here."""
+        self._close()
+        for done, more in zip(self._done, chunks, strict=True):
+            done.extend(more)
+
+    def table(self) -> StepTable:
+        """Everything added so far, in the order added."""
+        self._close()
+        if not self._done[0]:
+            return StepTable.empty()
+        cols = []
+        for done in self._done:  # one column at a time: its chunks are freed as it is joined
+            cols.append(np.concatenate(done) if len(done) > 1 else done[0])
+            done.clear()
+        mono, rank, pid, step, loss, counts, starts, ends = cols
+        off = np.zeros(counts.shape[0] + 1, dtype=I8)
+        np.cumsum(counts, out=off[1:])
+        return StepTable.from_columns(
+            mono, rank, pid, step, loss, rng_off=off, rng_start=starts, rng_end=ends
+        )
