@@ -206,6 +206,46 @@ def test_malformed_probe_records_do_not_stop_the_inventory(
     assert any(e["kind"] == "ckpt_latest" for e in _harness(work))
 
 
+# --- the harness's own phases --------------------------------------------------------------
+
+
+def test_every_phase_of_an_item_is_recorded_as_a_harness_event(
+    drill: Callable[..., tuple[Path, FakePlatform]],
+) -> None:
+    """bring-up, job, settle, sampling and teardown (in two parts), in the order they ran,
+    each with its start and duration; the settle ends at once when nothing of the job is
+    left (the fake job has no process), and says after how long."""
+    work, _platform = drill()
+    phases = [json.loads(x) for x in (work / "events" / "phases.jsonl").read_text().splitlines()]
+    assert [(p["src"], p["kind"]) for p in phases] == [("harness", "phase")] * len(phases)
+    assert [p["phase"] for p in phases] == [
+        "bring-up",
+        "job",
+        "settle",
+        "teardown",
+        "sampling",
+        "teardown",
+    ]
+    assert all(p["seconds"] >= 0 for p in phases)
+    starts = [p["started_mono"] for p in phases]
+    assert starts == sorted(starts)
+    final = next(e for e in _harness(work) if e["kind"] == "procs_final")
+    assert final["settled_s"] >= 0 and final["after_stop"] is False
+    tl = Timeline.load(work / "events")
+    assert [e.get("phase") for e in tl.of("harness", "phase")] == [p["phase"] for p in phases]
+
+
+def test_a_phase_that_raised_is_timed_too(
+    drill: Callable[..., tuple[Path, FakePlatform]], tmp_path: Path
+) -> None:
+    with pytest.raises(RuntimeError, match="no job"):
+        drill(submit=_boom(RuntimeError("no job")))
+    path = tmp_path / "run" / "baseline" / "events" / "phases.jsonl"
+    phases = [json.loads(x)["phase"] for x in path.read_text().splitlines()]
+    assert phases[:2] == ["bring-up", "job"] and "settle" not in phases
+    assert phases[2:] == ["teardown", "sampling", "teardown"]
+
+
 # --- the CLI's last words ------------------------------------------------------------------
 
 

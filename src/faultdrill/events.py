@@ -100,8 +100,22 @@ class EventSink:
         self._lock = threading.Lock()
         self._fds: dict[str, int] = {}
 
-    def emit(self, src: str, kind: str, *, stream: str | None = None, **fields: Any) -> Event:
-        ev = Event(time.time(), time.monotonic(), src, kind, self.task_id, fields)
+    def emit(
+        self,
+        src: str,
+        kind: str,
+        *,
+        stream: str | None = None,
+        at_mono: float | None = None,
+        **fields: Any,
+    ) -> Event:
+        """Append one event, stamped now, or at ``at_mono`` (a ``time.monotonic()``
+        reading of when it happened, taken by whoever saw it: an exit the kernel stamped, a
+        fault's change). The wall time of ``at_mono`` is derived from the clocks' offset now."""
+        ts, mono = time.time(), time.monotonic()
+        if at_mono is not None:
+            ts, mono = ts - (mono - at_mono), at_mono
+        ev = Event(ts, mono, src, kind, self.task_id, fields)
         line = (json.dumps(ev.to_json(), separators=(",", ":"), default=str) + "\n").encode()
         name = stream or src
         with self._lock:

@@ -145,6 +145,9 @@ class LedgerEntry:
     applied: bool = False
     reverted: bool = False
     errors: list[str] = field(default_factory=list)
+    #: ``time.monotonic()`` when the change was marked applied (taken before the record is
+    #: written): the instant it was known to be in effect. None if not applied here.
+    applied_mono: float | None = None
 
 
 class Ledger:
@@ -272,9 +275,13 @@ class Ledger:
             )
 
     def mark_applied(self, entry_id: str) -> None:
+        """Say the change is made. Call right after making it: the time it is marked is
+        when it is known to be in effect (``applied_mono``), before the record's fsync."""
+        mono = time.monotonic()
         with self._lock:
-            self.entries[entry_id].applied = True
-            self._append({"op": "applied", "id": entry_id, "ts": time.time()})
+            entry = self.entries[entry_id]
+            entry.applied, entry.applied_mono = True, mono
+            self._append({"op": "applied", "id": entry_id, "ts": time.time(), "mono": mono})
 
     def revert(self, entry_id: str) -> None:
         """Undo one entry now (idempotent). Raises FaultError if the undo fails."""

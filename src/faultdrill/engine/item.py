@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from faultdrill import __version__
+from faultdrill.engine.phases import PhaseClock
 from faultdrill.engine.samplers import ProcessSampler, end_snapshot
 from faultdrill.engine.watch import Watch, stop_reason
 from faultdrill.errors import DrillError, FaultError
@@ -60,6 +61,9 @@ __all__ = [
 ]
 
 ItemKind = str  # "baseline" | "scenario" | "control"
+#: How often the engine looks at the job (progress, trigger, state, stop conditions): a
+#: trigger fires and the job's end is noticed at most this late.
+POLL_S = 0.05
 Reporter = Callable[[str, str], None]  # (item id, status line)
 
 
@@ -247,29 +251,26 @@ def execute_item(
     natural_end = False
     pending: list[str] = []  # filled in place by the cleanup; a DrillInterrupted carries it
     guard = signal_guard()
+    phase = PhaseClock(sink)
     with guard:
         try:
             try:
-                platform.prepare()
-                job = build_job(plan, item, work, run_id)
-                if fault is not None:
-                    _prepare_fault(fault, ctx)
-                platform.submit(job)
-                sampler.start()
-                if isinstance(platform, NetworkTrack):
-                    platform.start_network_track(plan.observation.net_hz)
-                outcome, natural_end = _watch_job(
-                    plan, kind, item, fault, ctx, platform, stop, work, report
-                )
-                if natural_end:
-                    time.sleep(plan.observation.settle_s)
-                    sink.emit(
-                        "harness",
-                        "procs_final",
-                        **end_snapshot(
-                            platform, sampler, settle_s=plan.observation.settle_s, after_stop=False
-                        ),
+                with phase("bring-up"):
+                    platform.prepare()
+                    job = build_job(plan, item, work, run_id)
+                    if fault is not None:
+                        _prepare_fault(fault, ctx)
+                with phase("job"):
+                    platform.submit(job)
+                    sampler.start()
+                    if isinstance(platform, NetworkTrack):
+                        platform.start_network_track(plan.observation.net_hz)
+                    outcome, natural_end = _watch_job(
+                        plan, kind, item, fault, ctx, platform, stop, work, report
                     )
+                if natural_end:
+                    with phase("settle"):
+                        _settle(platform, sampler, sink, plan.observation.settle_s)
             except DrillInterrupted as exc:
                 outcome = "interrupted"
                 sink.emit("harness", "interrupted", signal=signal.Signals(exc.signum).name)
@@ -278,7 +279,7 @@ def execute_item(
             finally:
                 guard.cleaning = True  # from here on signals are noted, never raised
                 pending[:] = _finish(
-                    plan, fault, ctx, platform, sampler, sink, ledger, work, natural_end
+                    plan, fault, ctx, platform, sampler, ledger, work, natural_end, phase
                 )
         finally:
             if guard.late is not None:  # the job's outcome stands; the run stops after it
@@ -293,6 +294,20 @@ def execute_item(
     if guard.late is not None:
         raise DrillInterrupted(guard.late, pending)
     return work
+
+
+def _settle(platform: Platform, sampler: ProcessSampler, sink: EventSink, settle_s: float) -> None:
+    """After the job ended by itself: give it up to ``settle_s`` to release everything, then
+    record what is left (``procs_final``). Ends as soon as none of its processes is left:
+    a job with no process cannot release anything more."""
+    started = time.monotonic()
+    sampler.wait_gone(settle_s)
+    sink.emit(
+        "harness",
+        "procs_final",
+        settled_s=round(time.monotonic() - started, 3),
+        **end_snapshot(platform, sampler, settle_s=settle_s, after_stop=False),
+    )
 
 
 def _watch_job(
@@ -315,7 +330,7 @@ def _watch_job(
     resubmitted = False
     item_id = item.id if item is not None else "baseline"
     while True:
-        time.sleep(0.1)
+        time.sleep(POLL_S)
         now = time.monotonic()
         watch.poll()
         state = platform.poll()
@@ -393,21 +408,38 @@ def _inject(fault: Fault, ctx: FaultContext, item: Scenario | Control, watch: Wa
         spec=spec.model_dump(mode="json"),
         trigger=item.trigger.describe(),
     )
+    before = set(ctx.ledger.entries)
     try:
         facts = fault.inject(ctx)
     except FaultError as exc:
         ctx.sink.emit("fault", "inject_failed", fault=spec.kind, error=str(exc))
         return -1.0
+    acted = _first_change_applied(ctx.ledger, before)
     ev = ctx.sink.emit(
         "fault",
         "injected",
+        at_mono=acted,
         fault=spec.kind,
         target=spec.target_label(),
         at_step=watch.max_step,
         duration_s=spec.duration_s,
+        stamped="first change applied" if acted is not None else "inject returned",
         **facts,
     )
     return ev.mono
+
+
+def _first_change_applied(ledger: Ledger, before: set[str]) -> float | None:
+    """When the first change a fault made while injecting was in effect: the earliest
+    ``applied_mono`` of the ledger entries it added (every change is recorded, then made,
+    then marked applied). None when it recorded none (the event is then stamped when
+    ``inject`` returned, after any waiting it did)."""
+    stamps = [
+        e.applied_mono
+        for eid, e in list(ledger.entries.items())
+        if eid not in before and e.applied_mono is not None
+    ]
+    return min(stamps, default=None)
 
 
 def _revert(fault: Fault, ctx: FaultContext) -> None:
@@ -425,10 +457,10 @@ def _finish(
     ctx: FaultContext,
     platform: Platform,
     sampler: ProcessSampler,
-    sink: EventSink,
     ledger: Ledger,
     work: Path,
     natural_end: bool,
+    phase: PhaseClock,
 ) -> list[str]:
     """The cleanup path: runs on every exit, with signals noted and ignored (the caller
     sets ``signal_guard.cleaning``). Every step is attempted even if an earlier one raised:
@@ -444,9 +476,41 @@ def _finish(
             detail = str(exc) if isinstance(exc, DrillError) else f"{type(exc).__name__}: {exc}"
             problems.append(f"{what}: {detail}")
 
-    if fault is not None:
-        attempt("revert the fault", lambda: fault.revert(ctx))
-    attempt("stop the job", lambda: platform.stop(reason="end of drill"))
+    sink = ctx.sink
+    with phase("teardown", part="revert the fault, stop the job"):
+        if fault is not None:
+            attempt("revert the fault", lambda: fault.revert(ctx))
+        attempt("stop the job", lambda: platform.stop(reason="end of drill"))
+    with phase("sampling"):
+        _close_observation(plan, platform, sampler, work, natural_end, attempt)
+    with phase("teardown", part="release the platform, replay the ledger"):
+        attempt("tear the platform down", platform.teardown)
+
+        def revert_ledger() -> None:
+            problems.extend(ledger.revert_all())
+            problems.extend(f"left alone, not ours: {note}" for note in ledger.notes)
+
+        attempt("revert the ledger", revert_ledger)
+        pending = [f"{e.kind} {e.label}".strip() for e in ledger.pending()]
+        if pending:
+            problems.append(f"{len(pending)} ledger entries not reverted; run `faultdrill cleanup`")
+        else:
+            attempt("drop the ledger's index entry", ledger.deactivate)
+    sink.emit("harness", "cleanup", problems=problems, ledger_pending=len(pending))
+    return pending
+
+
+def _close_observation(
+    plan: Plan,
+    platform: Platform,
+    sampler: ProcessSampler,
+    work: Path,
+    natural_end: bool,
+    attempt: Callable[[str, Callable[[], object]], None],
+) -> None:
+    """The closing observations: the snapshot after a stop, the last sample, the
+    checkpoint inventory."""
+    sink = sampler.sink
     if not natural_end and sampler.running:
         attempt(
             "final process snapshot",
@@ -468,20 +532,6 @@ def _finish(
             sink.emit("harness", "ckpt_inventory", **rec)
 
     attempt("checkpoint inventory failed", inventory)
-    attempt("tear the platform down", platform.teardown)
-
-    def revert_ledger() -> None:
-        problems.extend(ledger.revert_all())
-        problems.extend(f"left alone, not ours: {note}" for note in ledger.notes)
-
-    attempt("revert the ledger", revert_ledger)
-    pending = [f"{e.kind} {e.label}".strip() for e in ledger.pending()]
-    if pending:
-        problems.append(f"{len(pending)} ledger entries not reverted; run `faultdrill cleanup`")
-    else:
-        attempt("drop the ledger's index entry", ledger.deactivate)
-    sink.emit("harness", "cleanup", problems=problems, ledger_pending=len(pending))
-    return pending
 
 
 def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:

@@ -19,6 +19,7 @@ from faultdrill.engine.item import (
     item_dir,
     write_plan_copy,
 )
+from faultdrill.engine.phases import record_phase
 from faultdrill.errors import DrillError
 from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item
 from faultdrill.judge.reference import Reference
@@ -122,10 +123,13 @@ def run_plan(
     started = time.time()
     base_work = execute_item(plan, "baseline", None, run_dir, report)
     write_dossier(plan, run_dir, started, time.time())
+    t = time.monotonic()
     base_tl = Timeline.load(base_work / "events")
     reference = Reference.from_timeline(base_tl)
     base = evaluate_item(plan, "baseline", None, base_work, reference, timeline=base_tl)
+    _timed(plan, base_work, "checks", t)
     on_item("baseline", "baseline", base.verdict)
+    works = [base_work]
     items: list[ItemResult] = []
     blocked_by: str | None = None
     if base.verdict != Verdict.PASS:
@@ -140,7 +144,10 @@ def run_plan(
                 on_item(sc.id, "scenario", None)
                 continue
             work = execute_item(plan, "scenario", sc, run_dir, report)
+            t = time.monotonic()
             res = evaluate_item(plan, "scenario", sc, work, reference, base.verdict)
+            _timed(plan, work, "checks", t)
+            works.append(work)
             items.append(res)
             on_item(sc.id, "scenario", res.verdict)
             round_ok &= res.verdict == Verdict.PASS
@@ -151,7 +158,10 @@ def run_plan(
             if only is not None and ctl.id not in only:
                 continue
             work = execute_item(plan, "control", ctl, run_dir, report)
+            t = time.monotonic()
             res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
+            _timed(plan, work, "checks", t)
+            works.append(work)
             items.append(res)
             on_item(ctl.id, "control", res.verdict)
     (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
@@ -163,5 +173,21 @@ def run_plan(
         items,
         [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
     )
+    t = time.monotonic()
     write_reports(result)
+    seconds = time.monotonic() - t
+    for work in works:  # the run's reports, shared equally by its items
+        record_phase(
+            work / "events",
+            plan.task.id,
+            "report",
+            t,
+            seconds / len(works),
+            run_s=round(seconds, 6),
+            items=len(works),
+        )
     return result
+
+
+def _timed(plan: Plan, work: Path, phase: str, started: float) -> None:
+    record_phase(work / "events", plan.task.id, phase, started, time.monotonic() - started)

@@ -8,7 +8,9 @@ that checks over millions of steps stay vectorised. From these it derives:
   endpoint (``MASTER_ADDR:MASTER_PORT``, unique per torchrun rendezvous round) form one
   incarnation; without an endpoint, a rank announcing itself twice starts a new one. We
   count generations ourselves because ``TORCHELASTIC_RESTART_COUNT`` is per agent.
-* process lives from the sampler (when each worker/agent pid was first and last seen);
+* process lives from the sampler (when each worker/agent pid was first seen, and when it
+  ended: its exit event where the sampler followed it by event, else the first sample it
+  was missing from);
 * the *committed chain*: which steps of which incarnation make up the progress that the
   final model is built on (each incarnation from the step after the checkpoint it loaded
   up to the step of the checkpoint its successor loaded). Steps outside it were recomputed.
@@ -114,13 +116,22 @@ class ProcLife:
     rank: int | None
     node: str
     seen_mono: float
-    gone_mono: float | None  # first sample it was missing from; None: alive at the end
-    last_seen_mono: float  # last sample it was present in
+    #: When it ended: its exit event's time (``gone_by`` ``kernel`` or ``pidfd``), else the
+    #: first sample it was missing from (``sampled``); None: alive at the end.
+    gone_mono: float | None
+    #: Until when it was certainly alive: its exit time when an exit event says, else the
+    #: last sample it was present in.
+    last_seen_mono: float
     owner: int | None = None
     ppid: int | None = None
+    #: Where ``gone_mono`` comes from: ``kernel`` (the kernel's exit stamp), ``pidfd`` (the
+    #: harness woke on the exit), ``sampled`` (the sampler noticed; up to one period late),
+    #: "" (alive at the end).
+    gone_by: str = ""
 
     def seen_alive_at(self, mono: float) -> bool:
-        """Certainly alive at ``mono``: seen in samples on both sides of it."""
+        """Certainly alive at ``mono``: seen in samples on both sides of it (or before it,
+        and exited after it)."""
         return self.seen_mono <= mono <= self.last_seen_mono
 
 
@@ -377,7 +388,11 @@ class Timeline:
     def _derive_procs(self) -> None:
         seen: dict[tuple[int, int], Event] = {}
         gone: dict[tuple[int, int], Event] = {}
-        last_sample = max((e.mono for e in self.events if e.src == "sampler"), default=0.0)
+        exited: dict[tuple[int, int], Event] = {}
+        last_sample = max(
+            (e.mono for e in self.events if e.src == "sampler" and e.kind != "proc_exit"),
+            default=0.0,
+        )
         for ev in self.events:
             if ev.src != "sampler":
                 continue
@@ -386,6 +401,8 @@ class Timeline:
                 seen.setdefault(key, ev)
             elif ev.kind == "proc_gone":
                 gone.setdefault(key, ev)
+            elif ev.kind == "proc_exit":
+                exited.setdefault(key, ev)
         owners, wrappers = self._owners(seen)
         procs = []
         for key, ev in seen.items():
@@ -400,6 +417,7 @@ class Timeline:
             elif role == "worker" and key[0] in wrappers:
                 role = "wrapper"
             ppid = ev.get("ppid")
+            gone_mono, last_seen, gone_by = _end_of(ev, end, exited.get(key), last_sample)
             procs.append(
                 ProcLife(
                     pid=key[0],
@@ -408,12 +426,11 @@ class Timeline:
                     rank=None if rank is None else int(rank),
                     node=str(ev.get("node", "")),
                     seen_mono=ev.mono,
-                    gone_mono=end.mono if end else None,
-                    last_seen_mono=float(end.get("last_seen_mono", end.mono))
-                    if end
-                    else last_sample,
+                    gone_mono=gone_mono,
+                    last_seen_mono=last_seen,
                     owner=owner,
                     ppid=None if ppid is None else int(ppid),
+                    gone_by=gone_by,
                 )
             )
         self.procs = sorted(procs, key=lambda p: p.seen_mono)
@@ -436,6 +453,20 @@ class Timeline:
     def unknown_step_rows(self) -> int:
         """Step events from processes that never announced themselves (no run_start)."""
         return int((self.steps.inc < 0).sum())
+
+
+def _end_of(
+    seen: Event, gone: Event | None, exited: Event | None, last_sample: float
+) -> tuple[float | None, float, str]:
+    """(gone_mono, last_seen_mono, gone_by) of one process: its exit event wins over the
+    sample that missed it. An exit stamped before the sample that first described the
+    process (it ended while that sample was being written) counts as at that sample."""
+    if exited is not None:
+        at = max(exited.mono, seen.mono)
+        return at, at, str(exited.get("clock") or "event")
+    if gone is not None:
+        return gone.mono, float(gone.get("last_seen_mono", gone.mono)), "sampled"
+    return None, last_sample, ""
 
 
 def _reorder(st: StepTable, order: np.ndarray) -> None:

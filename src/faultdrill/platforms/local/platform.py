@@ -129,6 +129,7 @@ class LocalPlatform(Platform):
     namespaces: see ``faultdrill.platforms.local.netns``)."""
 
     name = "local"
+    host_processes = True
 
     def __init__(
         self, resources: Resources, work_dir: Path, ledger: Ledger, sink: EventSink
