@@ -31,7 +31,7 @@ import numpy as np
 from faultdrill.events import Event
 from faultdrill.lineage import promote_announced
 from faultdrill.timeline.reader import _read_files, _read_in_parallel, _StepColumns
-from faultdrill.timeline.steps import I8, StepTable
+from faultdrill.timeline.steps import I4, I8, StepTable
 
 __all__ = [
     "Incarnation",
@@ -478,19 +478,21 @@ def _reorder(st: StepTable, order: np.ndarray) -> None:
     st.rng_start = st.rng_start[src]
     st.rng_end = st.rng_end[src]
     st.rng_off = off
+    del src
 
 
 def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
-    """``table[k]`` for every ``k`` in ``keys`` (-1 where absent), in linear time."""
-    out = np.full(keys.shape[0], -1, dtype=I8)
+    """``table[k]`` for every ``k`` in ``keys`` (-1 where absent; values fit int32), in
+    linear time."""
+    out = np.full(keys.shape[0], -1, dtype=I4)
     if not table or not keys.size:
         return out
     known = np.fromiter(table.keys(), dtype=I8, count=len(table))
-    values = np.fromiter(table.values(), dtype=I8, count=len(table))
+    values = np.fromiter(table.values(), dtype=I4, count=len(table))
     lo = min(int(known.min()), int(keys.min()))
     span = max(int(known.max()), int(keys.max())) - lo + 1
-    if span <= 1 << 23:  # pids are small integers: a lookup table (<= 64 MiB), no search
-        lut = np.full(span, -1, dtype=I8)
+    if span <= 1 << 23:  # pids are small integers: a lookup table (<= 32 MiB), no search
+        lut = np.full(span, -1, dtype=I4)
         lut[known - lo] = values
         at = keys - lo
         np.take(lut, at, out=out)

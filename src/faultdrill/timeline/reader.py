@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from faultdrill.events import Event
-from faultdrill.timeline.steps import I8, StepTable
+from faultdrill.timeline.steps import I4, I8, StepTable
 
 __all__ = ["PARALLEL_BYTES"]
 
@@ -272,11 +272,11 @@ class _StepColumns:
             raise ValueError("a sample range is not a [start, end) pair")
         return (
             np.asarray(self.mono, dtype=np.float64),
-            np.asarray(self.rank, dtype=I8),
-            np.asarray(self.pid, dtype=I8),
+            np.asarray(self.rank, dtype=I4),
+            np.asarray(self.pid, dtype=I4),
             np.asarray(self.step, dtype=I8),
             np.asarray(self.loss, dtype=np.float64),
-            np.asarray(self.counts, dtype=I8),
+            np.asarray(self.counts, dtype=I4),
             pairs[:, 0].copy(),
             pairs[:, 1].copy(),
         )
@@ -285,7 +285,7 @@ class _StepColumns:
         """Slow path, only for a chunk that failed to convert: keep the rows whose every
         value converts on its own, count the others in :attr:`bad`."""
         cols = (self.mono, self.rank, self.pid, self.step, self.loss)
-        types = (np.float64, I8, I8, I8, np.float64)
+        types = (np.float64, I4, I4, I8, np.float64)
         keep: list[int] = []
         starts: list[int] = []
         at = 0
@@ -348,8 +348,24 @@ class _StepColumns:
             cols.append(np.concatenate(done) if len(done) > 1 else done[0])
             done.clear()
         mono, rank, pid, step, loss, counts, starts, ends = cols
+        return table_of(mono, rank, pid, step, loss, counts, starts, ends)
+
+
+def table_of(
+    mono: np.ndarray,
+    rank: np.ndarray,
+    pid: np.ndarray,
+    step: np.ndarray,
+    loss: np.ndarray,
+    counts: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> StepTable:
+    """A step table from columns and the number of sample ranges of each row."""
+    off: np.ndarray | None = None
+    if not (starts.shape[0] == counts.shape[0] and bool((counts == 1).all())):
         off = np.zeros(counts.shape[0] + 1, dtype=I8)
         np.cumsum(counts, out=off[1:])
-        return StepTable.from_columns(
-            mono, rank, pid, step, loss, rng_off=off, rng_start=starts, rng_end=ends
-        )
+    return StepTable.from_columns(
+        mono, rank, pid, step, loss, rng_off=off, rng_start=starts, rng_end=ends
+    )
