@@ -437,7 +437,7 @@ def measure(ranks: int, steps: int) -> dict[str, Any]:
         "ranks": ranks,
         "steps": steps,
         "step_events": len(tl.steps),
-        "baseline_step_events": len(ref.steps),
+        "baseline_step_events": ref.rows,
         "other_events": len(tl.events),
         "checks": len(CHECKS),
         "findings": sum(len(e.findings) for e in evidence.values()),

@@ -314,12 +314,8 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
         )
     last = int(tl.steps.step.max(where=rows, initial=np.iinfo(np.int64).min))
     ref = ctx.reference
-    if ref is not None and len(ref.steps):
-        keep = ref.steps.step <= last
-        if keep.all():
-            rs, re_ = ref.cover_starts, ref.cover_ends
-        else:
-            rs, re_ = merge(*ref.steps.ranges(keep))
+    if ref is not None and ref.rows:
+        rs, re_ = ref.cover_until(last)
         # subtract() works on unions, so the merged forms give the same answer
         missing = subtract(rs, re_, ms, me)
         extra = subtract(ms, me, rs, re_)
@@ -389,7 +385,7 @@ def completed(ctx: CheckContext) -> list[Finding]:
     expects_failure = getattr(getattr(ctx.item, "expected", None), "job", "completes") == "fails"
     final = tl.final_incarnation()
     ref = ctx.reference
-    target = ref.last_step if ref is not None and len(ref.steps) else None
+    target = ref.last_step if ref is not None and ref.rows else None
     ended_ok = final is not None and any(e.get("status") == "ok" for e in final.ends)
     reached = final.last_step if final is not None else None
     if expects_failure:

@@ -12,7 +12,6 @@ import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
 from faultdrill.judge.reference import mean_loss_by_step
-from faultdrill.timeline import StepTable
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -34,50 +33,11 @@ def comparison_mode(ctx: CheckContext) -> tuple[str, str]:
     return "tolerance", f"world size(s) {sorted(sizes)} or config differ from the baseline's"
 
 
-def _baseline_loss(
-    ref: StepTable, st: StepTable, rows: np.ndarray, width: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """For the selected rows of ``st``: the baseline's loss at the same (step, rank), and
-    whether the baseline has that (step, rank) at all. Memory and time are linear: at
-    10 M rows a sort of the baseline's keys and copies of whole tables would not fit."""
-    lo, hi = int(ref.step.min()), int(ref.step.max())
-    key = st.step[rows]  # -> (step - lo) * width + rank, in place
-    key -= lo
-    key *= width
-    key += st.rank[rows]
-    cells = (hi - lo + 1) * width
-    dense = (
-        cells <= 2 * len(ref) + 65536
-        and int(ref.rank.min()) >= 0
-        and int(st.rank.min(where=rows, initial=0)) >= 0
-    )
-    if dense:  # steps and ranks are dense small integers: one grid cell per (step, rank)
-        grid = np.full(cells, np.nan)
-        has = np.zeros(cells, dtype=bool)
-        cell = ref.step - lo
-        cell *= width
-        cell += ref.rank
-        grid[cell] = ref.loss
-        has[cell] = True
-        del cell
-        inside = (key >= 0) & (key < cells)
-        np.clip(key, 0, cells - 1, out=key)
-        return grid[key], inside & has[key]
-    ref_key = ref.step - lo
-    ref_key *= width
-    ref_key += ref.rank
-    order = np.argsort(ref_key)
-    ref_key, ref_loss = ref_key[order], ref.loss[order]
-    del order
-    pos = np.clip(np.searchsorted(ref_key, key), 0, ref_key.size - 1)
-    return ref_loss[pos], ref_key[pos] == key
-
-
 @check("results.loss-matches-baseline", "results")
 def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     """The loss of every committed step equals the baseline's at that step."""
     name, ref, tl = "results.loss-matches-baseline", ctx.reference, ctx.timeline
-    if ref is None or len(ref.steps) == 0:
+    if ref is None or ref.rows == 0:
         return [ctx.finding(name, R, "no baseline losses to compare with")]
     chain, notes = tl.committed_chain()
     if not chain:
@@ -87,8 +47,7 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     n_got = int(rows.sum())
     mode, why = comparison_mode(ctx)
     if mode == "bitwise":
-        width = int(max(st.rank.max(where=rows, initial=0), ref.steps.rank.max(initial=0))) + 1
-        base, known = _baseline_loss(ref.steps, st, rows, width)
+        base, known = ref.losses.lookup(st.step[rows], st.rank[rows])
         got = st.loss[rows]
         # NaN: that step reported no loss (a job logging every N steps): nothing to compare
         compared = known & ~np.isnan(got) & ~np.isnan(base)
@@ -191,7 +150,7 @@ def final_model_digest(ctx: CheckContext) -> list[Finding]:
     name, ref, tl = "results.final-model-digest", ctx.reference, ctx.timeline
     if getattr(getattr(ctx.item, "expected", None), "job", "completes") == "fails":
         return [ctx.finding(name, P, "not applicable: the plan expects this job to fail")]
-    if ref is None or len(ref.steps) == 0:
+    if ref is None or ref.rows == 0:
         return [ctx.finding(name, R, "no baseline to compare the final model with")]
     mode, why = comparison_mode(ctx)
     if mode != "bitwise":
