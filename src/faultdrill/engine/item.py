@@ -49,6 +49,7 @@ from faultdrill.plan import (
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
 from faultdrill.timeline import Timeline
+from faultdrill.timeline.store import StepStoreWriter
 
 __all__ = [
     "REFERENCE_WORKLOAD",
@@ -237,6 +238,8 @@ def execute_item(
     )
     ledger.activate()
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
+    # the probe files, tailed while the job runs, into the columnar step store
+    watch = Watch(work / "events", StepStoreWriter(work / "events"))
     sink.emit(
         "harness",
         "item_start",
@@ -266,7 +269,7 @@ def execute_item(
                     if isinstance(platform, NetworkTrack):
                         platform.start_network_track(plan.observation.net_hz)
                     outcome, natural_end = _watch_job(
-                        plan, kind, item, fault, ctx, platform, stop, work, report
+                        plan, kind, item, fault, ctx, platform, stop, watch, report
                     )
                 if natural_end:
                     with phase("settle"):
@@ -279,7 +282,7 @@ def execute_item(
             finally:
                 guard.cleaning = True  # from here on signals are noted, never raised
                 pending[:] = _finish(
-                    plan, fault, ctx, platform, sampler, ledger, work, natural_end, phase
+                    plan, fault, ctx, platform, sampler, watch, ledger, work, natural_end, phase
                 )
         finally:
             if guard.late is not None:  # the job's outcome stands; the run stops after it
@@ -318,12 +321,11 @@ def _watch_job(
     ctx: FaultContext,
     platform: Platform,
     stop: StopConditions,
-    work: Path,
+    watch: Watch,
     report: Reporter,
 ) -> tuple[str, bool]:
     """Poll until the job ends or a stop condition fires. Returns (outcome, ended naturally)."""
     sink = ctx.sink
-    watch = Watch(work / "events")
     started = time.monotonic()
     injected_at: float | None = None
     reverted = False
@@ -457,6 +459,7 @@ def _finish(
     ctx: FaultContext,
     platform: Platform,
     sampler: ProcessSampler,
+    watch: Watch,
     ledger: Ledger,
     work: Path,
     natural_end: bool,
@@ -482,7 +485,7 @@ def _finish(
             attempt("revert the fault", lambda: fault.revert(ctx))
         attempt("stop the job", lambda: platform.stop(reason="end of drill"))
     with phase("sampling"):
-        _close_observation(plan, platform, sampler, work, natural_end, attempt)
+        _close_observation(plan, platform, sampler, watch, work, natural_end, attempt)
     with phase("teardown", part="release the platform, replay the ledger"):
         attempt("tear the platform down", platform.teardown)
 
@@ -504,12 +507,13 @@ def _close_observation(
     plan: Plan,
     platform: Platform,
     sampler: ProcessSampler,
+    watch: Watch,
     work: Path,
     natural_end: bool,
     attempt: Callable[[str, Callable[[], object]], None],
 ) -> None:
-    """The closing observations: the snapshot after a stop, the last sample, the
-    checkpoint inventory."""
+    """The closing observations: the snapshot after a stop, the last sample, the rest of
+    the probe files into the step store, the checkpoint inventory."""
     sink = sampler.sink
     if not natural_end and sampler.running:
         attempt(
@@ -521,6 +525,7 @@ def _close_observation(
             ),
         )
     attempt("stop the sampler", sampler.stop)
+    attempt("close the step store", watch.close)
 
     def inventory() -> None:
         tl = Timeline.load(work / "events")

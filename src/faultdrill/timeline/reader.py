@@ -43,13 +43,17 @@ class _Part:
     torn: int  # lines skipped, rows dropped included
 
 
-def _read_files(paths: list[Path]) -> _Part:
+def _read_files(paths: list[Path], offsets: dict[str, int] | None = None) -> _Part:
+    """Read ``paths`` (each from the byte ``offsets`` gives for its name, else from its
+    start) into one part."""
     events: list[Event] = []
     steps = _StepColumns()
     task = ""
     torn = 0
     for path in paths:
         with open(path, "rb") as f:
+            if offsets:
+                f.seek(offsets.get(path.name, 0))
             for line in f:
                 m = _probe_step_line(line)
                 if m is not None:  # the probe's own step line: no JSON decoding needed
