@@ -162,11 +162,13 @@ def no_jump(ctx: CheckContext) -> list[Finding]:
     if len(st) == 0:
         return [ctx.finding(name, R, "no step events were recorded")]
     out = []
-    order = np.lexsort((st.mono, st.pid))
+    order = _by_pid(st.pid)
     pid, step = st.pid[order], st.step[order]
+    del order
     same = pid[1:] == pid[:-1]
-    diff = step[1:] - step[:-1]
-    bad = np.flatnonzero(same & (diff != 1))
+    same &= step[1:] - step[:-1] != 1
+    bad = np.flatnonzero(same)
+    del same
     if bad.size:
         i = int(bad[0])
         out.append(
@@ -203,6 +205,26 @@ def no_jump(ctx: CheckContext) -> list[Finding]:
             )
         )
     return out
+
+
+def _by_pid(pid: np.ndarray) -> np.ndarray:
+    """Row order by pid, in time order within a pid (the table is sorted by time): a
+    stable sort of each pid's rank among the distinct pids, which numpy sorts in linear
+    time (radix) when there are fewer than 32768 of them; the same order as
+    ``np.lexsort((mono, pid))`` at a third of its cost."""
+    if pid.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    lo = int(pid.min())
+    span = int(pid.max()) - lo + 1
+    if span > 1 << 23:
+        return np.argsort(pid, kind="stable")
+    present = np.zeros(span, dtype=bool)
+    present[pid - lo] = True
+    distinct = int(present.sum())
+    codes = np.cumsum(present, dtype=np.int32)
+    del present
+    small = codes.astype(np.int16) if distinct < 1 << 15 else codes
+    return np.argsort(small[pid - lo], kind="stable")
 
 
 @check("progress.steps-attributed", "progress")
@@ -288,14 +310,10 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
     rows = tl.rows_in(chain)
     # Only the committed rows' ranges are copied, and each union is merged once: at 10 M
     # steps a copy of the whole table would double the memory the checks need.
-    s, e = tl.steps.ranges(rows)
+    s, e = _sorted_ranges(*tl.steps.ranges(rows))
     if s.size == 0:
         return [ctx.finding(name, R, "steps carry no sample ids; the ledger cannot be checked")]
     out = []
-    order = np.argsort(s, kind="stable")  # sorted copies replace the unsorted ones
-    s = s[order]
-    e = e[order]
-    del order
     total = length(s, e)
     ms, me = merge(s, e)
     dup, first = overlaps(s, e) if total != length(ms, me) else (0, None)
@@ -376,6 +394,25 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
             )
         )
     return out
+
+
+def _sorted_ranges(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ranges ordered by start (stable). When they all have one width (every rank
+    consumes as many samples a step: the usual case) only the starts are sorted, in place,
+    and the ends follow: the same result with a third of the memory and time."""
+    if s.size == 0:
+        return s, e
+    width = int(e[0] - s[0])
+    if width > 0 and bool(np.all(np.subtract(e, s) == width)):
+        del e
+        if s.base is not None:  # never sort a table's own column in place
+            s = s.copy()
+        s.sort()
+        return s, s + width
+    order = np.argsort(s, kind="stable")  # sorted copies replace the unsorted ones
+    s = s[order]
+    e = e[order]
+    return s, e
 
 
 @check("progress.completed", "progress")

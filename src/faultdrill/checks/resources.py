@@ -105,7 +105,7 @@ def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
                 "cannot tell whether two processes held one rank",
             )
         ]
-    step_times = np.sort(tl.steps.mono)
+    step_times = tl.steps.mono  # the table is sorted by time
     by_rank: dict[int, list[Any]] = {}
     for p in workers:
         by_rank.setdefault(int(p.rank or 0), []).append(p)

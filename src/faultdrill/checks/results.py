@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
-from faultdrill.judge.reference import mean_loss_by_step
+from faultdrill.judge.reference import LossLookup, mean_loss_by_step
+from faultdrill.timeline import StepTable
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -33,6 +34,44 @@ def comparison_mode(ctx: CheckContext) -> tuple[str, str]:
     return "tolerance", f"world size(s) {sorted(sizes)} or config differ from the baseline's"
 
 
+#: Rows compared at a time: the temporaries of a comparison stay a few dozen MB whatever
+#: the table's size (at 41 M rows, one pass over all would need 1.5 GB of them).
+_CHUNK = 1 << 22
+
+
+def _compare_bitwise(
+    losses: LossLookup, st: StepTable, rows: np.ndarray
+) -> tuple[int, int, int, int, tuple[int, float] | None]:
+    """Compare the committed ``rows`` of ``st`` with the baseline's losses, a chunk at a
+    time: (pairs compared, pairs silent on either side, pairs without a baseline
+    counterpart, pairs that differ, (table row, baseline loss) of the first that differs
+    at the lowest step, or None)."""
+    n_cmp = silent = unknown = differing = 0
+    first: tuple[int, float] | None = None
+    first_step = 0
+    for lo in range(0, len(st), _CHUNK):
+        sel = rows[lo : lo + _CHUNK]
+        if not sel.any():
+            continue
+        at = np.flatnonzero(sel)
+        at += lo
+        base, known = losses.lookup(st.step[at], st.rank[at])
+        got = st.loss[at]
+        # NaN: that step reported no loss (a job logging every N steps): nothing to compare
+        compared = known & ~np.isnan(got) & ~np.isnan(base)
+        silent += int((known & ~compared).sum())
+        unknown += int((~known).sum())
+        n_cmp += int(compared.sum())
+        differ = np.flatnonzero(compared & (base != got))
+        if differ.size:
+            differing += int(differ.size)
+            j = int(np.argmin(st.step[at[differ]]))
+            step = int(st.step[at[differ[j]]])
+            if first is None or step < first_step:
+                first, first_step = (int(at[differ[j]]), float(base[differ[j]])), step
+    return n_cmp, silent, unknown, differing, first
+
+
 @check("results.loss-matches-baseline", "results")
 def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     """The loss of every committed step equals the baseline's at that step."""
@@ -47,14 +86,7 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     n_got = int(rows.sum())
     mode, why = comparison_mode(ctx)
     if mode == "bitwise":
-        base, known = ref.losses.lookup(st.step[rows], st.rank[rows])
-        got = st.loss[rows]
-        # NaN: that step reported no loss (a job logging every N steps): nothing to compare
-        compared = known & ~np.isnan(got) & ~np.isnan(base)
-        silent = int((known & ~compared).sum())
-        unknown = int((~known).sum())
-        differ = np.flatnonzero(compared & (base != got))
-        n_cmp = int(compared.sum())
+        n_cmp, silent, unknown, differing, first = _compare_bitwise(ref.losses, st, rows)
         if not n_cmp and not unknown:
             return [
                 ctx.finding(
@@ -66,19 +98,17 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
                 )
             ]
         out = []
-        if differ.size:
-            at = np.flatnonzero(rows)[differ]  # table rows of the differing losses
-            j = int(np.argmin(st.step[at]))
-            i = int(at[j])
+        if first is not None:
+            i, base_loss = first
             out.append(
                 ctx.finding(
                     name,
                     F,
-                    f"{differ.size} of {n_cmp} committed (rank, step) losses differ from "
+                    f"{differing} of {n_cmp} committed (rank, step) losses differ from "
                     f"the baseline ({why}); first at step {int(st.step[i])} rank {int(st.rank[i])}: "
-                    f"{float(st.loss[i])!r} vs baseline {float(base[differ[j]])!r}",
+                    f"{float(st.loss[i])!r} vs baseline {base_loss!r}",
                     first_step=int(st.step[i]),
-                    differing=int(differ.size),
+                    differing=differing,
                     mode=mode,
                 )
             )

@@ -20,6 +20,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from faultdrill.events import Event
 from faultdrill.timeline import Incarnation, Timeline
 
@@ -202,7 +204,8 @@ def answer_questions(tl: Timeline) -> Answers:
         st = tl.steps
         before = (st.inc == old.index) & (st.mono < new.started_mono)
         if before.any():
-            recomputed = max(0, int(st.step[before].max()) - new.resume_step)
+            last = int(st.step.max(where=before, initial=np.iinfo(np.int64).min))
+            recomputed = max(0, last - new.resume_step)
     by = f"{lost.kind} on {lost.get('node', '?')}" if lost else "no platform event after injection"
     return Answers(
         injected_at=t0,

@@ -114,28 +114,24 @@ class LossLookup:
         lo, hi = int(step.min()), int(step.max())
         r0 = int(rank.min())
         width = int(rank.max()) - r0 + 1
-        cell = step - lo  # -> the cell, in place
-        cell *= width
-        cell += rank
-        cell -= r0
         cells = (hi - lo + 1) * width
-        if cells <= 2 * step.size + 65536:
-            grid = np.full(cells, np.nan)
-            has = np.zeros(cells, dtype=bool)
-            grid[cell] = loss
+        if cells > 2 * step.size + 65536:
+            cell = _cells(step, rank, lo, r0, width)
+            order = np.argsort(cell)
+            return cls(lo, hi, r0, width, None, None, cell[order], loss[order])
+        grid = np.full(cells, np.nan)
+        has = np.zeros(cells, dtype=bool)
+        for a in range(0, step.size, _CHUNK):  # in order: a pair reported twice keeps the last
+            cell = _cells(step[a : a + _CHUNK], rank[a : a + _CHUNK], lo, r0, width)
+            grid[cell] = loss[a : a + _CHUNK]
             has[cell] = True
-            return cls(lo, hi, r0, width, grid, has, None, None)
-        order = np.argsort(cell)
-        return cls(lo, hi, r0, width, None, None, cell[order], loss[order])
+        return cls(lo, hi, r0, width, grid, has, None, None)
 
     def lookup(self, step: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the baseline's loss at each (step, rank), whether the baseline has it)."""
         inside = (step >= self.lo) & (step <= self.hi)
         inside &= (rank >= self.r0) & (rank < self.r0 + self.width)
-        key = step - self.lo  # -> the cell, in place
-        key *= self.width
-        key += rank
-        key -= self.r0
+        key = _cells(step, rank, self.lo, self.r0, self.width)
         if self.grid is not None and self.has is not None:
             np.clip(key, 0, self.grid.size - 1, out=key)
             return self.grid[key], inside & self.has[key]
@@ -170,31 +166,41 @@ class StepCovers:
         s0, s1 = int(step.min()), int(step.max())
         if s1 - s0 + 1 > 4 * step.size + 65536:  # sparse steps: keep every range as is
             return cls(empty, empty, empty, step.copy(), st.rng_start.copy(), st.rng_end.copy())
-        start, end = st.rng_start, st.rng_end
-        idx = step - s0
-        n = s1 - s0 + 1
-        count = np.bincount(idx, minlength=n)
-        lo, hi = _at(np.minimum, n, idx, start), _at(np.maximum, n, idx, end)
-        length = end - start
-        lmin, lmax = _at(np.minimum, n, idx, length), _at(np.maximum, n, idx, length)
-        # A step is one block when its ranges have one length and tile [lo, hi) exactly:
-        # aligned on that length, as many as fit, none on the same slot.
+        start, end, n = st.rng_start, st.rng_end, s1 - s0 + 1
+        # pass 1, a chunk at a time: per step, how many ranges, their extent, their widths
+        count = np.zeros(n, dtype=np.int64)
+        lo, hi = _filled(n, np.minimum), _filled(n, np.maximum)
+        lmin, lmax = _filled(n, np.minimum), _filled(n, np.maximum)
+        for a in range(0, step.size, _CHUNK):
+            idx, b, e = step[a : a + _CHUNK] - s0, start[a : a + _CHUNK], end[a : a + _CHUNK]
+            count += np.bincount(idx, minlength=n)
+            np.minimum.at(lo, idx, b)
+            np.maximum.at(hi, idx, e)
+            np.minimum.at(lmin, idx, e - b)
+            np.maximum.at(lmax, idx, e - b)
+        # A step is one block when its ranges have one width and tile [lo, hi) exactly:
+        # each on its own slot of that width, as many as fit.
         block = (count > 0) & (lmin == lmax) & (lmin > 0) & (hi - lo == count * lmax)
-        width = np.where(block, lmax, 1)[idx]
-        offset = start - lo[idx]
-        slot = offset // width
-        block[idx[offset - slot * width != 0]] = False  # not aligned
-        del width, offset, length
+        width = np.where(block, lmax, 1)
         first = np.cumsum(count) - count  # each step's first slot among all slots
-        slot += first[idx]
-        np.clip(slot, 0, step.size - 1, out=slot)
-        taken = np.bincount(slot, minlength=step.size)
-        block[idx[taken[slot] > 1]] = False  # two ranges on one slot: an overlap
-        del slot, taken
+        taken = np.zeros(step.size, dtype=np.int32)
+        for a in range(0, step.size, _CHUNK):  # pass 2: which slot each range is on
+            idx = step[a : a + _CHUNK] - s0
+            b = start[a : a + _CHUNK]
+            candidate = block[idx]  # the ranges of any other step are kept as they are
+            idx, b = idx[candidate], b[candidate]
+            slot, off = np.divmod(b - lo[idx], width[idx])
+            block[idx[off != 0]] = False  # not aligned on the width
+            slot += first[idx]
+            np.clip(slot, 0, step.size - 1, out=slot)
+            np.add.at(taken, slot, 1)
+        used = np.flatnonzero(count)
+        block[used[np.maximum.reduceat(taken, first[used]) > 1]] = False  # an overlap
+        del taken
         odd = (count > 0) & ~block
         regular = np.flatnonzero(block)
         if odd.any():
-            rows = odd[idx]
+            rows = odd[step - s0]
             odd_step, odd_start, odd_end = step[rows], start[rows], end[rows]
         else:
             odd_step, odd_start, odd_end = empty, empty, empty
@@ -211,12 +217,24 @@ class StepCovers:
         return merge(np.concatenate(parts_s), np.concatenate(parts_e))
 
 
-def _at(ufunc: np.ufunc, n: int, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``ufunc`` (minimum or maximum) of ``values`` per index ``idx`` in ``0..n-1``."""
+#: Rows handled at a time when the reference is built: the temporaries stay a few dozen
+#: MB at any size (a pass over 41 M rows at once would need several GB of them).
+_CHUNK = 1 << 22
+
+
+def _filled(n: int, ufunc: np.ufunc) -> np.ndarray:
+    """The start of a running minimum or maximum of int64 values."""
     info = np.iinfo(np.int64)
-    out = np.full(n, info.max if ufunc is np.minimum else info.min, dtype=np.int64)
-    ufunc.at(out, idx, values)
-    return out
+    return np.full(n, info.max if ufunc is np.minimum else info.min, dtype=np.int64)
+
+
+def _cells(step: np.ndarray, rank: np.ndarray, lo: int, r0: int, width: int) -> np.ndarray:
+    """``(step - lo) * width + (rank - r0)``, in one new int64 array."""
+    cell = step - lo
+    cell *= width
+    cell += rank
+    cell -= r0
+    return cell
 
 
 def mean_loss_per_step(st: StepTable) -> tuple[np.ndarray, np.ndarray]:

@@ -36,9 +36,17 @@ import numpy as np
 
 from faultdrill.events import Event
 from faultdrill.timeline.reader import _parse_line, _probe_step_line, _StepColumns
-from faultdrill.timeline.steps import I4, I8
+from faultdrill.timeline.steps import I4, I8, StepTable
 
-__all__ = ["FORMAT", "STORE_DIR", "Chunk", "StepStoreWriter", "parse_chunk", "read_store"]
+__all__ = [
+    "FORMAT",
+    "STORE_DIR",
+    "Chunk",
+    "StepStoreWriter",
+    "parse_chunk",
+    "read_store",
+    "write_table",
+]
 
 STORE_DIR = "steps"
 FORMAT = "faultdrill-steps/1"
@@ -184,6 +192,19 @@ class StepStoreWriter:
         for src in self._sources.values():
             if src.lines is not None:
                 src.lines.close()
+
+
+def write_table(events_dir: Path, st: StepTable, task: str) -> None:
+    """Write a whole step table as the store of ``events_dir``, covering no source file:
+    for step events that never were JSON lines (the benchmark's synthetic drills)."""
+    writer = StepStoreWriter(events_dir)
+    counts = np.ones(len(st), dtype=I4) if st.one_range_each else np.diff(st.rng_off)
+    cols = (st.mono, st.rank, st.pid, st.step, st.loss, counts, st.rng_start, st.rng_end)
+    for (name, dtype, _r), col in zip(COLUMNS, cols, strict=True):
+        for a in range(0, col.shape[0], 1 << 22):
+            writer._cols[name].write(np.ascontiguousarray(col[a : a + (1 << 22)], dtype).tobytes())
+    writer.rows, writer.ranges, writer.task = len(st), int(st.rng_start.shape[0]), task
+    writer.close()
 
 
 @dataclass
