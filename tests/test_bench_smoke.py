@@ -38,6 +38,7 @@ def test_quick_run_measures_everything_and_writes_results(tmp_path: Path) -> Non
         "list of 64 consecutive ids",
         "list of 64 non-consecutive ids",
     }
+    assert all(v["median_cpu_us"] > 0 for v in shapes.values())
     # one [start, end) pair per line when the ids fold, 64 when they do not
     assert (
         shapes["list of 64 non-consecutive ids"]["line_bytes"]
@@ -45,12 +46,22 @@ def test_quick_run_measures_everything_and_writes_results(tmp_path: Path) -> Non
     )
     (step,) = res["probe"]["reference_steps"]
     assert step["median_step_us"] > 0 and step["measured_steps"] == 9
-    sizes = res["checks"]["sizes"]
+    precision = res["precision"]
+    assert set(precision["targeted"]) <= set(precision["times"])
+    assert {"injection", "exit_killed", "exit_self", "first_new_step"} <= set(precision["times"])
+    assert precision["exit_clocks"] and set(precision["exit_clocks"]) <= {"kernel", "pidfd"}
+    assert res["overhead"] is None  # a real drill: not in --quick
+    sizes = res["scale"]["sizes"]
     assert [s["ranks"] for s in sizes] == [4, 8]
-    assert all(s["checks"] >= 16 and s["findings"] >= s["checks"] for s in sizes)
+    assert all(
+        s["from_store"] and s["checks"] >= 16 and s["findings"] >= s["checks"] for s in sizes
+    )
     assert sizes[1]["step_events"] == Drill(8, 40).step_events
     (load,) = res["load"]["sizes"]
     assert load["step_events"] == 200 and load["other_events"] == 2
+    assert load["store_write_s"] >= 0 and load["store_load_s"] >= 0
+    rows = bench_run.targets(res)
+    assert [met for _w, _t, _m, met in rows].count(None) == 1  # only the overhead: not run
 
 
 def test_synthetic_drill_is_judged_for_real() -> None:

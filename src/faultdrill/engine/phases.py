@@ -25,11 +25,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faultdrill.events import EventSink
 
-__all__ = ["PHASES", "STREAM", "PhaseClock", "record_phase"]
+if TYPE_CHECKING:
+    from faultdrill.timeline import Timeline
+
+__all__ = ["PHASES", "STREAM", "PhaseClock", "harness_overhead", "record_phase"]
 
 PHASES = ("bring-up", "job", "settle", "sampling", "teardown", "checks", "report")
 STREAM = "phases"
@@ -73,3 +76,43 @@ def _emit(sink: EventSink, phase: str, started: float, seconds: float, facts: An
         seconds=round(seconds, 6),
         **facts,
     )
+
+
+def harness_overhead(tl: Timeline) -> dict[str, Any] | None:
+    """The harness's own time in one recorded item, from its phase events: the item's wall
+    time (``item_start`` to ``item_end``, plus its ``checks`` and ``report`` phases) minus
+    the job's own (from ``job_submitted`` to the job's end: the last agent's exit where the
+    sampler followed it by event, else the platform's end state), with each phase's
+    seconds and ``noticing_end`` (the job phase beyond the job's own end). None for an item
+    recorded without phase events."""
+    phases = tl.of("harness", "phase")
+    start, end = tl.first("harness", "item_start"), tl.first("harness", "item_end")
+    submitted = tl.first("platform", "job_submitted")
+    if not phases or start is None or end is None or submitted is None:
+        return None
+    seconds = dict.fromkeys(PHASES, 0.0)
+    for e in phases:
+        seconds[str(e.get("phase"))] = seconds.get(str(e.get("phase")), 0.0) + float(
+            e.get("seconds") or 0.0
+        )
+    ends = [e.mono for e in tl.of("platform", "job_state") if e.get("state") != "running"]
+    agents = [p.gone_mono for p in tl.iter_procs("agent")]
+    if agents and None not in agents:
+        job_end, source = max(a for a in agents if a is not None), "agent exits"
+    elif ends:
+        job_end, source = ends[-1], "job state"
+    else:
+        job_end, source = end.mono, "item end"
+    job_s = max(0.0, job_end - submitted.mono)
+    wall_s = end.mono - start.mono + seconds["checks"] + seconds["report"]
+    harness = {k: round(v, 3) for k, v in seconds.items() if k != "job"}
+    harness["noticing_end"] = round(max(0.0, seconds["job"] - job_s), 3)
+    accounted = sum(harness.values())
+    harness["other"] = round(max(0.0, wall_s - job_s - accounted), 3)
+    return {
+        "wall_s": round(wall_s, 3),
+        "job_s": round(job_s, 3),
+        "overhead_s": round(wall_s - job_s, 3),
+        "phases_s": harness,
+        "job_end_from": source,
+    }
