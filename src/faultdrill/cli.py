@@ -87,6 +87,7 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
     from faultdrill.engine.run import run_plan
     from faultdrill.plan import load_plan
 
+    started = time.monotonic()
     plan = load_plan(plan_path)
     source: Path | None = plan_path
     if demo:
@@ -132,6 +133,8 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
         f"{summ['controls']}; overall: {'OK' if result.ok else 'NOT OK'}"
     )
     _deliverables(out, args, bundle=demo or getattr(args, "bundle", False), say=con.say)
+    items = 1 + len(result.items)
+    con.say(f"wall time: {time.monotonic() - started:.1f} s ({items} items drilled)")
     return 0 if result.ok else 1
 
 
