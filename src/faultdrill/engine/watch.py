@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ class Watch:
     last_progress_mono: float | None = None
     nonfinite: str | None = None
     ranks_seen: set[int] = field(default_factory=set)
+    _synced: float = 0.0
 
     def poll(self) -> None:
         for path in sorted(self.events_dir.glob("probe-rank*.jsonl")):
@@ -64,7 +66,9 @@ class Watch:
                 self._see(ev)
             if chunk.steps is not None:
                 self._steps(chunk.steps, data)
-        if self.store is not None:
+        now = time.monotonic()
+        if self.store is not None and now - self._synced >= _SYNC_S:
+            self._synced = now
             self.store.sync()
 
     def close(self) -> None:
@@ -121,6 +125,9 @@ def stop_reason(
 
 #: At most this much of one probe file is read per poll (the rest at the next one).
 _READ_MAX = 64 << 20
+#: The store's manifest is rewritten at most this often while the job runs (a reader
+#: takes what it does not cover from the JSON lines), and at the end.
+_SYNC_S = 1.0
 
 
 def _first_nonfinite(data: bytes) -> str | None:

@@ -118,7 +118,6 @@ def parse_chunk(data: bytes) -> Chunk:
 class _Source:
     covered: int = 0
     tail: bytes = b""
-    lines: IO[bytes] | None = None
 
 
 @dataclass
@@ -152,10 +151,9 @@ class StepStoreWriter:
                 self._cols[name].write(np.ascontiguousarray(col, dtype=dtype).tobytes())
             self.rows += int(chunk.steps[0].shape[0])
             self.ranges += int(chunk.steps[6].shape[0])
-        if chunk.lines:
-            if src.lines is None:
-                src.lines = open(self.dir / "lines" / source, "ab")  # noqa: SIM115
-            src.lines.write(b"".join(chunk.lines))
+        if chunk.lines:  # few (run_start, saves...): opened per write, not held (4,096 ranks)
+            with open(self.dir / "lines" / source, "ab") as f:
+                f.write(b"".join(chunk.lines))
         self.torn += chunk.torn
         self.task = self.task or chunk.task
         src.covered += len(data)
@@ -167,9 +165,6 @@ class StepStoreWriter:
         manifest, replaced atomically)."""
         for f in self._cols.values():
             f.flush()
-        for src in self._sources.values():
-            if src.lines is not None:
-                src.lines.flush()
         manifest = {
             "format": FORMAT,
             "rows": self.rows,
@@ -189,9 +184,6 @@ class StepStoreWriter:
         self.sync()
         for f in self._cols.values():
             f.close()
-        for src in self._sources.values():
-            if src.lines is not None:
-                src.lines.close()
 
 
 def write_table(events_dir: Path, st: StepTable, task: str) -> None:
