@@ -75,9 +75,11 @@ class Watch:
         """Read what is left and close the store (idempotent)."""
         if self.store is None:
             return
-        self.poll()
-        store, self.store = self.store, None
-        store.close()
+        try:
+            self.poll()
+        finally:
+            store, self.store = self.store, None
+            store.close()
 
     def _steps(self, cols: list[np.ndarray], data: bytes) -> None:
         mono, _rank, _pid, step, loss = cols[:5]
