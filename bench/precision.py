@@ -7,13 +7,15 @@ fault injected by the engine's ``_inject``, the probe, ``Timeline.load`` and
 script using the probe: no torchrun, so that rounds take a second; named as such:
 :class:`BenchProcesses`), each writing beside its events the instants it knows for sure:
 
-* **injection**: the instant ``kill(2)`` was called on the victim (the bench wraps the
-  fault's signal call); compared with the timeline's injection time. For contrast, when
+* **injection**: the instant ``kill(2)`` was called on the victim (the bench times the
+  fault's ``os.kill`` call itself); compared with the timeline's injection time. For contrast, when
   ``inject`` returned (how the injection was stamped before: after the ledger's fsyncs);
-* **process exit**: the killed replica, against that same instant (its death is the
-  kernel's work after the signal: it is counted as error); the other replica ends by
-  itself and writes the instant right before ``os._exit``; each compared with the
-  process's end on the timeline and, for contrast, with the sample that missed it (10 Hz);
+* **process exit**: the other replica ends by itself and writes the instant right before
+  ``os._exit``: compared with its end on the timeline and, for contrast, with the sample
+  that missed it (10 Hz). The killed replica's end cannot know its own instant: its end on
+  the timeline is reported against the kill's (``kill_to_exit``: the signal's delivery and
+  the victim's scheduling, real latency on a busy host, not an error of the timeline; the
+  target is not applied to it);
 * **old replica stopped**: the later of those two ends, against the answer to question 2;
 * **first new step**: the new incarnation's first step, against the instant its process
   read the clock right before ``Probe.step`` (question 4's time).
@@ -181,13 +183,14 @@ def one_round(root: Path) -> dict[str, float]:
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
     ctx = FaultContext(platform=platform, ledger=ledger, sink=sink, scenario_id=item.id)
     kills: list[tuple[float, float]] = []
-    real_kill = procfs.kill_checked
+    real_kill = os.kill
 
-    def timed_kill(pid: int, start: int | None, sig: int) -> bool:
+    def timed_kill(pid: int, sig: int) -> None:  # the kill(2) call itself, timed
         before = time.monotonic()
-        sent = real_kill(pid, start, sig)
-        kills.append((before, time.monotonic()))
-        return sent
+        try:
+            real_kill(pid, sig)
+        finally:
+            kills.append((before, time.monotonic()))
 
     try:
         sampler.start()
@@ -196,11 +199,11 @@ def one_round(root: Path) -> dict[str, float]:
         time.sleep(0.3)  # the sampler has seen both replicas
         watch = Watch(events)
         watch.poll()
-        procfs.kill_checked = timed_kill  # type: ignore[assignment]
+        os.kill = timed_kill
         try:
             _inject(make_fault(item.fault), ctx, item, watch)
         finally:
-            procfs.kill_checked = real_kill  # type: ignore[assignment]
+            os.kill = real_kill
         returned = time.monotonic()
         old[1].wait()
         time.sleep(0.05)
@@ -240,8 +243,8 @@ def one_round(root: Path) -> dict[str, float]:
     return {
         "injection": ms(a.injected_at, kill_at),
         "injection_when_inject_returned": ms(returned, kill_at),
-        "exit_killed": ms(lives[victim].gone_mono, kill_at),
-        "exit_killed_sampled": ms(sampled.get(victim), kill_at),
+        "kill_to_exit": ms(lives[victim].gone_mono, kill_at),
+        "kill_to_exit_sampled": ms(sampled.get(victim), kill_at),
         "exit_self": ms(lives[ender].gone_mono, ended),
         "exit_self_sampled": ms(sampled.get(ender), ended),
         "old_replica_stopped": ms(a.old_replica_stopped_at, max(kill_at, ended)),
@@ -269,7 +272,7 @@ def measure(rounds: int) -> dict[str, Any]:
             "median_ms": round(statistics.median(values), 3),
             "max_ms": round(max(values, key=abs), 3),
         }
-    targeted = ("injection", "exit_killed", "exit_self", "old_replica_stopped", "first_new_step")
+    targeted = ("injection", "exit_self", "old_replica_stopped", "first_new_step")
     out["targeted"] = list(targeted)
     out["meets_target"] = all(abs(out["times"][k]["max_ms"]) <= TARGET_MS for k in targeted)
     return out

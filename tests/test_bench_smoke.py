@@ -48,7 +48,7 @@ def test_quick_run_measures_everything_and_writes_results(tmp_path: Path) -> Non
     assert step["median_step_us"] > 0 and step["measured_steps"] == 9
     precision = res["precision"]
     assert set(precision["targeted"]) <= set(precision["times"])
-    assert {"injection", "exit_killed", "exit_self", "first_new_step"} <= set(precision["times"])
+    assert {"injection", "kill_to_exit", "exit_self", "first_new_step"} <= set(precision["times"])
     assert precision["exit_clocks"] and set(precision["exit_clocks"]) <= {"kernel", "pidfd"}
     assert res["overhead"] is None  # a real drill: not in --quick
     sizes = res["scale"]["sizes"]

@@ -2,8 +2,11 @@
 
 Every change a drill makes to the machine (a fault injected, a cgroup or namespace created,
 an agent process started) is recorded here BEFORE it is made, with the data needed to undo
-it, and marked reverted after it is undone. The file is append-only JSON lines, fsynced per
-record, so it survives a SIGKILL of the harness. ``faultdrill cleanup`` replays the undo of
+it, and marked reverted after it is undone. The file is append-only JSON lines; every record
+of intent (and every fact added to one) is fsynced before the change is made, so it survives
+a SIGKILL of the harness and a crash of the machine. The marks that follow (applied,
+reverted) are written without waiting for the disk: one lost to a crash only makes cleanup
+run an undo again, and undos are idempotent. ``faultdrill cleanup`` replays the undo of
 every entry not yet marked reverted, newest first, using only what was recorded: it never
 touches anything by pattern.
 
@@ -196,12 +199,14 @@ class Ledger:
 
     # --- records --------------------------------------------------------------------
 
-    def _append(self, rec: dict[str, Any]) -> None:
+    def _append(self, rec: dict[str, Any], *, durable: bool = True) -> None:
+        """Append one line; ``durable``: fsynced before returning (a record of intent)."""
         line = json.dumps(rec, separators=(",", ":")) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -281,7 +286,9 @@ class Ledger:
         with self._lock:
             entry = self.entries[entry_id]
             entry.applied, entry.applied_mono = True, mono
-            self._append({"op": "applied", "id": entry_id, "ts": time.time(), "mono": mono})
+            self._append(
+                {"op": "applied", "id": entry_id, "ts": time.time(), "mono": mono}, durable=False
+            )
 
     def revert(self, entry_id: str) -> None:
         """Undo one entry now (idempotent). Raises FaultError if the undo fails."""
@@ -303,7 +310,7 @@ class Ledger:
                 self._append({"op": "revert_failed", "id": entry_id, "error": str(exc)})
                 raise FaultError(f"could not undo {entry.kind} {entry.label}: {exc}") from exc
             entry.reverted = True
-            self._append({"op": "reverted", "id": entry_id, "ts": time.time()})
+            self._append({"op": "reverted", "id": entry_id, "ts": time.time()}, durable=False)
 
     def pending(self) -> list[LedgerEntry]:
         return [e for e in self.entries.values() if not e.reverted]
