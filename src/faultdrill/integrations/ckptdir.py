@@ -45,6 +45,7 @@ __all__ = [
     "newest_verified",
     "publish",
     "sha256_file",
+    "trailing_number",
     "verify",
     "write_manifest",
 ]
@@ -203,7 +204,8 @@ def verify(target: Path) -> tuple[Manifest | None, str]:
     return manifest, ""
 
 
-def _number(name: str) -> int | None:
+def trailing_number(name: str) -> int | None:
+    """The number at the end of a checkpoint's name (before a file extension), if any."""
     m = _TRAILING_NUMBER.search(name)
     return int(m.group(1)) if m else None
 
@@ -225,7 +227,7 @@ def newest_verified(
             continue
         if not (name.startswith(prefix) and name.endswith(suffix)):
             continue
-        number = _number(name)
+        number = trailing_number(name)
         if number is not None:
             found.append((number, entry))
     rejected: list[dict[str, str]] = []

@@ -52,7 +52,6 @@ and the sample ledger says so (retest).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Callable, Sized
@@ -65,6 +64,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from transformers.trainer_utils import get_last_checkpoint
 
 from faultdrill.integrations import ckptdir
+from faultdrill.integrations.digest import model_digest
 from faultdrill.integrations.observe import (
     ObservedCollator,
     ObservedDataset,
@@ -81,15 +81,6 @@ _MODEL_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
-
-
-def model_digest(model: torch.nn.Module) -> str:
-    """sha256 over the state_dict: each key, then its tensor's raw bytes, in key order."""
-    h = hashlib.sha256()
-    for key, tensor in model.state_dict().items():
-        h.update(key.encode())
-        h.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 def _main_file(ckpt: Path) -> str:
