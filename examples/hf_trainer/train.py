@@ -105,7 +105,7 @@ def main() -> None:
         report_to="none",
         seed=seed,
         use_cpu=True,
-        ddp_backend="gloo",
+        ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
         dataloader_num_workers=0,
         ignore_data_skip=bool(cfg.get("ignore_data_skip", False)),
         disable_tqdm=True,

@@ -288,8 +288,13 @@ def instrument(
     ('' for none). Returns the callback (its :meth:`~FaultdrillCallback.verified_checkpoint`
     picks a checkpoint that is safe to resume from)."""
     cb = FaultdrillCallback(trainer, probe, latest_file=latest_file)
-    if trainer.train_dataset is not None and not isinstance(trainer.train_dataset, ObservedDataset):
-        trainer.train_dataset = ObservedDataset(trainer.train_dataset)
+    dataset = trainer.train_dataset
+    if dataset is not None and not isinstance(dataset, ObservedDataset):
+        if type(dataset).__module__.startswith("datasets."):
+            # The Trainer drops a `datasets.Dataset`'s unused columns itself, but only on
+            # the dataset it was given: do it before the wrapper hides the type.
+            dataset = trainer._remove_unused_columns(dataset, description="training")
+        trainer.train_dataset = ObservedDataset(dataset)
     if not isinstance(trainer.data_collator, ObservedCollator):
         trainer.data_collator = ObservedCollator(trainer.data_collator)
     _wrap_training_step(trainer, cb)
