@@ -326,6 +326,36 @@ def test_sample_ledger_retests_without_sample_ids(judge: Judge) -> None:
     assert judge.one(SL, tl) == (R, "steps carry no sample ids; the ledger cannot be checked")
 
 
+def test_sample_ledger_retests_when_some_committed_steps_carry_no_ids(judge: Judge) -> None:
+    # The restarted replicas could not observe their samples: judging only the others would
+    # pass whatever the blind steps consumed, and the baseline would call theirs skipped.
+    tl = restart().edit("probe", "step", lambda r: r["pid"] in NEW, samples=[])
+    tl.edit("probe", "run_start", lambda r: r["pid"] in NEW, sample_ids="not observed: x")
+    assert judge.one(SL, tl) == (
+        R,
+        "sample ids not observable for 4 of 12 committed (rank, step) records: the ledger "
+        "cannot be checked for them (the job said: not observed: x)",
+    )
+
+
+def test_sample_ledger_fails_on_a_replay_among_the_observed_steps(judge: Judge) -> None:
+    tl = restart(data_from=1).edit(
+        "probe", "step", lambda r: r["pid"] == NEW[1] and r["step"] == 6, samples=[]
+    )
+    assert [(f.verdict, f.message) for f in judge.run(SL, tl)] == [
+        (
+            F,
+            "6 sample(s) consumed more than once among the committed steps that carry ids "
+            "(replayed); first: [0, 2)",
+        ),
+        (
+            R,
+            "sample ids not observable for 1 of 12 committed (rank, step) records: the "
+            "ledger cannot be checked for them",
+        ),
+    ]
+
+
 def test_sample_ledger_retests_when_the_chain_breaks(judge: Judge) -> None:
     tl = restart().drop("probe", "ckpt_save", lambda r: r["id"] == "ckpt-4")
     assert judge.one(SL, tl) == (

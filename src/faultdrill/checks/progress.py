@@ -275,6 +275,58 @@ def checkpoint_verified(ctx: CheckContext) -> list[Finding]:
     ]
 
 
+def _why_unobserved(tl: Timeline) -> str:
+    """What the replicas said about their sample ids (``run_start``'s optional
+    ``sample_ids`` field, e.g. "not observed: ..."), as a clause; '' when none said."""
+    notes = sorted(
+        {
+            str(e.get("sample_ids"))
+            for e in tl.of("probe", "run_start")
+            if e.get("sample_ids") not in (None, "", "observed")
+        }
+    )
+    return f" (the job said: {'; '.join(notes)})" if notes else ""
+
+
+def _rows_without_ids(tl: Timeline, rows: np.ndarray) -> int:
+    """How many of the selected step rows carry no sample range at all."""
+    counts = tl.steps.rng_off[1:] - tl.steps.rng_off[:-1]
+    return int((rows & (counts == 0)).sum())
+
+
+def _partly_observed(
+    ctx: CheckContext, name: str, s: np.ndarray, e: np.ndarray, blind: int, n: int, why: str
+) -> list[Finding]:
+    """Some committed steps carry ids, some none: a replay among the observed ones is
+    still a replay (fail); anything else cannot be decided (retest)."""
+    out = []
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    ms, me = merge(s, e)
+    if length(s, e) != length(ms, me):
+        dup, first = overlaps(s, e)
+        where = f"; first: [{first[0]}, {first[1]})" if first else ""
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                f"{dup} sample(s) consumed more than once among the committed steps that "
+                f"carry ids (replayed){where}",
+                duplicated=dup,
+            )
+        )
+    out.append(
+        ctx.finding(
+            name,
+            R,
+            f"sample ids not observable for {blind} of {n} committed (rank, step) records: "
+            f"the ledger cannot be checked for them{why}",
+            unobserved=blind,
+        )
+    )
+    return out
+
+
 @check("progress.sample-ledger", "progress")
 def sample_ledger(ctx: CheckContext) -> list[Finding]:
     """Every sample of committed progress was consumed exactly once: none replayed, none
@@ -289,8 +341,16 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
     # Only the committed rows' ranges are copied, and each union is merged once: at 10 M
     # steps a copy of the whole table would double the memory the checks need.
     s, e = tl.steps.ranges(rows)
+    why = _why_unobserved(tl)
     if s.size == 0:
-        return [ctx.finding(name, R, "steps carry no sample ids; the ledger cannot be checked")]
+        return [
+            ctx.finding(name, R, "steps carry no sample ids; the ledger cannot be checked" + why)
+        ]
+    blind = _rows_without_ids(tl, rows)
+    if blind:
+        # Judging only the observed part would pass whatever the blind steps consumed, and
+        # the baseline comparison would count their samples as skipped: neither is evidence.
+        return _partly_observed(ctx, name, s, e, blind, int(rows.sum()), why)
     out = []
     order = np.argsort(s, kind="stable")  # sorted copies replace the unsorted ones
     s = s[order]

@@ -266,7 +266,9 @@ class Timeline:
         final = self.final_incarnation()
         if final is None or final.last_step is None:
             return [], ["no incarnation made progress"]
-        saves = self.checkpoint_saves()
+        saves: dict[str, list[Event]] = defaultdict(list)  # id -> its saves, oldest first
+        for e in self.of("probe", "ckpt_save"):
+            saves[str(e["id"])].append(e)
         segments: list[Segment] = []
         cur, upper = final, final.last_step
         seen: set[int] = set()
@@ -280,7 +282,11 @@ class Timeline:
             ld = cur.load
             if base == 0 or ld is None or ld.kind != "ckpt_load":
                 break
-            save = saves.get(str(ld["id"]))
+            # The save the load read: the newest of that id before the load. A framework
+            # may write the same id again after resuming from it (Lightning re-saves the
+            # step it resumed at); that later save is not what this generation loaded.
+            before = [e for e in saves.get(str(ld["id"]), []) if e.mono < ld.mono]
+            save = before[-1] if before else None
             if save is None:
                 notes.append(
                     f"incarnation {cur.index} loaded checkpoint {ld['id']!r}, "
