@@ -3,6 +3,6 @@ the undo functions their ledger entries need: ``faultdrill cleanup`` imports thi
 
 from faultdrill.platforms import local, netns  # noqa: F401
 from faultdrill.platforms.api import PLATFORMS, JobSpec, JobState, Platform, Replica
-from faultdrill.platforms.ray import embedded  # noqa: F401  (imports no ray: undo only)
+from faultdrill.platforms.ray import embedded, platform  # noqa: F401  (neither imports ray)
 
 __all__ = ["PLATFORMS", "JobSpec", "JobState", "Platform", "Replica"]

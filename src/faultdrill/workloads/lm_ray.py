@@ -170,7 +170,11 @@ def fit(cfg: LMConfig, config_path: str, args: argparse.Namespace) -> None:
     if events_dir:
         from faultdrill.platforms.ray.callback import DrillObserver
 
-        callbacks.append(DrillObserver(events_dir, os.environ.get(ENV_TASK_ID, "")))
+        names = {}  # node address -> node name, from name=address,...
+        for pair in filter(None, os.environ.get("FAULTDRILL_RAY_NODES", "").split(",")):
+            name, _, address = pair.partition("=")
+            names[address] = name
+        callbacks.append(DrillObserver(events_dir, os.environ.get(ENV_TASK_ID, ""), names))
     ckpt_dir = os.path.abspath(cfg.ckpt_dir)
     trainer = TorchTrainer(
         train_loop_per_worker,

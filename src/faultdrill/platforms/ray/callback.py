@@ -10,9 +10,11 @@ clocks like every other event:
 ray_controller_state       state, previous (INITIALIZING, SCHEDULING, RUNNING, RESTARTING,
                            RESCHEDULING, ERRORED, FINISHED, ...); error (first line) when
                            the new state carries one
-worker_lost                rank, reason (exception type), detail: the controller's poll
-                           found this rank's worker failed (dead actor, failed health check,
-                           exception in the training function); once per group and rank
+replica_lost               rank, node, node_ip, reason (exception type), detail: the
+                           controller's poll found this rank's worker failed (dead actor,
+                           failed health check, exception in the training function); once
+                           per group and rank (the generic kind the timeline reads as "the
+                           platform deemed the worker lost")
 ray_failure_decision       decision (RETRY / RAISE / NOOP): what the controller will do
 ray_worker_group_started   group (placement), ranks, pids, node_ips, node_ids: the new
                            replicas are scheduled and their process group is set up
@@ -69,12 +71,14 @@ def _guarded(fn: F) -> F:
 class DrillObserver(ControllerCallback, WorkerGroupCallback, ReportCallback):  # type: ignore[misc,unused-ignore]
     """Writes the Train controller's decisions to ``events_dir`` (see the module)."""
 
-    def __init__(self, events_dir: str, task_id: str) -> None:
+    def __init__(self, events_dir: str, task_id: str, names: dict[str, str] | None = None) -> None:
         self.events_dir = events_dir
         self.task_id = task_id
+        self.names = dict(names or {})  # node address -> our node name
         self._sink: EventSink | None = None
         self._groups = 0
         self._lost: set[tuple[int, int]] = set()
+        self._rank_ip: dict[int, str] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -127,11 +131,15 @@ class DrillObserver(ControllerCallback, WorkerGroupCallback, ReportCallback):  #
         self._groups += 1
         workers = list(worker_group.get_workers())
         ranks = [getattr(w.distributed_context, "world_rank", None) for w in workers]
+        self._rank_ip = {
+            r: w.metadata.node_ip for r, w in zip(ranks, workers, strict=True) if r is not None
+        }
         self._emit(
             "ray_worker_group_started",
             group=self._groups,
             ranks=ranks,
             pids=[w.metadata.pid for w in workers],
+            nodes=[self.names.get(w.metadata.node_ip, w.metadata.node_ip) for w in workers],
             node_ips=[w.metadata.node_ip for w in workers],
             node_ids=[w.metadata.node_id for w in workers],
         )
@@ -146,10 +154,13 @@ class DrillObserver(ControllerCallback, WorkerGroupCallback, ReportCallback):  #
             if (self._groups, rank) in self._lost:
                 continue
             self._lost.add((self._groups, rank))
+            ip = self._rank_ip.get(rank)
             self._emit(
-                "worker_lost",
+                "replica_lost",
                 group=self._groups,
                 rank=rank,
+                node=self.names.get(ip, ip) if ip else None,
+                node_ip=ip,
                 reason=type(exc).__name__,
                 detail=_first_line(exc),
             )

@@ -572,6 +572,9 @@ class EmbeddedRay:
             "RAY_ADDRESS": self.address,
             "FAULTDRILL_NODE": node,
             "FAULTDRILL_NODE_ADDR": self.nodes.address(node),
+            "FAULTDRILL_RAY_NODES": ",".join(
+                f"{n}={self.nodes.address(n)}" for n in self.node_names
+            ),
             "GLOO_SOCKET_IFNAME": self.nodes.ifname(node),
             "OMP_NUM_THREADS": "1",
         }

@@ -12,6 +12,8 @@ appends to ``<events dir>/ray-gcs.jsonl`` (``source="gcs"``):
 node_state          node (our name), state (``up``, ``draining``, ``down``), previous,
                     reason (Ray's death reason or drain state), detail (its message),
                     ray_node_id, ray_time (Ray's own end time of a dead node, epoch s)
+node_lost           node, reason, detail, ray_time: with every ``node_state`` down (the
+                    generic kind the timeline reads as "the platform deemed it lost")
 gcs_unreachable     error: a poll failed (GCS stopped, killed, cut off); once per outage
 gcs_reachable       outage_s: the first poll that answered again
 ==================  ===================================================================
@@ -84,6 +86,9 @@ class _Poller:
         if previous == state:
             return
         self.state[rid] = (name, state)
+        ray_time = node.end_time_ms / 1000 if node.end_time_ms else None
+        if state == "down":
+            self.emit("node_lost", node=name, reason=reason, detail=detail[:300], ray_time=ray_time)
         self.emit(
             "node_state",
             node=name,
@@ -92,7 +97,7 @@ class _Poller:
             reason=reason,
             detail=detail[:300],
             ray_node_id=rid,
-            ray_time=node.end_time_ms / 1000 if node.end_time_ms else None,
+            ray_time=ray_time,
         )
 
 

@@ -2,8 +2,10 @@
 
 Against today's ``platforms/api.py`` contract. The namespace cluster (nodes, links, cgroups)
 is an inner ``NetnsPlatform`` (the seam's ``NodeCluster`` once it lands); on it an
-:class:`~.embedded.EmbeddedRay` (head on ``n1``, a Ray worker node on every other node and
-spare, ``--num-cpus=procs_per_node``), the GCS observer, and the driver on the head.
+:class:`~.embedded.EmbeddedRay` (head on ``n1``, a Ray worker node on every other node,
+``--num-cpus=procs_per_node``), the GCS observer, and the driver on the head. A spare
+becomes a Ray worker node only when a member's ``ray start`` dies (``spare_placed``): Ray
+would otherwise place workers on it from the start, and node faults could not aim.
 
 * ``submit``: the driver runs ``[python, *job.argv]`` on the head node, with the job's env and
   the cluster's (``RAY_ADDRESS``, ``FAULTDRILL_NODE_ADDR``...), plus
@@ -31,6 +33,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,18 +114,20 @@ class RayPlatform(Platform):
     ) -> None:
         super().__init__(resources, work_dir, ledger, sink)
         self.cluster = NetnsPlatform(resources, work_dir, ledger, sink)
-        names = [*self.cluster.node_names, *self.cluster.spare_names]
         self.ray = EmbeddedRay(
             NetnsNodes(self.cluster),
             ledger,
             sink,
             work_dir,
-            node_names=names,
+            node_names=self.cluster.node_names,
             gcs_ft=gcs_ft,
             tuning=tuning,
             cpus=resources.procs_per_node,
         )
         self.driver: Any = None  # subprocess.Popen of the driver
+        self._spares = list(self.cluster.spare_names)  # Ray nodes started on a node loss
+        self._handled: set[str] = set()
+        self._placing: threading.Thread | None = None
         self._ranks: dict[int, int] = {}  # pid -> rank, from run_start events
         self._offsets: dict[Path, int] = {}
 
@@ -185,8 +190,35 @@ class RayPlatform(Platform):
             return JobState.PENDING
         rc = self.driver.poll()
         if rc is None:
+            self._replace_lost_nodes()
             return JobState.RUNNING
         return JobState.SUCCEEDED if rc == 0 else JobState.FAILED
+
+    def _replace_lost_nodes(self) -> None:
+        """A member whose ``ray start`` died (node down, drained) gets a spare: a new Ray
+        worker node joins the cluster (started in a thread: it takes seconds), and Ray Train
+        schedules its next worker group there."""
+        if self._placing is not None and self._placing.is_alive():
+            return
+        for node in self.cluster.node_names:
+            role = "head" if node == self.ray.head else "worker"
+            daemon = self.ray.daemons.get((node, role))
+            if node in self._handled or daemon is None or daemon.proc.poll() is None:
+                continue
+            self._handled.add(node)
+            self.sink.emit(
+                "platform", "node_lost", node=node, reason="ray start exited", rc=daemon.proc.poll()
+            )
+            if not self._spares:
+                self.sink.emit("platform", "no_spare", replaces=node, category="scheduling")
+                return
+            spare = self._spares.pop(0)
+            self.cluster.set_node_state(spare, "up", f"placed to replace {node}")
+            self.sink.emit("platform", "spare_placed", node=spare, replaces=node)
+            self.ray.node_names.append(spare)
+            self._placing = threading.Thread(target=self.ray.start_node, args=(spare,), daemon=True)
+            self._placing.start()
+            return
 
     def nodes(self) -> list[NodeInfo]:
         return self.cluster.nodes()
@@ -247,6 +279,8 @@ class RayPlatform(Platform):
         return any(r.role != "agent" for r in self.replicas())
 
     def _teardown(self) -> None:
+        if self._placing is not None:
+            self._placing.join(timeout=self.ray.start_timeout_s)
         if self.driver is not None and self.driver.poll() is None:
             self.driver.kill()
         if self.driver is not None:
