@@ -327,13 +327,13 @@ def test_crash_right_after_latest_moves(
 ) -> None:
     ck = tmp_path / "ck"
     save(ck, 10)
-    real = _ckpt._publish_latest
+    real = _ckpt.publish_latest
 
     def publish_then_die(ckpt_dir: str, cid: str) -> None:
         real(ckpt_dir, cid)
         raise SimulatedCrashError
 
-    monkeypatch.setattr(_ckpt, "_publish_latest", publish_then_die)
+    monkeypatch.setattr(_ckpt, "publish_latest", publish_then_die)
     with pytest.raises(SimulatedCrashError):
         save(ck, 20, publish_before_durable=publish_before_durable)
     assert _ckpt.read_latest(str(ck)) == "step-000020"

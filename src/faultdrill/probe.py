@@ -223,11 +223,14 @@ class Probe:
         data_position: int,
         rejected: Sequence[dict[str, str]] = (),
         duration_s: float | None = None,
+        **extra: Any,
     ) -> None:
         """Call after restoring; ``verified`` says whether its digest was checked first.
 
-        ``duration_s`` (optional): how long finding, verifying and restoring took."""
-        extra = {} if duration_s is None else {"duration_s": round(float(duration_s), 6)}
+        ``duration_s`` (optional): how long finding, verifying and restoring took. ``extra``:
+        flat fields a platform adds (e.g. ``handed_over``: the checkpoint it handed over)."""
+        if duration_s is not None:
+            extra["duration_s"] = round(float(duration_s), 6)
         self.emit(
             "ckpt_load",
             id=ckpt_id,
@@ -239,9 +242,9 @@ class Probe:
             **extra,
         )
 
-    def no_checkpoint(self, rejected: Sequence[dict[str, str]] = ()) -> None:
+    def no_checkpoint(self, rejected: Sequence[dict[str, str]] = (), **extra: Any) -> None:
         """Call when starting from scratch, with any checkpoints found but refused."""
-        self.emit("ckpt_none", rejected=list(rejected))
+        self.emit("ckpt_none", rejected=list(rejected), **extra)
 
     def run_end(self, *, final_step: int, model_digest: str = "", status: str = "ok") -> None:
         self.emit("run_end", status=status, final_step=final_step, model_digest=model_digest)
