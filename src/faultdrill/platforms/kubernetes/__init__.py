@@ -5,4 +5,4 @@ Importing this package registers the ledger undos of the test cluster (``k8s-pro
 import the ``kubernetes`` client (an optional dependency, needed only to talk to a cluster).
 """
 
-from faultdrill.platforms.kubernetes import procs, testcluster  # noqa: F401  (undoers)
+from faultdrill.platforms.kubernetes import platform, procs, testcluster  # noqa: F401  (undoers)

@@ -153,6 +153,7 @@ class ProcessKubelet:
         self.store: dict[str, Any] = {}  # uid -> V1Pod, as the API last said
         self.listed_at = 0.0  # monotonic time of the last successful LIST
         self.runs: dict[str, PodRun] = {}
+        self.deleted: set[str] = set()  # uids this kubelet finished deleting
         self._was_paused = False
 
     # --- the partition switch ----------------------------------------------------------
@@ -468,6 +469,8 @@ class ProcessKubelet:
             store = dict(self.store)
             fresh = self.listed_at > 0
         for uid, pod in store.items():
+            if uid in self.deleted:
+                continue  # its DELETED watch event is on the way
             deleting = pod.metadata.deletion_timestamp is not None
             run = self.runs.get(uid)
             if run is None:
@@ -526,6 +529,7 @@ class ProcessKubelet:
         except Exception:
             return
         run.deleted = True
+        self.deleted.add(run.uid)
         self.events.emit("pod_deleted", pod=run.name, uid=run.uid)
         self.runs.pop(run.uid, None)
 
