@@ -3,7 +3,7 @@
 usage: python scripts/k8s_experiments.py SCENARIO OUT_DIR [--steps N] [--at-step K]
 
 SCENARIO: baseline | delete-pod | node-down | drain | apiserver-pause | apiserver-kill |
-partition | partition-kubelet. A 2-node training job (torchrun per pod, c10d rendezvous on the control-plane
+partition | partition-kubelet | link-cut. A 2-node training job (torchrun per pod, c10d rendezvous on the control-plane
 host, ``faultdrill.workloads.lm``) on a test cluster with 2 worker nodes and 1 spare; the
 fault is applied through ``KubernetesPlatform``'s actions when any rank reaches step K.
 Prints a JSON summary (times relative to the injection, from the recorded events).
@@ -64,6 +64,8 @@ def inject(p: KubernetesPlatform, scenario: str, sink: EventSink) -> list[str]:
         changes = p.control_plane_stop()
     elif scenario == "partition":
         changes = p.partition(node)
+    elif scenario == "link-cut":  # the node's link only: kubelet and pod cut off for real
+        changes = [p._link_cut(node)]
     elif scenario == "partition-kubelet":  # the kubelet loses the apiserver, the pod does not
         changes = p.partition(node)[:1]
     else:
@@ -79,6 +81,7 @@ HOLD_S = {
     "apiserver-kill": 5.0,
     "partition": 45.0,
     "partition-kubelet": 45.0,
+    "link-cut": 45.0,
     "drain": 30.0,
 }
 

@@ -147,6 +147,7 @@ class KubernetesPlatform(Platform):
         self.follower: Follower | None = None
         self.training: TrainingJob | None = None
         self.namespace = "default"
+        self._submits = 0
 
     # --- the contract -------------------------------------------------------------------
 
@@ -155,7 +156,7 @@ class KubernetesPlatform(Platform):
 
         _LIVE[self.ledger.run_id] = self.cluster
         self.cluster.start()
-        self.cluster._start_daemon("rdzv-store", store_argv(RDZV_PORT))
+        self.cluster.start_daemon("rdzv-store", store_argv(RDZV_PORT))
         self.follower = Follower(
             self.cluster.api,
             self.sink,
@@ -177,7 +178,8 @@ class KubernetesPlatform(Platform):
     def _submit(self, job: JobSpec) -> None:
         if self.training is not None:  # a resubmission: the old Job goes first
             self._delete_job(grace_s=0)
-        name = f"train-{len(self.ledger.entries)}"
+        self._submits += 1
+        name = f"train-{self._submits}"
         self.training = TrainingJob(
             name=name,
             run_id=self.ledger.run_id,

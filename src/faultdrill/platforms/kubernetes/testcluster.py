@@ -171,14 +171,14 @@ class TestCluster:
         self.pki = make_pki(self.dir / "pki", self.address, APISERVER_PORT)
         self.ledger.mark_applied(eid)
         phases: dict[str, float] = {"nodes_and_pki": time.monotonic() - t0}
-        self._start_daemon("etcd", self._etcd_argv(bins))
+        self.start_daemon("etcd", self._etcd_argv(bins))
         phases["etcd"] = _wait("etcd", self.etcd_healthy, timeout_s, self._log("etcd"))
-        self._start_daemon("kube-apiserver", self._apiserver_argv(bins))
+        self.start_daemon("kube-apiserver", self._apiserver_argv(bins))
         phases["apiserver"] = _wait(
             "kube-apiserver", self.apiserver_ready, timeout_s, self._log("kube-apiserver")
         )
-        self._start_daemon("kube-controller-manager", self._kcm_argv(bins))
-        self._start_daemon("kube-scheduler", self._scheduler_argv(bins))
+        self.start_daemon("kube-controller-manager", self._kcm_argv(bins))
+        self.start_daemon("kube-scheduler", self._scheduler_argv(bins))
         for name, port in (("kube-controller-manager", 10257), ("kube-scheduler", 10259)):
             phases[name] = _wait(name, self._healthz_of(port), timeout_s, self._log(name))
         for node in self.workers:
@@ -200,7 +200,9 @@ class TestCluster:
     def _log(self, name: str) -> Path:
         return self.dir / "logs" / f"{name}.log"
 
-    def _start_daemon(self, name: str, argv: list[str], node: str | None = None) -> procs.Daemon:
+    def start_daemon(self, name: str, argv: list[str], node: str | None = None) -> procs.Daemon:
+        """Start ``argv`` as daemon ``name`` on ``node`` (default: the control-plane host),
+        in the ledger before it runs; stopped with the cluster."""
         node = node or self.nodes.control
         daemon = procs.launch(
             self.ledger,
@@ -314,7 +316,7 @@ class TestCluster:
         if old is not None and old.alive():
             raise PlatformError(f"{name} is already running (pid {old.pid})")
         self.kubelet_dir(node).mkdir(parents=True, exist_ok=True)
-        return self._start_daemon(name, self.kubelet_argv(node), node=node)
+        return self.start_daemon(name, self.kubelet_argv(node), node=node)
 
     # --- health ------------------------------------------------------------------------
 
@@ -403,7 +405,7 @@ class TestCluster:
     def restart_apiserver(self, timeout_s: float = 60.0) -> float:
         """Start the apiserver again after it was stopped; seconds until /readyz."""
         assert self._binaries is not None
-        self._start_daemon("kube-apiserver", self._apiserver_argv(self._binaries))
+        self.start_daemon("kube-apiserver", self._apiserver_argv(self._binaries))
         return _wait("kube-apiserver", self.apiserver_ready, timeout_s, self._log("kube-apiserver"))
 
     # --- tear-down ---------------------------------------------------------------------
