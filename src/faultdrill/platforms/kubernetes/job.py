@@ -27,8 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LABEL_JOB", "LABEL_RUN", "STORE_MODULE", "TrainingJob", "store_argv"]
+__all__ = ["ENV_POD_UID", "LABEL_JOB", "LABEL_RUN", "STORE_MODULE", "TrainingJob", "store_argv"]
 
+#: Set by the process kubelet in every pod process's environment (inherited by its
+#: descendants): how a pod's processes are found on the host.
+ENV_POD_UID = "FAULTDRILL_POD_UID"
 LABEL_RUN = "faultdrill.io/run"
 LABEL_JOB = "faultdrill.io/job"
 AGENT_MODULE = "faultdrill.platforms.torchrun_agent"

@@ -60,11 +60,11 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill import procfs
+from faultdrill.platforms.kubernetes.job import ENV_POD_UID
 
 __all__ = ["PodRun", "ProcessKubelet", "expand", "main"]
 
 VERSION = "v1.20.2-faultdrill-process-kubelet"
-ENV_POD_UID = "FAULTDRILL_POD_UID"
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 

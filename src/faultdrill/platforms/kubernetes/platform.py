@@ -39,8 +39,7 @@ from faultdrill import procfs
 from faultdrill.errors import FaultError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Platform, Replica
-from faultdrill.platforms.kubernetes.job import LABEL_RUN, TrainingJob, store_argv
-from faultdrill.platforms.kubernetes.kubelet import ENV_POD_UID
+from faultdrill.platforms.kubernetes.job import ENV_POD_UID, LABEL_RUN, TrainingJob, store_argv
 from faultdrill.platforms.kubernetes.testcluster import TestCluster
 from faultdrill.platforms.netns import ns_run
 

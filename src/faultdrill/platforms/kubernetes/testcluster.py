@@ -43,7 +43,6 @@ from faultdrill import procfs
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.platforms.kubernetes import procs
-from faultdrill.platforms.kubernetes.binaries import K8sBinaries, find_binaries
 from faultdrill.platforms.kubernetes.client import api_client, get_in_netns
 from faultdrill.platforms.kubernetes.nodes import NetnsNodes, NodeHost
 from faultdrill.platforms.kubernetes.pki import Pki, make_pki
@@ -51,6 +50,7 @@ from faultdrill.platforms.kubernetes.pki import Pki, make_pki
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
     from faultdrill.ledger import Ledger
+    from faultdrill.platforms.kubernetes.binaries import K8sBinaries
 
 __all__ = ["APISERVER_PORT", "CONTROL_PLANE", "KUBELET_MODULE", "TestCluster"]
 
@@ -162,6 +162,9 @@ class TestCluster:
         once every worker node is Ready. Emits ``k8s_ready`` with each phase's seconds."""
         if os.geteuid() != 0:
             raise EnvironmentPrepError("the Kubernetes test cluster needs root (namespaces)")
+        # imported here: ``python -m ...binaries`` must not find itself imported already
+        from faultdrill.platforms.kubernetes.binaries import find_binaries
+
         bins = self._binaries or find_binaries()
         self._binaries = bins
         t0 = time.monotonic()
