@@ -153,7 +153,10 @@ class Ledger:
     def __init__(self, path: Path, *, run_id: str) -> None:
         self.path = path
         self.run_id = run_id
-        self._lock = threading.Lock()
+        # Reentrant: an undo may record what it starts again (the Kubernetes test cluster's
+        # apiserver or kubelet restarted by the undo of their stop); such new entries are
+        # not part of the ``revert_all`` pass that ran the undo.
+        self._lock = threading.RLock()
         self.entries: dict[str, LedgerEntry] = {}
         #: Lines of the file that could not be read back (see :meth:`_load`).
         self.problems: list[str] = []
