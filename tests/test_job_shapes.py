@@ -37,7 +37,13 @@ def shapes_plan(flags: list[str], controls: list[dict[str, Any]]) -> dict[str, A
     raw = netns_raw()
     raw["task"]["entrypoint"] = {
         "script": str(JOB),
-        "args": ["--ckpt-dir={ckpt_dir}", "--steps=24", "--ckpt-every=8", *flags],
+        "args": [
+            "--ckpt-dir={ckpt_dir}",
+            "--steps=24",
+            "--ckpt-every=8",
+            "--step-sleep=0.05",
+            *flags,
+        ],
     }
     raw["task"]["workload"] = {}
     raw["rounds"] = [

@@ -13,6 +13,7 @@ Run under torchrun (gloo, CPU). What each option adds to the job's shape:
                        goes on (the next save, and the end, wait for the previous one)
 --grad-accum K         K micro-batches per optimizer step (DDP no_sync for the first K-1)
 --log-every N          the loss is computed and reported only every N steps (others: None)
+--step-sleep S         S more seconds per step (a step of a real model takes time)
 
 Known-bad shapes (``--bad``), which faultdrill must catch:
 
@@ -222,6 +223,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--async-ckpt", action="store_true")
     ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument("--log-every", type=int, default=1)
+    ap.add_argument(
+        "--step-sleep", type=float, default=0.0, help="seconds per step, besides compute"
+    )
     ap.add_argument("--bad", choices=["detached-stepper", "leaky-children"], default=None)
     return ap.parse_args(argv)
 
@@ -299,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                     loss.backward()
                 total += loss.detach()
             optimizer.step()
+            time.sleep(args.step_sleep)
             report = total.item() if step % args.log_every == 0 else None
             probe.step(step, report, seen)
             if bad == "detached-stepper" and rank == 1:

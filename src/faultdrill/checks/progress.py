@@ -451,7 +451,7 @@ def completed(ctx: CheckContext) -> list[Finding]:
     ref = ctx.reference
     target = ref.last_step if ref is not None and len(ref.steps) else None
     ended_ok = final is not None and any(e.get("status") == "ok" for e in final.ends)
-    reached = final.last_step if final is not None else None
+    reached = final.reached_step if final is not None else None
     if expects_failure:
         return [
             ctx.finding(

@@ -91,6 +91,15 @@ class Incarnation:
         return min(self.loads, key=lambda e: (e.get("rank", 0), e.mono))
 
     @property
+    def reached_step(self) -> int | None:
+        """The last step this generation's progress stands at: its last step, or, for one
+        that resumed from the final checkpoint and had nothing left to run, that
+        checkpoint's step (None: no step and no checkpoint)."""
+        if self.last_step is not None:
+            return self.last_step
+        return self.resume_step or None
+
+    @property
     def resume_step(self) -> int | None:
         """Step of the checkpoint it resumed from; 0 when it started from scratch."""
         ld = self.load
@@ -264,13 +273,14 @@ class Timeline:
         """Segments of committed progress, oldest first, and notes where the chain breaks."""
         notes: list[str] = []
         final = self.final_incarnation()
-        if final is None or final.last_step is None:
+        upper = None if final is None else final.reached_step
+        if final is None or upper is None or len(self.steps) == 0:
             return [], ["no incarnation made progress"]
         saves: dict[str, list[Event]] = defaultdict(list)  # id -> its saves, oldest first
         for e in self.of("probe", "ckpt_save"):
             saves[str(e["id"])].append(e)
         segments: list[Segment] = []
-        cur, upper = final, final.last_step
+        cur = final
         seen: set[int] = set()
         while True:
             seen.add(cur.index)
