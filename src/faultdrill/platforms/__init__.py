@@ -1,6 +1,10 @@
-"""Platforms behind one seam (``faultdrill.platforms.api``); importing registers them."""
+"""Platforms behind one seam (``faultdrill.platforms.api``); importing registers them.
 
-from faultdrill.platforms import local  # noqa: F401
-from faultdrill.platforms.api import PLATFORMS, JobSpec, JobState, Platform, Replica
+``local`` (torchrun agents on this host, :mod:`faultdrill.platforms.local`) and ``fake``
+(runs nothing, records the actions asked of it: :mod:`faultdrill.platforms.fake`).
+"""
 
-__all__ = ["PLATFORMS", "JobSpec", "JobState", "Platform", "Replica"]
+from faultdrill.platforms import fake, local  # noqa: F401
+from faultdrill.platforms.api import PLATFORMS, Ability, JobSpec, JobState, Platform, Replica
+
+__all__ = ["PLATFORMS", "Ability", "JobSpec", "JobState", "Platform", "Replica"]
