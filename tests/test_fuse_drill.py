@@ -27,11 +27,11 @@ import pytest
 import yaml
 
 from faultdrill.engine.run import run_plan
-from faultdrill.faults.storage import MIRROR_FSTYPE, mounts_at
 from faultdrill.judge.inventory import verify_dir
 from faultdrill.plan import load_plan
 from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.platform import fuse_missing
+from faultdrill.platforms.local.mounts import MIRROR_FSTYPE, mounts_at
+from faultdrill.platforms.local.storage import fuse_missing
 from faultdrill.report.markdown import render_markdown
 from tests.drillkit import demo_raw, kill_task, wait_for
 from tests.round3kit import Harness

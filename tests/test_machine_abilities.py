@@ -34,7 +34,7 @@ def test_the_demo_plan_loads_as_a_normal_user(normal_user: None) -> None:
     problems = machine_problems(plan, [i.id for i in plan.items()])
     assert set(problems) == ROOT_ONLY
     assert problems["storage-full"] == {
-        "checkpoint-mounts": "root (storage faults mount over the checkpoint directory)"
+        "storage-full": "root (storage faults mount over the checkpoint directory)"
     }
 
 
@@ -47,7 +47,7 @@ def test_a_run_needing_root_is_refused_before_anything_runs(
         run_plan(plan, out, only={"kill-worker", "storage-full"})
     msg = str(err.value)
     assert "cannot run 1 selected item(s)" in msg
-    assert "storage-full: needs 'checkpoint-mounts', which this machine lacks: root" in msg
+    assert "storage-full: needs 'storage-full', which this machine lacks: root" in msg
     assert "--only" in msg
     assert not out.exists() or not any(out.iterdir())  # no baseline, no plan copy
 
@@ -70,7 +70,7 @@ def test_a_run_needing_fuse_names_each_missing_part_and_its_fix(
     with pytest.raises(DrillError) as err:
         run_plan(plan, tmp_path / "run")
     msg = str(err.value)
-    assert "storage-unreachable: needs 'checkpoint-fuse', which this machine lacks:" in msg
+    assert "storage-unreachable: needs 'storage-unreachable', which this machine lacks:" in msg
     assert "fusermount (apt-get install -y --no-install-recommends fuse libfuse2)" in msg
     assert "fusepy (pip install 'faultdrill[storage]')" in msg
 
@@ -83,8 +83,12 @@ def test_a_fault_the_platform_cannot_do_is_still_refused_at_load(tmp_path: Path)
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     from faultdrill.errors import PlanError
 
-    with pytest.raises(PlanError, match="link-jitter: fault 'link-loss' needs network-links"):
+    with pytest.raises(PlanError) as err:
         load_plan(path)
+    assert (
+        "scenario link-jitter: fault 'link-loss' needs ability link-loss, which platform "
+        "'local' with isolation 'none' cannot do; set resources.isolation: netns (as root)"
+    ) in str(err.value)
 
 
 def test_the_demo_as_a_normal_user_runs_what_it_can_and_says_why(
@@ -137,5 +141,5 @@ def test_validate_says_what_this_machine_cannot_run(
     assert main(["validate", str(DEMO)]) == 0
     out = capsys.readouterr().out
     assert "valid plan for task demo-lm: 3 round(s), 8 scenario(s), 9 control(s)" in out
-    assert "this machine cannot run storage-full: it needs 'checkpoint-mounts', missing root" in out
+    assert "this machine cannot run storage-full: it needs 'storage-full', missing root" in out
     assert "cannot run kill-worker" not in out

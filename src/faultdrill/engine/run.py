@@ -84,7 +84,7 @@ def machine_problems(plan: Plan, ids: Iterable[str]) -> dict[str, dict[str, str]
             continue
         lacks = platform.machine_lacks(FAULTS[item.fault.kind].requires_for(item.fault))
         if lacks:
-            out[item.id] = lacks
+            out[item.id] = {ability.value: why for ability, why in lacks.items()}
     return out
 
 

@@ -167,11 +167,7 @@ class Plan(Frozen):
             fault_cls = FAULTS[item.fault.kind]
             missing = fault_cls.requires_for(item.fault) - platform.abilities_for(self.resources)
             if missing:
-                raise ValueError(
-                    f"{item.id}: fault {item.fault.kind!r} needs {', '.join(sorted(missing))}, "
-                    f"which platform {platform.name!r} with isolation "
-                    f"{self.resources.isolation!r} cannot do"
-                )
+                raise ValueError(self._cannot(item, platform, missing))
             problem = fault_cls.validate_against(item.fault, self)
             if problem:
                 raise ValueError(f"{item.id}: {problem}")
@@ -192,6 +188,19 @@ class Plan(Frozen):
                 )
         self._check_reference_workload()
         return self
+
+    def _cannot(self, item: Scenario | Control, platform: Any, missing: Any) -> str:
+        """Why ``platform`` cannot do the fault of ``item``: the abilities it lacks and
+        what would make each possible (``Platform.why_not``)."""
+        what = "control" if isinstance(item, Control) else "scenario"
+        names = sorted(str(a) for a in missing)
+        fixes = dict.fromkeys(platform.why_not(a, self.resources) for a in sorted(missing, key=str))
+        return (
+            f"{what} {item.id}: fault {item.fault.kind!r} needs "
+            f"{'ability' if len(names) == 1 else 'abilities'} {', '.join(names)}, "
+            f"which platform {platform.name!r} with isolation "
+            f"{self.resources.isolation!r} cannot do; {'; '.join(fixes)}"
+        )
 
     def _check_reference_workload(self) -> None:
         """The reference workload's config, as each item will run it, is valid."""

@@ -40,9 +40,6 @@ from typing import TYPE_CHECKING, Any
 from faultdrill.errors import FaultError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import (
-    ABILITY_NETWORK_LINKS,
-    ABILITY_NODE_CONTROL,
-    ABILITY_SIGNAL_WORKERS,
     JobSpec,
     JobState,
     NodeInfo,
@@ -54,6 +51,11 @@ from faultdrill.platforms.local.platform import describe_process
 from faultdrill.platforms.slurm import jobs
 from faultdrill.platforms.slurm.embedded import EmbeddedSlurm, SlurmSettings
 from faultdrill.platforms.slurm.nodes import CONTROLLER, SlurmNodes
+
+# TODO(adapter): declare faultdrill.platforms.api.Ability members instead.
+ABILITY_NETWORK_LINKS = "network-links"  # draft: the pre-seam ability name
+ABILITY_NODE_CONTROL = "node-control"  # draft: the pre-seam ability name
+ABILITY_SIGNAL_WORKERS = "signal-workers"  # draft: the pre-seam ability name
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -129,7 +131,7 @@ class SlurmPlatform(Platform):
         self._cancelled = False
 
     @classmethod
-    def abilities_for(cls, resources: Resources) -> frozenset[str]:
+    def abilities_for(cls, resources: Resources) -> frozenset[Any]:
         return frozenset(
             {ABILITY_SIGNAL_WORKERS, ABILITY_NETWORK_LINKS, ABILITY_NODE_CONTROL, "control-plane"}
         )
