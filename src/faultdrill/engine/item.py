@@ -277,6 +277,7 @@ def execute_item(
                             platform, sampler, settle_s=plan.observation.settle_s, after_stop=False
                         ),
                     )
+                    _observe_after_end(plan.observation.post_s, platform, sampler, sink)
             except DrillInterrupted as exc:
                 outcome = "interrupted"
                 sink.emit("harness", "interrupted", signal=signal.Signals(exc.signum).name)
@@ -377,6 +378,25 @@ def _watch_job(
                 last_step=watch.max_step,
             )
             return f"stopped: {reason[0]}", False
+
+
+def _observe_after_end(
+    post_s: float, platform: Platform, sampler: ProcessSampler, sink: EventSink
+) -> None:
+    """``observation.post_s``: keep the samplers (processes, ports, network) running this
+    much longer after the settle snapshot, then snapshot again (``post_window`` events), so
+    that a replica that lingers or comes back is on the timeline. 0: nothing."""
+    if post_s <= 0:
+        return
+    sink.emit("harness", "post_window", phase="start", post_s=post_s)
+    time.sleep(post_s)
+    sink.emit(
+        "harness",
+        "post_window",
+        phase="end",
+        post_s=post_s,
+        **end_snapshot(platform, sampler, settle_s=post_s, after_stop=False),
+    )
 
 
 def _prepare_fault(fault: Fault, ctx: FaultContext) -> None:

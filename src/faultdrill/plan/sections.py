@@ -218,6 +218,21 @@ class Observation(Frozen):
         4.0, ge=2, le=20, description="network track (isolation netns): samples per second"
     )
     settle_s: float = Field(1.0, ge=0, description="keep observing this long after the job ends")
+    post_s: float = Field(
+        0.0,
+        ge=0,
+        le=600,
+        description="after the settle snapshot, keep sampling processes, ports, the network "
+        "and events this much longer, then snapshot again (a replica that lingers, a port "
+        "still held); 0 (the default) for drills: the wait costs every item that much",
+    )
+    post_steps: int = Field(
+        0,
+        ge=0,
+        description="steps after recovery over which the loss and evaluation trend is "
+        "compared with the baseline's where bitwise equality does not apply; 0: every step "
+        "after recovery",
+    )
     child_grace_s: float = Field(
         10.0,
         ge=0,
