@@ -135,7 +135,12 @@ class Data(Frozen):
     snapshot: str
     digest: str = ""
     read_position: int = Field(0, ge=0)
-    access: str = ""
+    access: str = Field("", description="the identity the job reads the data with, as agreed")
+    path: str = Field(
+        "",
+        description="a file or directory holding the data snapshot; its content digest is "
+        "taken before and after the drill (the data dossier's change record); '' for none",
+    )
 
 
 class Timeouts(Frozen):
