@@ -8,7 +8,7 @@ import numpy as np
 
 from faultdrill.events import Event
 from faultdrill.intervals import merge
-from faultdrill.timeline import StepTable, Timeline
+from faultdrill.timeline import Segment, StepTable, Timeline
 
 __all__ = ["EvalKey", "Reference", "committed_evaluations", "evaluation_values"]
 
@@ -30,8 +30,6 @@ class Reference:
     cover_starts: np.ndarray
     cover_ends: np.ndarray
     evaluations: dict[EvalKey, float] = field(default_factory=dict)
-    #: sha256 of each artefact the baseline exported, by name (``artifact`` events).
-    artifacts: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_timeline(cls, tl: Timeline, run_id: str = "baseline") -> Reference:
@@ -58,12 +56,7 @@ class Reference:
             last_step=int(st.step.max()) if len(st) else 0,
             cover_starts=cs,
             cover_ends=ce,
-            evaluations=dict(evaluation_values(committed_evaluations(tl))),
-            artifacts={
-                str(e.get("name")): str(e.get("sha256"))
-                for e in tl.of("probe", "artifact")
-                if final is not None and int(e.get("pid", -1)) in final.members
-            },
+            evaluations=dict(evaluation_values(committed_evaluations(tl, chain))),
         )
 
     def step_loss(self) -> tuple[np.ndarray, np.ndarray]:
@@ -89,11 +82,13 @@ def mean_loss_by_step(step: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, n
     return steps, sums / counts
 
 
-def committed_evaluations(tl: Timeline) -> list[Event]:
+def committed_evaluations(tl: Timeline, chain: list[Segment] | None = None) -> list[Event]:
     """The ``evaluation`` events of the committed progress: from an incarnation of the
     committed chain, at a step of its segment (or the step it resumed from: the model as
-    loaded, which the chain vouches for). Evaluations of recomputed steps are left out."""
-    chain, _notes = tl.committed_chain()
+    loaded, which the chain vouches for). Evaluations of recomputed steps are left out.
+    ``chain``: the timeline's committed chain, if already derived."""
+    if chain is None:
+        chain, _notes = tl.committed_chain()
     segments = {seg.inc: seg for seg in chain}
     pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
     out = []

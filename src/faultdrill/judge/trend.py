@@ -142,7 +142,7 @@ def trend_after_recovery(
     b_steps, b_loss = reference.step_loss()
     out["window"] = {"from_step": start, "to_step": end, "steps_requested": window_steps or None}
     out["loss"] = series_trend(steps, loss, b_steps, b_loss, tol)
-    mine = _series(evaluation_values(committed_evaluations(tl)), start, end)
+    mine = _series(evaluation_values(committed_evaluations(tl, chain)), start, end)
     theirs = _series(list(reference.evaluations.items()), start, end)
     for key in sorted(set(mine) & set(theirs)):
         (ms, mv), (bs, bv) = mine[key], theirs[key]
