@@ -306,6 +306,29 @@ def _compare_evaluations(
     return len(pairs), [(tuple(k), v, b) for k, v, b in differ]
 
 
+def _evaluation_differs(
+    ctx: CheckContext,
+    name: str,
+    mode: str,
+    why: str,
+    compared: int,
+    differ: list[tuple[tuple[object, ...], float, float]],
+) -> Finding:
+    (step, split, *rest), got, base = differ[0]
+    where = f"{split} {rest[-1]}" + (f", rank {rest[0]}" if len(rest) == 2 else "")
+    tol = ctx.plan.tolerance
+    rule = "bitwise" if mode == "bitwise" else f"within rtol={tol.rtol}, atol={tol.atol}"
+    return ctx.finding(
+        name,
+        F,
+        f"{len(differ)} of {compared} evaluated value(s) differ from the baseline "
+        f"({rule}; {why}); first at step {step} ({where}): {got!r} vs baseline {base!r}",
+        first_step=step,
+        differing=len(differ),
+        mode=mode,
+    )
+
+
 @check("results.evaluation-matches-baseline", "results")
 def evaluation_matches_baseline(ctx: CheckContext) -> list[Finding]:
     """The held-out evaluation of committed progress equals the baseline's at the same step,
@@ -337,25 +360,7 @@ def evaluation_matches_baseline(ctx: CheckContext) -> list[Finding]:
     compared, differ = _compare_evaluations(ctx, evaluation_values(events), mode)
     steps = sorted({int(e.get("step", -1)) for e in events})
     if differ:
-        (step, split, *rest), got, base = differ[0]
-        where = f"{split} {rest[-1]}" + (f", rank {rest[0]}" if len(rest) == 2 else "")
-        rule = (
-            "bitwise"
-            if mode == "bitwise"
-            else (f"within rtol={ctx.plan.tolerance.rtol}, atol={ctx.plan.tolerance.atol}")
-        )
-        return [
-            ctx.finding(
-                name,
-                F,
-                f"{len(differ)} of {compared} evaluated value(s) differ from the baseline "
-                f"({rule}; {why}); first at step {step} ({where}): {got!r} vs baseline "
-                f"{base!r}",
-                first_step=step,
-                differing=len(differ),
-                mode=mode,
-            )
-        ]
+        return [_evaluation_differs(ctx, name, mode, why, compared, differ)]
     if not compared:
         return [
             ctx.finding(

@@ -354,20 +354,29 @@ def evaluate_item(
         inventory=inventory_summary(tl),
         disruption=describe_disruption(tl, gloo_s=plan.resources.timeouts.gloo_s),
         aborted=aborted,
-        conclusion=conclude(tl, evidence),
-        dependencies=recovery_dependencies(tl, plan, item),
-        trend=trend_after_recovery(
-            tl,
-            reference,
-            plan.tolerance,
-            window_steps=plan.observation.post_steps,
-            bitwise=comparison_mode(ctx)[0] == "bitwise",
-        ),
-        scheduling=scheduling_result(tl),
+        **_what_a_buyer_signs(ctx, evidence),
     )
     if result.verdict != Verdict.PASS:
         result.layer = failing_layer(tl, evidence, item)
     return result
+
+
+def _what_a_buyer_signs(ctx: CheckContext, evidence: dict[str, EvidenceResult]) -> dict[str, Any]:
+    """The conclusion level, dependencies, trend after recovery and placement of one item
+    (the failing layer needs its final verdict: :func:`evaluate_item` adds it)."""
+    tl, plan = ctx.timeline, ctx.plan
+    return {
+        "conclusion": conclude(tl, evidence),
+        "dependencies": recovery_dependencies(tl, plan, ctx.item),
+        "trend": trend_after_recovery(
+            tl,
+            ctx.reference,
+            plan.tolerance,
+            window_steps=plan.observation.post_steps,
+            bitwise=comparison_mode(ctx)[0] == "bitwise",
+        ),
+        "scheduling": scheduling_result(tl),
+    }
 
 
 @dataclass
