@@ -16,7 +16,7 @@ from faultdrill.plan import Control, Plan, RecoveryClass, Scenario
 from faultdrill.report.html import render_html
 from faultdrill.report.markdown import render_markdown
 from tests.report_data import synthetic_report
-from tests.timelines import OLD, TL, baseline, first_run, restart
+from tests.timelines import NEW, OLD, TL, baseline, first_run, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -271,3 +271,47 @@ def test_recovery_class_follows_the_evidence(
 ) -> None:
     cls, reason = recovery_class(evidence, outcome, actions, confirm)
     assert cls is expected and why in reason
+
+
+# --- what a buyer signs: conclusion level, failing layer, dependencies, trend -----------
+
+
+def test_a_passing_scenario_carries_its_level_dependencies_and_placement(
+    tmp_path: Path, plan: Plan, scenario: Scenario, reference: Reference
+) -> None:
+    res = judge_item(tmp_path, plan, "scenario", scenario, restart(), reference)
+    assert res.verdict is P and res.layer is None
+    out = res.to_json()
+    assert out["conclusion"]["level"] == "consistent-results"
+    assert [lv["proven"] for lv in out["conclusion"]["levels"]] == [True, True, True]
+    assert out["layer"] is None
+    assert out["dependencies"]["used"] == ["restart_budget", "checkpoint_storage"]
+    assert out["trend"]["applies"] is False and out["trend"]["drift"] is False
+    assert [i["nodes"] for i in out["scheduling"]] == [["n0", "n1"], ["n0", "n1"]]
+
+
+def test_a_failing_scenario_names_its_layer(
+    tmp_path: Path, plan: Plan, scenario: Scenario, reference: Reference
+) -> None:
+    tl = restart().edit(
+        "probe", "evaluation", lambda r: r["pid"] in NEW and r["step"] == 6, metrics={"loss": 9.0}
+    )
+    res = judge_item(tmp_path, plan, "scenario", scenario, tl, reference)
+    assert res.verdict is F
+    out = res.to_json()
+    assert out["conclusion"]["level"] == "valid-progress"
+    assert out["layer"]["layer"] == "framework"
+    assert out["layer"]["rule"] == "resumed-right-but-diverged"
+    assert out["layer"]["findings"] == ["results.evaluation-matches-baseline"]
+
+
+def test_the_run_sums_the_scenarios_dependencies(
+    tmp_path: Path, plan: Plan, scenario: Scenario, base: ItemResult, reference: Reference
+) -> None:
+    res = judge_item(tmp_path, plan, "scenario", scenario, restart(), reference)
+    totals = run_of(plan, base, [res]).to_json()["recovery_dependencies"]
+    assert totals["restarts"]["per_item"] == {"kill-worker": 1}
+    assert totals["by_dependency"]["restart_budget"] == {
+        "owner": "platform",
+        "items": ["kill-worker"],
+    }

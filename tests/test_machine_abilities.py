@@ -30,7 +30,7 @@ def normal_user(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_demo_plan_loads_as_a_normal_user(normal_user: None) -> None:
     plan = load_plan(DEMO)
-    assert len(plan.items()) == 17
+    assert len(plan.items()) == 18
     problems = machine_problems(plan, [i.id for i in plan.items()])
     assert set(problems) == ROOT_ONLY
     assert problems["storage-full"] == {
@@ -114,8 +114,9 @@ def test_the_demo_as_a_normal_user_runs_what_it_can_and_says_why(
         "ctl-load-unverified",
         "ctl-stale-replica",
         "ctl-corrupt-loaded",
+        "ctl-stale-eval",
         "ctl-control-plane-resume-ignored",
-    }  # 4 scenarios and 8 controls, as the README says
+    }  # 4 scenarios and 9 controls, as the README says
 
 
 def test_a_recorded_plan_is_read_back_as_a_normal_user(normal_user: None, tmp_path: Path) -> None:
@@ -140,6 +141,6 @@ def test_validate_says_what_this_machine_cannot_run(
 ) -> None:
     assert main(["validate", str(DEMO)]) == 0
     out = capsys.readouterr().out
-    assert "valid plan for task demo-lm: 3 round(s), 8 scenario(s), 9 control(s)" in out
+    assert "valid plan for task demo-lm: 3 round(s), 8 scenario(s), 10 control(s)" in out
     assert "this machine cannot run storage-full: it needs 'storage-full', missing root" in out
     assert "cannot run kill-worker" not in out

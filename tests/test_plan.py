@@ -140,6 +140,20 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
             "fail; name a progress, resources or results check",
         ),
         (
+            "ownership.spare_nodes",
+            "the vendor",
+            "ownership.spare_nodes",
+            "'platform', 'enterprise-operations' or 'vendor-support'",
+        ),
+        ("ownership.on_call", "platform", "ownership.on_call", "unknown key 'on_call'"),
+        ("observation.post_s", -1, "observation.post_s", "greater than or equal to 0"),
+        (
+            "rounds.0.scenarios.0.recovery",
+            {"steps": "resubmit the job"},
+            "rounds[0].scenarios[0].recovery.steps",
+            "valid tuple",
+        ),
+        (
             "resources.isolation",
             "none",
             "resources",

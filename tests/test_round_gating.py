@@ -48,11 +48,13 @@ def _run(
 
     def evaluate(plan: Plan, kind: str, item: Any, work: Path, *a: Any, **k: Any) -> Any:
         name = item.id if item is not None else "baseline"
-        return SimpleNamespace(id=name, verdict=Verdict.FAIL if name in failing else Verdict.PASS)
+        return SimpleNamespace(
+            id=name, verdict=Verdict.FAIL if name in failing else Verdict.PASS, timeline=None
+        )
 
     monkeypatch.setattr(runner, "execute_item", execute)
     monkeypatch.setattr(runner, "evaluate_item", evaluate)
-    monkeypatch.setattr(runner, "write_dossier", lambda *a: None)
+    monkeypatch.setattr(runner, "write_dossier", lambda *a, **k: None)
     monkeypatch.setattr(Timeline, "load", staticmethod(lambda *a, **k: None))
     monkeypatch.setattr(Reference, "from_timeline", staticmethod(lambda *a: None))
     monkeypatch.setattr(runner, "write_reports", lambda result: None)

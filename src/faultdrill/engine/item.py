@@ -35,6 +35,7 @@ from faultdrill.engine.watch import Watch, stop_reason
 from faultdrill.errors import DrillError, FaultError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import Fault, FaultContext, make_fault
+from faultdrill.judge.artifacts import verify_artifacts
 from faultdrill.judge.inventory import take_inventory
 from faultdrill.ledger import Ledger
 from faultdrill.plan import (
@@ -119,8 +120,14 @@ def item_dir(run_dir: Path, kind: ItemKind, item_id: str) -> Path:
 # --- job construction ------------------------------------------------------------------
 
 
-def _workload_config(plan: Plan, item: Scenario | Control | None, ckpt_dir: Path) -> dict[str, Any]:
-    return plan.workload_config(item, str(ckpt_dir))  # the same config the plan validated
+def _workload_config(
+    plan: Plan, item: Scenario | Control | None, ckpt_dir: Path, work: Path
+) -> dict[str, Any]:
+    cfg = plan.workload_config(item, str(ckpt_dir))  # the same config the plan validated
+    if plan.task.entrypoint.module == REFERENCE_WORKLOAD:
+        # The exported final model, outside the checkpoint directory that faults damage.
+        cfg.setdefault("export_path", str(work / "export" / "model.pt"))
+    return cfg
 
 
 def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: str) -> JobSpec:
@@ -128,7 +135,7 @@ def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: s
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     events_dir = work / "events"
     wl_path = work / "workload.json"
-    wl_path.write_text(json.dumps(_workload_config(plan, item, ckpt_dir), indent=2) + "\n")
+    wl_path.write_text(json.dumps(_workload_config(plan, item, ckpt_dir, work), indent=2) + "\n")
     ep = plan.task.entrypoint
     args = list(ep.args)
     if ep.module == REFERENCE_WORKLOAD and not args:
@@ -270,6 +277,7 @@ def execute_item(
                             platform, sampler, settle_s=plan.observation.settle_s, after_stop=False
                         ),
                     )
+                    _observe_after_end(plan.observation.post_s, platform, sampler, sink)
             except DrillInterrupted as exc:
                 outcome = "interrupted"
                 sink.emit("harness", "interrupted", signal=signal.Signals(exc.signum).name)
@@ -372,6 +380,25 @@ def _watch_job(
             return f"stopped: {reason[0]}", False
 
 
+def _observe_after_end(
+    post_s: float, platform: Platform, sampler: ProcessSampler, sink: EventSink
+) -> None:
+    """``observation.post_s``: keep the samplers (processes, ports, network) running this
+    much longer after the settle snapshot, then snapshot again (``post_window`` events), so
+    that a replica that lingers or comes back is on the timeline. 0: nothing."""
+    if post_s <= 0:
+        return
+    sink.emit("harness", "post_window", phase="start", post_s=post_s)
+    time.sleep(post_s)
+    sink.emit(
+        "harness",
+        "post_window",
+        phase="end",
+        post_s=post_s,
+        **end_snapshot(platform, sampler, settle_s=post_s, after_stop=False),
+    )
+
+
 def _prepare_fault(fault: Fault, ctx: FaultContext) -> None:
     """What the fault needs in place before the job starts (most faults: nothing)."""
     try:
@@ -466,6 +493,9 @@ def _finish(
         sink.emit("harness", "ckpt_latest", **pointer)
         for rec in records:
             sink.emit("harness", "ckpt_inventory", **rec)
+        # the exported artefacts, hashed again now that nothing of the job writes any more
+        for rec in verify_artifacts(tl, work):
+            sink.emit("harness", "artifact_verified", **rec)
 
     attempt("checkpoint inventory failed", inventory)
     attempt("tear the platform down", platform.teardown)

@@ -10,8 +10,15 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from faultdrill.checks import Verdict
+from faultdrill.engine.dossier import (
+    amend_change_record,
+    data_dossier,
+    resource_extras,
+    snapshot_record,
+)
 from faultdrill.engine.item import (
     Reporter,
     environment_facts,
@@ -29,8 +36,21 @@ from faultdrill.timeline import Timeline
 __all__ = ["run_plan", "write_dossier"]
 
 
-def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> None:
-    """The baseline's frozen dossiers: task, data, resources, recovery, responsibility."""
+def write_dossier(
+    plan: Plan,
+    run_dir: Path,
+    started: float,
+    ended: float,
+    *,
+    timeline: Timeline | None = None,
+    data_before: dict[str, Any] | None = None,
+) -> None:
+    """The baseline's frozen dossiers: task, data, resources, recovery, responsibility.
+
+    ``timeline``: the baseline's, for what only the run shows (the identity the replicas ran
+    as, which node got which rank); ``data_before``: the data snapshot's state before the
+    baseline (:func:`~faultdrill.engine.dossier.snapshot_record`). The change record gets
+    the state after the baseline now, and after the last item from :func:`run_plan`."""
     res = plan.resources
     dossier = {
         "task": {
@@ -41,13 +61,16 @@ def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> No
             "entrypoint": plan.task.entrypoint.model_dump(mode="json"),
             "workload": plan.task.workload,
         },
-        "data": plan.data.model_dump(mode="json"),
+        "data": data_dossier(
+            plan, timeline, data_before, snapshot_record(plan, "after the baseline")
+        ),
         "resources": {
             **res.model_dump(mode="json"),
             "world_size": res.world_size,
             "topology": f"{res.nodes} node(s) x {res.procs_per_node} process(es), "
             f"{res.spares} spare(s), isolation {res.isolation}",
             "timeouts_note": "these timeouts decide detection time",
+            **resource_extras(plan, timeline),
         },
         "recovery": {
             "checkpoint": plan.checkpoint.model_dump(mode="json"),
@@ -55,12 +78,20 @@ def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> No
         },
         "seeds": plan.seeds,
         "responsibility": plan.responsibility.model_dump(mode="json"),
+        "ownership": {d: plan.ownership.owner_of(d) for d in type(plan.ownership).model_fields},
         "observation": {
             **plan.observation.model_dump(mode="json"),
             "baseline_window": {
                 "start": started,
                 "end": ended,
                 "seconds": round(ended - started, 3),
+            },
+            "post_window": {
+                "post_s": plan.observation.post_s,
+                "post_steps": plan.observation.post_steps,
+                "note": "post_s: sampling goes on this long after each item's job ended "
+                "(0: only the settle snapshot); post_steps: the trend window after recovery "
+                "(0: every step after it)",
             },
         },
         "environment": environment_facts(),
@@ -119,10 +150,12 @@ def run_plan(
     write_plan_copy(plan, source, run_dir)
     (run_dir / "selection.json").write_text(json.dumps({"selected": selected}, indent=2) + "\n")
     skipped: dict[str, str] = {}
+    data_before = snapshot_record(plan, "before the baseline")
     started = time.time()
     base_work = execute_item(plan, "baseline", None, run_dir, report)
-    write_dossier(plan, run_dir, started, time.time())
+    ended = time.time()
     base_tl = Timeline.load(base_work / "events")
+    write_dossier(plan, run_dir, started, ended, timeline=base_tl, data_before=data_before)
     reference = Reference.from_timeline(base_tl)
     base = evaluate_item(plan, "baseline", None, base_work, reference, timeline=base_tl)
     on_item("baseline", "baseline", base.verdict)
@@ -155,6 +188,11 @@ def run_plan(
             items.append(res)
             on_item(ctl.id, "control", res.verdict)
     (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
+    amend_change_record(
+        plan,
+        item_dir(run_dir, "baseline", "baseline") / "dossier.json",
+        {"baseline": base_tl, **{i.id: i.timeline for i in items}},
+    )
     result = RunResult(
         plan,
         run_dir,

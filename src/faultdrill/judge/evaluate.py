@@ -15,13 +15,19 @@ from typing import Any
 from faultdrill import __version__
 from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, combine, run_checks
 from faultdrill.checks.network import network_report
+from faultdrill.checks.results import comparison_mode
 from faultdrill.engine.item import environment_facts, item_dir
 from faultdrill.errors import RunDirError
 from faultdrill.judge.analysis import Answers, answer_questions
+from faultdrill.judge.conclusion import Conclusion, conclude
+from faultdrill.judge.dependencies import dependency_totals, recovery_dependencies
 from faultdrill.judge.disruption import describe_disruption
+from faultdrill.judge.dossier import scheduling_result
 from faultdrill.judge.goodput import account
 from faultdrill.judge.inventory import inventory_summary
+from faultdrill.judge.layers import LayerResult, failing_layer
 from faultdrill.judge.reference import Reference
+from faultdrill.judge.trend import trend_after_recovery
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario, parse_plan
 from faultdrill.timeline import Timeline
 
@@ -104,6 +110,14 @@ class ItemResult:
     disruption: dict[str, Any] | None = None
     #: Why the harness aborted the item (a stop condition fired), or None.
     aborted: str | None = None
+    #: What a buyer signs (issue 14): the conclusion level reached, the failing layer (None
+    #: for an item that passed), what the recovery depended on, the trend after recovery,
+    #: and which node got which rank per incarnation.
+    conclusion: Conclusion | None = None
+    layer: LayerResult | None = None
+    dependencies: dict[str, Any] = field(default_factory=dict)
+    trend: dict[str, Any] = field(default_factory=dict)
+    scheduling: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def verdict(self) -> Verdict:
@@ -185,6 +199,11 @@ class ItemResult:
             "goodput": self.goodput,
             "inventory": self.inventory,
             "disruption": self.disruption,
+            "conclusion": self.conclusion.to_json() if self.conclusion is not None else None,
+            "layer": self.layer.to_json() if self.layer is not None else None,
+            "dependencies": self.dependencies,
+            "trend": self.trend,
+            "scheduling": self.scheduling,
         }
         if self.timeline is not None:
             out.update(network_report(self.timeline))
@@ -318,7 +337,7 @@ def evaluate_item(
             )
         evidence["expectation"].findings.append(f)
     _aborted_is_retest(tl, evidence)
-    return ItemResult(
+    result = ItemResult(
         id=item_id,
         kind=kind,
         round=plan.round_of(item_id) if kind == "scenario" else 0,
@@ -335,7 +354,29 @@ def evaluate_item(
         inventory=inventory_summary(tl),
         disruption=describe_disruption(tl, gloo_s=plan.resources.timeouts.gloo_s),
         aborted=aborted,
+        **_what_a_buyer_signs(ctx, evidence),
     )
+    if result.verdict != Verdict.PASS:
+        result.layer = failing_layer(tl, evidence, item)
+    return result
+
+
+def _what_a_buyer_signs(ctx: CheckContext, evidence: dict[str, EvidenceResult]) -> dict[str, Any]:
+    """The conclusion level, dependencies, trend after recovery and placement of one item
+    (the failing layer needs its final verdict: :func:`evaluate_item` adds it)."""
+    tl, plan = ctx.timeline, ctx.plan
+    return {
+        "conclusion": conclude(tl, evidence),
+        "dependencies": recovery_dependencies(tl, plan, ctx.item),
+        "trend": trend_after_recovery(
+            tl,
+            ctx.reference,
+            plan.tolerance,
+            window_steps=plan.observation.post_steps,
+            bitwise=comparison_mode(ctx)[0] == "bitwise",
+        ),
+        "scheduling": scheduling_result(tl),
+    }
 
 
 @dataclass
@@ -388,6 +429,9 @@ class RunResult:
                 "dossier": dossier,
             },
             "scenarios": [i.to_json() for i in self.items],
+            "recovery_dependencies": dependency_totals(
+                self.plan, [(s.id, s.dependencies) for s in self.scenarios]
+            ),
             "skipped": self.skipped,
             "summary": {
                 "scenarios": len(self.scenarios),

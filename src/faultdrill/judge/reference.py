@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from faultdrill.events import Event
 from faultdrill.intervals import merge
-from faultdrill.timeline import StepTable, Timeline
+from faultdrill.timeline import Segment, StepTable, Timeline
 
-__all__ = ["Reference"]
+__all__ = ["EvalKey", "Reference", "committed_evaluations", "evaluation_values"]
+
+#: One evaluated number: (step, split, rank, metric name).
+EvalKey = tuple[int, str, int, str]
 
 
 @dataclass
 class Reference:
-    """Committed steps of the baseline: per (rank, step) loss, samples, final digest."""
+    """Committed steps of the baseline: per (rank, step) loss, samples, final digest, and
+    the held-out evaluations of its committed progress."""
 
     run_id: str
     steps: StepTable
@@ -24,6 +29,9 @@ class Reference:
     last_step: int
     cover_starts: np.ndarray
     cover_ends: np.ndarray
+    evaluations: dict[EvalKey, float] = field(default_factory=dict)
+    #: Names of the artefacts the baseline's final generation exported (probe.artifact).
+    artifacts: frozenset[str] = frozenset()
 
     @classmethod
     def from_timeline(cls, tl: Timeline, run_id: str = "baseline") -> Reference:
@@ -50,6 +58,12 @@ class Reference:
             last_step=int(st.step.max()) if len(st) else 0,
             cover_starts=cs,
             cover_ends=ce,
+            evaluations=dict(evaluation_values(committed_evaluations(tl, chain))),
+            artifacts=frozenset(
+                str(e.get("name") or e.get("path"))
+                for e in tl.of("probe", "artifact")
+                if final is not None and int(e.get("pid", -1)) in final.members
+            ),
         )
 
     def step_loss(self) -> tuple[np.ndarray, np.ndarray]:
@@ -73,3 +87,42 @@ def mean_loss_by_step(step: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, n
     sums = np.bincount(inv, weights=loss)
     counts = np.bincount(inv)
     return steps, sums / counts
+
+
+def committed_evaluations(tl: Timeline, chain: list[Segment] | None = None) -> list[Event]:
+    """The ``evaluation`` events of the committed progress: from an incarnation of the
+    committed chain, at a step of its segment (or the step it resumed from: the model as
+    loaded, which the chain vouches for). Evaluations of recomputed steps are left out.
+    ``chain``: the timeline's committed chain, if already derived."""
+    if chain is None:
+        chain, _notes = tl.committed_chain()
+    segments = {seg.inc: seg for seg in chain}
+    pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
+    out = []
+    for e in tl.of("probe", "evaluation"):
+        seg = segments.get(pid_inc.get(int(e.get("pid", -1)), -1))
+        if seg is not None and seg.first - 1 <= int(e.get("step", -1)) <= seg.last:
+            out.append(e)
+    return out
+
+
+def evaluation_values(events: list[Event]) -> list[tuple[EvalKey, float]]:
+    """Every number of the given ``evaluation`` events, keyed by (step, split, rank, metric);
+    a value that is not a number (``null``) becomes NaN."""
+    out = []
+    for e in events:
+        metrics = e.get("metrics") or {}
+        if not isinstance(metrics, dict):
+            continue
+        for name, value in metrics.items():
+            key = (
+                int(e.get("step", -1)),
+                str(e.get("split", "")),
+                int(e.get("rank", 0)),
+                str(name),
+            )
+            try:
+                out.append((key, float(value)))
+            except (TypeError, ValueError):
+                out.append((key, float("nan")))
+    return out

@@ -1,7 +1,8 @@
 """The plan: frozen, typed data, validated once when it is loaded.
 
 A plan freezes the baseline first (task, data, resources, checkpoint policy, seeds,
-responsibilities, observation window, stop conditions; :mod:`faultdrill.plan.sections`),
+responsibilities and ownership, observation window, stop conditions;
+:mod:`faultdrill.plan.sections`),
 then lists scenarios in rounds, each with exactly one fault, a trigger, an expected state
 and pass criteria, and the negative controls. The cross-field checks (unique ids, a
 platform that can do every fault, controls that name an evidence check, the reference
@@ -25,6 +26,7 @@ from faultdrill.plan.sections import (
     Expected,
     Frozen,
     Observation,
+    Ownership,
     PassCriteria,
     Recovery,
     Resources,
@@ -135,6 +137,7 @@ class Plan(Frozen):
     seeds: dict[str, int] = Field(default_factory=lambda: {"global": 0})
     observation: Observation = Observation()
     responsibility: Responsibility
+    ownership: Ownership = Ownership()
     stop: StopConditions = StopConditions()
     tolerance: Tolerance = Tolerance()
     rounds: tuple[Round, ...] = ()

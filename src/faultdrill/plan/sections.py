@@ -1,9 +1,9 @@
 """The plan's baseline sections: frozen, typed data, each validated on its own.
 
 The baseline is frozen first (task, data, resources, checkpoint policy, observation
-window, responsibilities, stop conditions, tolerance), and every scenario carries a
-trigger, an expected state, pass criteria and a recovery procedure; these are the models
-for all of them. The plan that puts them together is :mod:`faultdrill.plan.model`.
+window, responsibilities and ownership, stop conditions, tolerance), and every scenario
+carries a trigger, an expected state, pass criteria and a recovery procedure; these are the
+models for all of them. The plan that puts them together is :mod:`faultdrill.plan.model`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pydantic import (
 
 __all__ = [
     "ARG_PLACEHOLDERS",
+    "OWNERS",
     "REFERENCE_WORKLOAD",
     "CheckpointPolicy",
     "Data",
@@ -30,6 +31,8 @@ __all__ = [
     "Expected",
     "Frozen",
     "Observation",
+    "Owner",
+    "Ownership",
     "PassCriteria",
     "Recovery",
     "RecoveryClass",
@@ -132,7 +135,12 @@ class Data(Frozen):
     snapshot: str
     digest: str = ""
     read_position: int = Field(0, ge=0)
-    access: str = ""
+    access: str = Field("", description="the identity the job reads the data with, as agreed")
+    path: str = Field(
+        "",
+        description="a file or directory holding the data snapshot; its content digest is "
+        "taken before and after the drill (the data dossier's change record); '' for none",
+    )
 
 
 class Timeouts(Frozen):
@@ -215,6 +223,21 @@ class Observation(Frozen):
         4.0, ge=2, le=20, description="network track (isolation netns): samples per second"
     )
     settle_s: float = Field(1.0, ge=0, description="keep observing this long after the job ends")
+    post_s: float = Field(
+        0.0,
+        ge=0,
+        le=600,
+        description="after the settle snapshot, keep sampling processes, ports, the network "
+        "and events this much longer, then snapshot again (a replica that lingers, a port "
+        "still held); 0 (the default) for drills: the wait costs every item that much",
+    )
+    post_steps: int = Field(
+        0,
+        ge=0,
+        description="steps after recovery over which the loss and evaluation trend is "
+        "compared with the baseline's where bitwise equality does not apply; 0: every step "
+        "after recovery",
+    )
     child_grace_s: float = Field(
         10.0,
         ge=0,
@@ -229,6 +252,40 @@ class Responsibility(Frozen):
     observer: str
     recovery_operator: str
     signer: str
+
+
+#: Who can own what a recovery depends on.
+Owner = Literal["platform", "enterprise-operations", "vendor-support"]
+OWNERS: tuple[str, ...] = ("platform", "enterprise-operations", "vendor-support")
+
+
+class Ownership(Frozen):
+    """Who is responsible for each thing a recovery may depend on: the platform's own
+    capability, the enterprise's operations, or the vendor's support. A dependency left out
+    is listed as "to be agreed" wherever a recovery used it."""
+
+    spare_nodes: Owner | None = Field(None, description="reserved or spare nodes to restart on")
+    restart_budget: Owner | None = Field(None, description="automatic restarts (max_restarts)")
+    operator_actions: Owner | None = Field(
+        None, description="a person on call who confirms, resubmits or repairs"
+    )
+    checkpoint_storage: Owner | None = Field(
+        None, description="the storage that holds the checkpoints a restart loads"
+    )
+    environment_preparation: Owner | None = Field(
+        None, description="runtime, data access and routes on a node before it is used"
+    )
+    dedicated_network: Owner | None = Field(
+        None, description="a network reserved for the job (isolated links, its own fabric)"
+    )
+    recovery_runbook: Owner | None = Field(
+        None, description="the recovery scripts, state descriptions and fault diagnosis"
+    )
+
+    def owner_of(self, dependency: str) -> str:
+        """The owner named for ``dependency`` (a field name), or "to be agreed"."""
+        value = getattr(self, dependency, None)
+        return str(value) if value is not None else "to be agreed"
 
 
 class StopConditions(Frozen):
@@ -293,3 +350,7 @@ class Recovery(Frozen):
     action: Literal["none", "resubmit"] = "none"
     confirm: bool = Field(False, description="a human must confirm before the job may continue")
     runbook: str = ""
+    permission: str = Field(
+        "", description="the permission the operator's action needs (e.g. submit jobs of task X)"
+    )
+    steps: tuple[str, ...] = Field((), description="the operator's steps, in order")

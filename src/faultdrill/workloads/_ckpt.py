@@ -32,6 +32,7 @@ Checkpoints newer than ``latest`` are never loaded: they were not published, so 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -55,6 +56,7 @@ __all__ = [
     "Loaded",
     "Saved",
     "ckpt_id",
+    "durable_write",
     "list_checkpoints",
     "load",
     "load_unverified",
@@ -152,6 +154,22 @@ def _write_file(path: str, data: bytes, *, fsync: bool) -> None:
         f.flush()
         if fsync:
             os.fsync(f.fileno())
+
+
+def durable_write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves the old file or the whole new one:
+    a temporary file beside it, fsync, rename, fsync of the directory."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".tmp-{os.path.basename(path)}-{os.getpid()}")
+    try:
+        _write_file(tmp, data, fsync=True)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(parent)
 
 
 def publish_latest(ckpt_dir: str, cid: str) -> None:

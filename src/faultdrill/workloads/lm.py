@@ -19,7 +19,8 @@ Contract
   (in ``run_start``) is the sha256 of the canonical JSON (sorted keys, no spaces) of the
   fields in :data:`DIGEST_FIELDS`: those that decide the numbers a correct run computes.
   ``ckpt_dir``, ``ckpt_every``, ``ckpt_keep``, ``gloo_timeout_s``, ``step_sleep_s``,
-  ``save_error`` and ``bad_mode`` are left out, so a drill and its baseline share a digest.
+  ``save_error``, ``export_path`` and ``bad_mode`` are left out, so a drill and its baseline
+  share a digest.
 * **Data**: a synthetic corpus of ``dataset_size`` token sequences drawn from a sparse
   random Markov chain (each token has two possible successors), so the loss falls from
   ln(vocab) towards ln 2. Sample ``i`` depends only on ``(seed, i)``. Global stream
@@ -28,7 +29,10 @@ Contract
   Step ``s`` (1-based) consumes positions ``[(s-1)*B, s*B)``, ``B = global_batch``; rank
   ``r`` of ``W`` takes the contiguous ``B/W`` positions starting at ``(s-1)*B + r*B/W``.
   Those positions are the sample ids of the ``step`` events; ``data_position`` is the
-  number of positions consumed (``step * B`` in a correct run).
+  number of positions consumed (``step * B`` in a correct run). The *held-out split* is
+  ``eval_size`` more sequences of the same chain, sequence ``j`` drawn from ``(seed,
+  "heldout", j)``: never trained on. ``data_digest`` (in ``run_start``) is the sha256 of
+  both splits' tokens.
 * **Determinism**: a fault-free run and a run killed and resumed at the same world size
   give bitwise-identical per-rank losses and final model digest. Each rank's RNG streams
   (python, numpy, torch) are saved in every checkpoint and restored at the same world
@@ -37,7 +41,12 @@ Contract
   ``ckpt_load`` or ``ckpt_none`` on every rank; ``step`` per rank per optimizer step with
   the rank's local loss; ``ckpt_save`` on rank 0 once the checkpoint is durable and
   ``latest`` moved, ``ckpt_save_failed`` on rank 0 when a save raised ``OSError``; saves
-  and loads carry ``duration_s``; ``run_end`` on every rank after the process group is destroyed, with
+  and loads carry ``duration_s``; ``evaluation`` on every rank after every checkpoint
+  (also one that failed to save) with the held-out ``loss`` (mean next-token cross-entropy)
+  and ``accuracy`` (top-1) of the model as trained; with ``export_path`` set, rank 0 writes
+  the final model's state_dict there (``torch.save``, then fsync, rename, fsync) and emits
+  ``artifact`` with the file's sha256; ``run_end`` on every rank after the process group is
+  destroyed, with
   the sha256 of the model's state_dict (key, then raw bytes, in key order). The ``path``
   of ``ckpt_save`` and ``ckpt_load`` is the checkpoint's ``state.pt``, the file whose
   sha256 and size ``ckpt_save`` records.
@@ -56,6 +65,8 @@ optimizer-not-restored         restores model, step, data; fresh optimizer and L
 load-unverified                follows ``latest`` and unpickles it unchecked (verified=False)
 stale-replica                  first incarnation's highest rank leaves an old replica behind
 publish-before-durable         moves ``latest`` before ``state.pt`` is written and fsynced
+stale-eval-model               after a restore, evaluates a copy of the model as loaded, not
+                               the model being trained (training and export stay correct)
 =============================  ==============================================================
 
 ``stale-replica`` starts its replica at most once per ``ckpt_dir`` (it claims the marker
@@ -68,8 +79,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import gc
 import hashlib
+import io
 import math
 import os
 import random
@@ -143,17 +156,16 @@ class Corpus:
         self.seed = cfg.seed
         table_gen = torch.Generator().manual_seed(_derive_seed(cfg.seed, "table"))
         successors = torch.randint(cfg.vocab, (cfg.vocab, 2), generator=table_gen)
-        starts = torch.empty(self.size, dtype=torch.long)
-        choices = torch.empty(self.size, cfg.seq_len, dtype=torch.long)
-        for i in range(self.size):
-            gen = torch.Generator().manual_seed(_derive_seed(cfg.seed, "sample", i))
-            starts[i] = torch.randint(cfg.vocab, (1,), generator=gen)
-            choices[i] = torch.randint(2, (cfg.seq_len,), generator=gen)
-        tokens = [starts]
-        for t in range(cfg.seq_len):
-            tokens.append(successors[tokens[-1], choices[:, t]])
-        self.samples = torch.stack(tokens, dim=1)  # (dataset_size, seq_len + 1)
+        self.samples = _sequences(cfg, successors, "sample", self.size)
+        self.heldout = _sequences(cfg, successors, "heldout", cfg.eval_size)
         self._perms: dict[int, torch.Tensor] = {}
+
+    def digest(self) -> str:
+        """sha256 of the tokens of both splits: the data snapshot this job reads."""
+        h = hashlib.sha256()
+        for split in (self.samples, self.heldout):
+            h.update(split.contiguous().numpy().tobytes())
+        return h.hexdigest()
 
     def _perm(self, epoch: int) -> torch.Tensor:
         if epoch not in self._perms:
@@ -168,6 +180,21 @@ class Corpus:
         """Inputs and next-token targets for a range of global stream positions."""
         rows = self.samples[self.indices(positions)]
         return rows[:, :-1], rows[:, 1:]
+
+
+def _sequences(cfg: LMConfig, successors: torch.Tensor, tag: str, n: int) -> torch.Tensor:
+    """``n`` token sequences of the chain, sequence ``i`` drawn from ``(seed, tag, i)``;
+    shape ``(n, seq_len + 1)``."""
+    starts = torch.empty(n, dtype=torch.long)
+    choices = torch.empty(n, cfg.seq_len, dtype=torch.long)
+    for i in range(n):
+        gen = torch.Generator().manual_seed(_derive_seed(cfg.seed, tag, i))
+        starts[i] = torch.randint(cfg.vocab, (1,), generator=gen)
+        choices[i] = torch.randint(2, (cfg.seq_len,), generator=gen)
+    tokens = [starts]
+    for t in range(cfg.seq_len):
+        tokens.append(successors[tokens[-1], choices[:, t]])
+    return torch.stack(tokens, dim=1)
 
 
 # --- model ---------------------------------------------------------------------------
@@ -336,6 +363,8 @@ class _Job:
         self.step = 0
         self.position = 0
         self.stale_pipe: int | None = None
+        # ``stale-eval-model``: the copy evaluated instead of the model being trained.
+        self.eval_model: nn.Module | None = None
 
     def _fresh_optimizer(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
         cfg = self.cfg
@@ -361,6 +390,8 @@ class _Job:
             return
         state = loaded.state
         self.model.load_state_dict(state["model"])
+        if mode == "stale-eval-model":
+            self.eval_model = copy.deepcopy(self.model)
         if mode != "optimizer-not-restored":
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
@@ -473,6 +504,7 @@ class _Job:
                 time.sleep(cfg.step_sleep_s)
             if step % cfg.ckpt_every == 0 or step == cfg.steps:
                 self.checkpoint()
+                self.evaluate()
 
     def checkpoint(self) -> None:
         """Gather RNG states, save on rank 0, let the backend publish on every rank, then
@@ -540,6 +572,38 @@ class _Job:
             },
             keep=self.cfg.ckpt_keep,
             publish_before_durable=self.cfg.bad_mode == "publish-before-durable",
+        )
+
+    def evaluate(self) -> None:
+        """Held-out loss and accuracy of the model after this step (no gradient, no RNG
+        drawn: training goes on exactly as without it)."""
+        model = self.eval_model if self.eval_model is not None else self.model
+        inputs, targets = self.corpus.heldout[:, :-1], self.corpus.heldout[:, 1:]
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                logits = model(inputs)
+                loss = nn.functional.cross_entropy(
+                    logits.reshape(-1, self.cfg.vocab), targets.reshape(-1)
+                )
+                accuracy = (logits.argmax(dim=-1) == targets).double().mean()
+        finally:
+            model.train(was_training)
+        self.probe.evaluation(self.step, {"loss": loss.item(), "accuracy": accuracy.item()})
+
+    def export(self) -> None:
+        """Rank 0 writes the final model to ``export_path`` durably and reports its sha256."""
+        buf = io.BytesIO()
+        torch.save(self.model.state_dict(), buf)
+        data = buf.getvalue()
+        _ckpt.durable_write(self.cfg.export_path, data)
+        self.probe.artifact(
+            path=self.cfg.export_path,
+            sha256=hashlib.sha256(data).hexdigest(),
+            size_bytes=len(data),
+            name="final-model",
+            step=self.step,
         )
 
     def end_stale_replica(self) -> None:
@@ -613,6 +677,7 @@ def train_on_group(
             local_rank=int(os.environ.get("LOCAL_RANK", "0")),
             restart_count=restart_count,
             config_digest=job.digest,
+            data_digest=job.corpus.digest(),
             **run_start_extra,
         )
         job.resume()
@@ -620,6 +685,8 @@ def train_on_group(
             job.start_stale_replica()  # once per checkpoint dir, see there
         ddp = DistributedDataParallel(job.model, bucket_cap_mb_list=[0])
         job.train(ddp)
+        if cfg.export_path and rank == 0:
+            job.export()  # local I/O only: no collective, so before the group goes
         result = Trained(job.step, model_digest(job.model), probe, job.end_stale_replica)
     except BaseException as exc:
         # The traceback's frames hold the DDP model too; see below.

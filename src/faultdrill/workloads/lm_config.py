@@ -37,6 +37,7 @@ BAD_MODES = (
     "load-unverified",
     "stale-replica",
     "publish-before-durable",
+    "stale-eval-model",
 )
 SAVE_ERRORS = ("skip", "crash")
 LOADER_STARTS = ("fork", "spawn", "forkserver")
@@ -63,6 +64,7 @@ class LMConfig:
     warmup_steps: int = 5
     seed: int = 1234
     dataset_size: int = 512
+    eval_size: int = 32
     ckpt_every: int = 10
     ckpt_keep: int = 3
     gloo_timeout_s: float = 30.0
@@ -72,6 +74,7 @@ class LMConfig:
     loader_workers: int = 0
     loader_start: str = "fork"
     loader_persistent: bool = True
+    export_path: str = ""
 
 
 DIGEST_FIELDS = (
@@ -87,6 +90,7 @@ DIGEST_FIELDS = (
     "warmup_steps",
     "seed",
     "dataset_size",
+    "eval_size",
 )
 
 _INT_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "int"}
@@ -104,6 +108,7 @@ _MIN_INT = {
     "warmup_steps": 0,
     "seed": 0,
     "dataset_size": 1,
+    "eval_size": 1,
     "ckpt_every": 1,
     "ckpt_keep": 1,
     "loader_workers": 0,
@@ -152,6 +157,10 @@ def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
     for name in ("lr", "gloo_timeout_s"):
         if name in values and values[name] <= 0:
             raise fail(name, "must be > 0", values[name])
+    if not isinstance(values.get("export_path", ""), str):
+        raise fail(
+            "export_path", "must be a string (a file path, or '' for none)", values["export_path"]
+        )
     if values.get("step_sleep_s", 0.0) < 0:
         raise fail("step_sleep_s", "must be >= 0", values["step_sleep_s"])
     if "save_error" in values and values["save_error"] not in SAVE_ERRORS:
