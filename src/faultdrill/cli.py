@@ -2,7 +2,8 @@
 
 Exit status: 0 the drill proved what it should (every scenario passed, every control was
 caught); 1 it did not; 2 bad input or an environment that cannot host the drill (one clear
-message, no traceback); 130 interrupted (after reverting every fault).
+message, no traceback); 130 interrupted (after reverting every fault); 141 the reader of
+its output went away (``faultdrill schema | head``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -390,7 +392,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from faultdrill.engine.run import machine_problems
+    from faultdrill.engine.run import host_problem, machine_problems
     from faultdrill.plan import load_plan
 
     plan = load_plan(args.plan)
@@ -399,6 +401,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"{len(plan.scenarios())} scenario(s), {len(plan.controls)} control(s)"
     )
     # Valid is about the plan; whether this machine can drill it is said, not judged.
+    host = host_problem(plan)
+    if host is not None:
+        print(f"  this machine cannot run this plan at all: {host}")
     for item, lacks in machine_problems(plan, [i.id for i in plan.items()]).items():
         for ability, why in lacks.items():
             print(f"  this machine cannot run {item}: it needs {ability!r}, missing {why}")
@@ -541,6 +546,19 @@ def _interrupted_message(exc: Any) -> str:
     )
 
 
+def _reader_went_away() -> int:
+    """Our output's reader closed the pipe (``faultdrill schema | head``): stop quietly,
+    as a tool killed by SIGPIPE would, with its status (128 + 13). Standard output is
+    pointed at /dev/null so that the interpreter's last flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (captured): nothing left to protect
+        pass
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -551,6 +569,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("faultdrill: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
     except BaseException as exc:
         from faultdrill.engine.item import DrillInterrupted
 

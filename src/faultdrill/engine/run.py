@@ -26,7 +26,7 @@ from faultdrill.plan import Plan
 from faultdrill.report import write_reports
 from faultdrill.timeline import Timeline
 
-__all__ = ["run_plan", "write_dossier"]
+__all__ = ["host_problem", "machine_problems", "run_plan", "write_dossier"]
 
 
 def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> None:
@@ -72,20 +72,55 @@ def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> No
 def machine_problems(plan: Plan, ids: Iterable[str]) -> dict[str, dict[str, str]]:
     """For each item of ``ids`` whose fault needs abilities this machine lacks now (root,
     FUSE...): per ability, what is missing and its fix. A plan is validated against its
-    platform alone (so a recorded run can be judged anywhere); this is checked before a run."""
+    platform alone (so a recorded run can be judged anywhere); this is checked before a run.
+    The machine is asked once for the whole plan, not once per item."""
     from faultdrill.faults import FAULTS
     from faultdrill.platforms import PLATFORMS
 
     platform = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
     wanted = set(ids)
+    needs = {
+        item.id: FAULTS[item.fault.kind].requires_for(item.fault)
+        for item in plan.items()
+        if item.id in wanted
+    }
+    # One question to the machine for all items: each ability is judged on its own.
+    lacks = platform.machine_lacks(frozenset().union(*needs.values()))
     out: dict[str, dict[str, str]] = {}
-    for item in plan.items():
-        if item.id not in wanted:
-            continue
-        lacks = platform.machine_lacks(FAULTS[item.fault.kind].requires_for(item.fault))
-        if lacks:
-            out[item.id] = lacks
+    for item_id, need in needs.items():
+        missing = {a: why for a, why in lacks.items() if a in need}
+        if missing:
+            out[item_id] = missing
     return out
+
+
+def host_problem(plan: Plan) -> str | None:
+    """What this machine lacks to host the plan's layout at all (``isolation: netns``
+    without root...), with its fix; None when nothing is missing."""
+    from faultdrill.platforms import PLATFORMS
+
+    return PLATFORMS[plan.resources.platform].variant_for(plan.resources).host_lacks(plan.resources)
+
+
+def _refuse_what_this_machine_cannot_run(plan: Plan, selected: list[str]) -> None:
+    """Raise one DrillError naming everything this machine lacks for the selection (the
+    layout itself, then each item), with the fixes; nothing when it lacks nothing."""
+    host = host_problem(plan)
+    problems = machine_problems(plan, selected)
+    if host is None and not problems:
+        return
+    parts = [f"this machine cannot run this plan at all: {host}"] if host else []
+    if problems:
+        lines = "".join(
+            f"\n  {item}: needs {ability!r}, which this machine lacks: {why}"
+            for item, lacks in problems.items()
+            for ability, why in lacks.items()
+        )
+        parts.append(
+            f"this machine cannot run {len(problems)} selected item(s):{lines}\n"
+            "provide what is named, or leave these items out with --only"
+        )
+    raise DrillError("\n".join(parts))
 
 
 def run_plan(
@@ -105,17 +140,7 @@ def run_plan(
     selected = [s.id for s in plan.scenarios() if only is None or s.id in only]
     if controls:
         selected += [c.id for c in plan.controls if only is None or c.id in only]
-    problems = machine_problems(plan, selected)
-    if problems:
-        lines = "".join(
-            f"\n  {item}: needs {ability!r}, which this machine lacks: {why}"
-            for item, lacks in problems.items()
-            for ability, why in lacks.items()
-        )
-        raise DrillError(
-            f"this machine cannot run {len(problems)} selected item(s):{lines}\n"
-            "provide what is named, or leave these items out with --only"
-        )
+    _refuse_what_this_machine_cannot_run(plan, selected)  # before anything is written
     write_plan_copy(plan, source, run_dir)
     (run_dir / "selection.json").write_text(json.dumps({"selected": selected}, indent=2) + "\n")
     skipped: dict[str, str] = {}

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 from faultdrill.errors import DrillError, FaultError
+from faultdrill.frozen import Frozen
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -33,10 +32,10 @@ if TYPE_CHECKING:
     from faultdrill.platforms.api import Platform
 
 
-class FaultSpec(BaseModel):
-    """Base of every fault's plan data. Subclasses add ``kind: Literal[...]`` and params."""
+class FaultSpec(Frozen):
+    """Base of every fault's plan data. Subclasses add ``kind: Literal[...]`` and params
+    (each number with both bounds: :mod:`faultdrill.frozen`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: str
 
     def target_label(self) -> str:

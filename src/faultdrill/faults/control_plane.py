@@ -27,11 +27,12 @@ import signal
 import threading
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
-from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
+from faultdrill.faults.process import MAX_RANK, KillWorker, KillWorkerSpec, WorkerTarget
+from faultdrill.frozen import Frozen
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import Replica
 from faultdrill.platforms.local import procfs
@@ -66,12 +67,11 @@ class ReachesControlPlane(Protocol):
         ...
 
 
-class RestartProbe(BaseModel):
+class RestartProbe(Frozen):
     """Kill worker ``rank`` ``after_s`` seconds into the outage."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    rank: int = Field(ge=0)
-    after_s: float = Field(ge=0)
+    rank: int = Field(ge=0, le=MAX_RANK)
+    after_s: float = Field(ge=0, le=3600)
 
 
 class ControlPlaneOutageSpec(FaultSpec):

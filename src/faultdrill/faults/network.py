@@ -28,10 +28,11 @@ import threading
 from functools import partial
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
+from faultdrill.frozen import Frozen
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import ABILITY_NETWORK_LINKS, NetworkLinks
 from faultdrill.platforms.local.linux import (
@@ -46,10 +47,9 @@ from faultdrill.platforms.local.linux import (
 __all__ = ["LinkFlapSpec", "LinkLossSpec", "LinkSlowSpec", "LinkTarget", "PartitionSpec"]
 
 
-class LinkTarget(BaseModel):
+class LinkTarget(Frozen):
     """Whose link: a node (``n2``), optionally only towards one ``peer`` (partition)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     node: str = Field(pattern=r"^n\d{1,2}$")
     peer: str | None = Field(None, pattern=r"^n\d{1,2}$")
 

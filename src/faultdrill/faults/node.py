@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
 from faultdrill.faults.network import links_of
 from faultdrill.faults.process import send_signal
+from faultdrill.frozen import Frozen
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import ABILITY_NODE_CONTROL, NodeControl
 from faultdrill.platforms.local import procfs
@@ -38,8 +39,7 @@ from faultdrill.platforms.local.linux import ns_run
 __all__ = ["NodeDownSpec", "NodeDrainSpec", "NodeFreezeSpec", "NodeTarget"]
 
 
-class NodeTarget(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class NodeTarget(Frozen):
     node: str = Field(pattern=r"^n\d{1,2}$")
 
     def label(self) -> str:

@@ -7,20 +7,23 @@ import threading
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
+from faultdrill.frozen import Frozen
 from faultdrill.ledger import Ledger, undoer
 from faultdrill.platforms.api import ABILITY_SIGNAL_WORKERS, SignalsWorkers
 from faultdrill.platforms.local import procfs
 
+#: Highest rank a plan may name (the plan checks it against the world size too).
+MAX_RANK = 65_535
 
-class WorkerTarget(BaseModel):
+
+class WorkerTarget(Frozen):
     """Which worker: exactly one of a global rank or a node (all its workers' lowest rank)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    rank: int | None = Field(None, ge=0)
+    rank: int | None = Field(None, ge=0, le=MAX_RANK)
     node: str | None = None
 
     @model_validator(mode="after")
@@ -53,7 +56,9 @@ class KillWorkerSpec(FaultSpec):
     kind: Literal["kill-worker"] = "kill-worker"
     target: WorkerTarget
     signal: Literal["SIGKILL", "SIGTERM"] = "SIGKILL"
-    grace_s: float = Field(3.0, ge=0, description="with SIGTERM: wait this long, then SIGKILL")
+    grace_s: float = Field(
+        3.0, ge=0, le=600, description="with SIGTERM: wait this long, then SIGKILL"
+    )
 
     def target_label(self) -> str:
         return self.target.label()

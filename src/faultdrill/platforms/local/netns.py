@@ -205,6 +205,13 @@ class NetnsPlatform(LocalPlatform):
         self.net_track: NetSampler | None = None
 
     @classmethod
+    def host_lacks(cls, resources: Resources) -> str | None:
+        why = netns_unavailable()
+        if why is None:
+            return None
+        return f"isolation netns: {why}; run faultdrill as root, or set resources.isolation: none"
+
+    @classmethod
     def abilities_for(cls, resources: Resources) -> frozenset[str]:
         return frozenset(
             {
