@@ -43,18 +43,23 @@ def recovery_class(
     operator_actions: int,
     confirm_required: bool,
     aborted: str | None = None,
+    undetermined: str | None = None,
 ) -> tuple[RecoveryClass, str]:
     """How the job came back, and why that class.
 
     ``aborted``: why the harness aborted the drill (a stop condition). The job then did
     not recover within the plan's stop conditions, which is all that can be said of it:
-    unrecoverable *within those limits*, and the why names the condition."""
+    unrecoverable *within those limits*, and the why names the condition.
+    ``undetermined``: why the drill cannot tell at all (its fault was never applied, its
+    events are damaged): the class is ``not-determined``, never a guess."""
     if aborted is not None:
         return (
             RecoveryClass.UNRECOVERABLE,
             f"not determined within the stop conditions: {aborted}; the job had not "
             "recovered when the drill was aborted",
         )
+    if undetermined is not None:
+        return RecoveryClass.NOT_DETERMINED, f"not determined: {undetermined}"
     if outcome != "succeeded":
         return RecoveryClass.UNRECOVERABLE, f"the job ended {outcome or 'without an end state'}"
     for cat in ("progress", "results"):
@@ -215,6 +220,60 @@ def _conditions(plan: Plan, tl: Timeline) -> dict[str, Any]:
     }
 
 
+#: Which evidence the events of each source feed (a source not named here: all of it).
+_FED_BY = {
+    "sampler": ("resources",),
+    "net": ("expectation",),
+    "platform": ("resources", "expectation"),
+    "fault": ("resources", "expectation"),
+}
+
+
+def _not_judged(evidence: dict[str, EvidenceResult], cats: tuple[str, ...], why: str) -> None:
+    """The failures in ``cats`` become retest: what they rest on is not trustworthy."""
+    for cat in cats:
+        ev = evidence[cat]
+        ev.findings = [
+            Finding(f.check, Verdict.RETEST, f"{f.message} (not judged: {why})", f.data)
+            if f.verdict == Verdict.FAIL
+            else f
+            for f in ev.findings
+        ]
+
+
+def _integrity(tl: Timeline, evidence: dict[str, EvidenceResult]) -> None:
+    """Torn last lines (a writer killed mid-write) are expected and said. Any other line
+    that is not an event makes the evidence its file feeds retest: a ``timeline.integrity``
+    finding names the file and the count, and that evidence's failures are not judged
+    (they may come from the lines that are missing)."""
+    torn = tl.torn_lines - sum(n for n, _ in tl.bad_lines.values())
+    if torn > 0:
+        evidence["expectation"].findings.append(
+            Finding(
+                "timeline.integrity",
+                Verdict.PASS,
+                f"{torn} torn last line(s) skipped (a process was killed mid-write)",
+            )
+        )
+    for name, (count, source) in sorted(tl.bad_lines.items()):
+        cats = _FED_BY.get(source, ("progress", "resources", "results", "expectation"))
+        why = (
+            f"{count} line(s) of events/{name} are not valid events (not JSON, not an "
+            "object, or a field missing or of the wrong type) and were skipped"
+        )
+        _not_judged(evidence, cats, why)
+        for cat in cats:
+            evidence[cat].findings.append(
+                Finding(
+                    "timeline.integrity",
+                    Verdict.RETEST,
+                    f"{why}: this {cat} evidence is incomplete; restore the file from the "
+                    "run's bundle, or run the drill again",
+                    {"file": f"events/{name}", "lines": count, "source": source or None},
+                )
+            )
+
+
 #: Expectations that cannot be judged when the scenario could not run as planned.
 _OUTCOME_CHECKS = ("expectation.job-outcome", "expectation.restart", "expectation.recovery-class")
 
@@ -229,21 +288,58 @@ def stop_condition_fired(tl: Timeline) -> str | None:
     return f"stop condition '{e.get('condition')}' fired{detail}"
 
 
-def _aborted_is_retest(tl: Timeline, evidence: dict[str, EvidenceResult]) -> None:
-    """When a stop condition aborted the item, or a spare it needed failed its environment
-    preparation, its outcome expectations become retest, not fail (the progress, resource
-    and result evidence recorded keeps its verdict; the item's verdict is retest after a
-    stop condition: :attr:`ItemResult.verdict`)."""
+def _fault_not_applied(evidence: dict[str, EvidenceResult]) -> str | None:
+    """What ``expectation.fault-applied`` said when the planned fault was not applied (its
+    trigger never reached, its injection failed), or None."""
+    for f in evidence["expectation"].findings:
+        if f.check == "expectation.fault-applied" and f.verdict != Verdict.PASS:
+            return f.message
+    return None
+
+
+def _undetermined(
+    tl: Timeline,
+    evidence: dict[str, EvidenceResult],
+    item: Scenario | Control | None,
+    reference: Reference | None,
+) -> str | None:
+    """Why this drill cannot tell how the job recovered, or None when it can."""
+    if item is not None:
+        not_applied = _fault_not_applied(evidence)
+        if not_applied is not None:
+            return f"{not_applied}; nothing was recovered from"
+    damaged = sorted(
+        name
+        for name, (_, source) in tl.bad_lines.items()
+        if set(_FED_BY.get(source, ("progress",))) & {"progress", "resources", "results"}
+    )
+    if damaged:
+        return f"events/{', events/'.join(damaged)} hold lines that are not valid events"
+    if item is not None and reference is not None and reference.damaged:
+        return "the baseline's events hold lines that are not valid events"
+    return None
+
+
+def _aborted_is_retest(
+    tl: Timeline, evidence: dict[str, EvidenceResult], item: Scenario | Control | None
+) -> None:
+    """When a stop condition aborted the item, a spare it needed failed its environment
+    preparation, or its fault was never applied, its outcome expectations become retest,
+    not fail (the progress, resource and result evidence recorded keeps its verdict; the
+    item's verdict is retest after a stop condition: :attr:`ItemResult.verdict`)."""
     fired = tl.of("harness", "stop_condition")
     unprepared = [
         e
         for e in tl.of("platform", "spare_rejected")
         if e.get("category") == "environment-preparation"
     ]
+    not_applied = _fault_not_applied(evidence) if item is not None else None
     if fired:
         why = f"stop condition '{fired[0].get('condition')}' aborted the scenario"
     elif unprepared:
         why = f"spare {unprepared[0].get('node')} failed its environment preparation"
+    elif not_applied is not None:
+        why = "the fault was not applied as planned"
     else:
         return
     ev = evidence["expectation"]
@@ -271,14 +367,13 @@ def evaluate_item(
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
     evidence = run_checks(ctx)
     item_id = "baseline" if item is None else item.id
-    if tl.torn_lines:
-        evidence["expectation"].findings.append(
-            Finding(
-                "timeline.integrity",
-                Verdict.PASS,
-                f"{tl.torn_lines} torn or unreadable event line(s) "
-                "skipped (a process was killed mid-write)",
-            )
+    _integrity(tl, evidence)
+    if kind != "baseline" and reference is not None and reference.damaged:
+        _not_judged(
+            evidence,
+            ("progress", "resources", "results"),
+            f"the baseline's events/{', events/'.join(reference.damaged)} hold lines that "
+            "are not valid events: comparisons with it prove nothing",
         )
     if kind != "baseline" and baseline_verdict is not None and baseline_verdict != Verdict.PASS:
         evidence["expectation"].findings.append(
@@ -294,10 +389,13 @@ def evaluate_item(
     actions = [e.fields for e in tl.of("harness", "operator_action")]
     confirm = bool(getattr(getattr(item, "recovery", None), "confirm", False))
     aborted = stop_condition_fired(tl)
-    cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted)
+    undetermined = _undetermined(tl, evidence, item, reference)
+    cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted, undetermined)
     if isinstance(item, Scenario):
         want = item.expected.recovery
-        if cls == want:
+        if cls == RecoveryClass.NOT_DETERMINED:
+            f = Finding("expectation.recovery-class", Verdict.RETEST, f"recovery class {why}")
+        elif cls == want:
             f = Finding(
                 "expectation.recovery-class",
                 Verdict.PASS,
@@ -317,7 +415,7 @@ def evaluate_item(
                 "explain or correct the plan's expectation",
             )
         evidence["expectation"].findings.append(f)
-    _aborted_is_retest(tl, evidence)
+    _aborted_is_retest(tl, evidence, item)
     return ItemResult(
         id=item_id,
         kind=kind,

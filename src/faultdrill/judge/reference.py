@@ -24,6 +24,9 @@ class Reference:
     last_step: int
     cover_starts: np.ndarray
     cover_ends: np.ndarray
+    #: The baseline's events files that held lines that are not valid events: what is
+    #: compared with this reference proves nothing (``Timeline.bad_lines``).
+    damaged: tuple[str, ...] = ()
 
     @classmethod
     def from_timeline(cls, tl: Timeline, run_id: str = "baseline") -> Reference:
@@ -50,6 +53,7 @@ class Reference:
             last_step=int(st.step.max()) if len(st) else 0,
             cover_starts=cs,
             cover_ends=ce,
+            damaged=tuple(sorted(tl.bad_lines)),
         )
 
     def step_loss(self) -> tuple[np.ndarray, np.ndarray]:
