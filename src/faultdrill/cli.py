@@ -24,6 +24,7 @@ from faultdrill import __version__
 from faultdrill.errors import DrillError
 
 if TYPE_CHECKING:
+    from faultdrill.judge.evaluate import ItemResult
     from faultdrill.plan import Plan
 
 __all__ = ["main"]
@@ -33,38 +34,116 @@ def _demo_plan_path() -> Path:
     return Path(str(resources.files("faultdrill") / "plans" / "demo.yaml"))
 
 
+def _elapsed(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
+def _label(kind: str, item: str) -> str:
+    return item if item == kind else f"{kind} {item}"
+
+
 class _Console:
-    """Progress while a drill runs (rich), or nothing but the final lines (--quiet)."""
+    """What a person sees while a drill runs, on standard error.
+
+    On a terminal: a live status line ("item 3 of 17, 1:05 elapsed: step 12, job running")
+    and one line per finished item. Without a terminal (CI, a pipe, a log file): one line
+    when each item starts and one when it ends, with the same count and elapsed time.
+    ``--quiet``: only the end lines. Whatever the mode, an item whose job failed gets the
+    failing command, the exit status, the worker's last output lines and the log's path."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
+        self.live_line = not quiet and sys.stderr.isatty()
+        self.t0 = time.monotonic()
+        self.run_dir: Path | None = None
         self._status: Any = None
         self._last = 0.0
-        if not quiet:
+        self._count = ""  # "item 3 of 17", of the item running now
+        if self.live_line:
             from rich.console import Console
 
             self.rich = Console(stderr=True)
 
     def live(self) -> AbstractContextManager[Any]:
-        if self.quiet:
+        if not self.live_line:
             return nullcontext()
         status: AbstractContextManager[Any] = self.rich.status("starting...")
         self._status = status
         return status
 
+    def _now(self) -> str:
+        return f"{self._count}, {_elapsed(time.monotonic() - self.t0)} elapsed"
+
     def progress(self, item: str, line: str) -> None:
         now = time.monotonic()
         if self._status is not None and now - self._last > 0.2:
             self._last = now
-            self._status.update(line)
+            self._status.update(f"{self._now()}: {line}")
+
+    def started(self, item: str, kind: str, index: int, total: int) -> None:
+        self._count = f"item {index} of {total}"
+        if self._status is not None:
+            self._status.update(f"{self._now()}: {_label(kind, item)} starting")
+        elif not self.quiet:
+            print(
+                f"faultdrill: {self._now()}: {_label(kind, item)} started",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def finished(
+        self,
+        item: str,
+        kind: str,
+        index: int,
+        total: int,
+        result: ItemResult | None,
+        reason: str | None,
+    ) -> None:
+        text = result.verdict.value if result is not None else (reason or "not run")
+        self._count = f"item {index} of {total}"
+        if self.live_line:
+            colour = {"pass": "green", "fail": "red", "retest": "yellow"}.get(text, "white")
+            self.rich.print(
+                f"  {self._count:<13} {kind:<8} {item:<32} [{colour}]{text}[/{colour}]",
+                highlight=False,
+            )
+        else:
+            print(
+                f"faultdrill: {self._now()}: {_label(kind, item)}: {text}",
+                file=sys.stderr,
+                flush=True,
+            )
+        if result is not None:
+            self._why(result)
+
+    def _why(self, result: ItemResult) -> None:
+        """Why the job failed, or why nothing could be judged, for a person to act on."""
+        from faultdrill.engine.failure import describe
+
+        lines: list[str] = []
+        if result.failure is not None:
+            facts = dict(result.failure)
+            if facts.get("log") and self.run_dir is not None:
+                facts["log"] = str(self.run_dir / str(facts["log"]))
+            lines += describe(facts)
+        if result.no_probe_events:
+            lines += [
+                f.message
+                for f in result.evidence["expectation"].findings
+                if f.check == "expectation.probe"
+            ]
+        for line in lines:
+            print(f"    {line}", file=sys.stderr, flush=True)
 
     def item_done(self, item: str, kind: str, verdict: Any) -> None:
         text = verdict.value if verdict is not None else "not run"
-        if self.quiet:
-            print(f"{kind} {item}: {text}", file=sys.stderr)
-        else:
+        if self.live_line:
             colour = {"pass": "green", "fail": "red", "retest": "yellow"}.get(text, "white")
             self.rich.print(f"  {kind:<8} {item:<32} [{colour}]{text}[/{colour}]")
+        else:
+            print(f"{kind} {item}: {text}", file=sys.stderr)
 
     def say(self, text: str) -> None:
         print(text)
@@ -116,7 +195,8 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
                 f"known: {', '.join(sorted(known))}"
             )
     if not args.quiet:
-        con.rich.print(f"faultdrill {__version__}: plan [bold]{plan_path}[/bold] -> {out}")
+        print(f"faultdrill {__version__}: plan {plan_path} -> {out}", file=sys.stderr)
+    con.run_dir = out
     with con.live():
         result = run_plan(
             plan,
@@ -125,7 +205,7 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
             only=only,
             controls=not getattr(args, "no_controls", False),
             report=con.progress,
-            on_item=con.item_done,
+            progress=con,
         )
     summ = result.to_json()["summary"]
     con.say(

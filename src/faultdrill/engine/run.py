@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from faultdrill.checks import Verdict
 from faultdrill.engine.item import (
@@ -26,7 +28,7 @@ from faultdrill.plan import Plan
 from faultdrill.report import write_reports
 from faultdrill.timeline import Timeline
 
-__all__ = ["host_problem", "machine_problems", "run_plan", "write_dossier"]
+__all__ = ["Progress", "host_problem", "machine_problems", "run_plan", "write_dossier"]
 
 
 def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> None:
@@ -123,6 +125,51 @@ def _refuse_what_this_machine_cannot_run(plan: Plan, selected: list[str]) -> Non
     raise DrillError("\n".join(parts))
 
 
+class Progress(Protocol):
+    """What a caller is told as a run goes: each item's start and end, with its number
+    (``index`` of ``total``: the baseline, then every selected scenario and control)."""
+
+    def started(self, item: str, kind: str, index: int, total: int) -> None: ...
+
+    def finished(
+        self,
+        item: str,
+        kind: str,
+        index: int,
+        total: int,
+        result: ItemResult | None,
+        reason: str | None,
+    ) -> None:
+        """``result``: the item judged; None when it was not run (``reason`` says why)."""
+
+
+@dataclass
+class _Announcer:
+    """Numbers the items as they run and tells ``on_item`` and ``progress`` of each."""
+
+    total: int
+    on_item: Callable[[str, str, Verdict | None], None]
+    progress: Progress | None
+    index: int = 0
+
+    def start(self, item: str, kind: str) -> None:
+        self.index += 1
+        if self.progress is not None:
+            self.progress.started(item, kind, self.index, self.total)
+
+    def skip(self, item: str, kind: str, reason: str) -> None:
+        """An item not run: it is counted and its end said, it never starts."""
+        self.index += 1
+        self.done(item, kind, None, reason)
+
+    def done(
+        self, item: str, kind: str, result: ItemResult | None, reason: str | None = None
+    ) -> None:
+        self.on_item(item, kind, result.verdict if result is not None else None)
+        if self.progress is not None:
+            self.progress.finished(item, kind, self.index, self.total, result, reason)
+
+
 def run_plan(
     plan: Plan,
     run_dir: Path,
@@ -132,6 +179,7 @@ def run_plan(
     controls: bool = True,
     report: Reporter = lambda _i, _s: None,
     on_item: Callable[[str, str, Verdict | None], None] = lambda _i, _k, _v: None,
+    progress: Progress | None = None,
 ) -> RunResult:
     """Execute and judge a plan into ``run_dir``. ``only`` limits scenarios/controls by id."""
     run_dir = run_dir.resolve()  # a relative --out must not depend on a job's working dir
@@ -143,14 +191,16 @@ def run_plan(
     _refuse_what_this_machine_cannot_run(plan, selected)  # before anything is written
     write_plan_copy(plan, source, run_dir)
     (run_dir / "selection.json").write_text(json.dumps({"selected": selected}, indent=2) + "\n")
+    say = _Announcer(1 + len(selected), on_item, progress)
     skipped: dict[str, str] = {}
     started = time.time()
+    say.start("baseline", "baseline")
     base_work = execute_item(plan, "baseline", None, run_dir, report)
     write_dossier(plan, run_dir, started, time.time())
     base_tl = Timeline.load(base_work / "events")
     reference = Reference.from_timeline(base_tl)
     base = evaluate_item(plan, "baseline", None, base_work, reference, timeline=base_tl)
-    on_item("baseline", "baseline", base.verdict)
+    say.done("baseline", "baseline", base)
     items: list[ItemResult] = []
     blocked_by: str | None = None
     if base.verdict != Verdict.PASS:
@@ -162,23 +212,24 @@ def run_plan(
                 continue
             if blocked_by:
                 skipped[sc.id] = f"not run: {blocked_by}"
-                on_item(sc.id, "scenario", None)
+                say.skip(sc.id, "scenario", skipped[sc.id])
                 continue
+            say.start(sc.id, "scenario")
             work = execute_item(plan, "scenario", sc, run_dir, report)
             res = evaluate_item(plan, "scenario", sc, work, reference, base.verdict)
             items.append(res)
-            on_item(sc.id, "scenario", res.verdict)
+            say.done(sc.id, "scenario", res)
             round_ok &= res.verdict == Verdict.PASS
         if not round_ok and not rnd.continue_on_failure and blocked_by is None:
             blocked_by = f"round {rnd.round} did not pass (set continue_on_failure to go on)"
-    if controls:
-        for ctl in plan.controls:
-            if only is not None and ctl.id not in only:
-                continue
-            work = execute_item(plan, "control", ctl, run_dir, report)
-            res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
-            items.append(res)
-            on_item(ctl.id, "control", res.verdict)
+    for ctl in plan.controls if controls else ():
+        if only is not None and ctl.id not in only:
+            continue
+        say.start(ctl.id, "control")
+        work = execute_item(plan, "control", ctl, run_dir, report)
+        res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
+        items.append(res)
+        say.done(ctl.id, "control", res)
     (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
     result = RunResult(
         plan,

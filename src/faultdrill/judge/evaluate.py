@@ -109,6 +109,14 @@ class ItemResult:
     disruption: dict[str, Any] | None = None
     #: Why the harness aborted the item (a stop condition fired), or None.
     aborted: str | None = None
+    #: When the job ended failed: ``command``, ``exit_status``, ``signal``, ``node``,
+    #: ``local_rank``, ``worker_failures``, ``error_tail`` (the failing worker's last output
+    #: lines), ``log`` (relative to the run directory); see
+    #: :func:`faultdrill.engine.failure.failure_facts`. None otherwise.
+    failure: dict[str, Any] | None = None
+    #: No probe event from any rank: the script is not instrumented (or died before its
+    #: first ``run_start``); its evidence cannot be judged.
+    no_probe_events: bool = False
 
     @property
     def verdict(self) -> Verdict:
@@ -190,6 +198,8 @@ class ItemResult:
             "goodput": self.goodput,
             "inventory": self.inventory,
             "disruption": self.disruption,
+            "failure": self.failure,
+            "no_probe_events": self.no_probe_events,
         }
         if self.timeline is not None:
             out.update(network_report(self.timeline))
@@ -227,6 +237,29 @@ _FED_BY = {
     "platform": ("resources", "expectation"),
     "fault": ("resources", "expectation"),
 }
+
+
+NO_PROBE_EVENTS = "no probe events from any rank: instrument the script (docs/probe.md)"
+
+
+def _no_probe_events(
+    tl: Timeline, evidence: dict[str, EvidenceResult], job_failed: bool
+) -> str | None:
+    """When no rank wrote a single probe event, nothing of progress, resources or results
+    can be judged: say so (``expectation.probe``, retest), and let no failure stand that
+    only says what is missing. Returns what was said, or None when there are events."""
+    if len(tl.steps) or any(e.src == "probe" for e in tl.events):
+        return None
+    why = NO_PROBE_EVENTS
+    if job_failed:
+        why = (
+            "no probe events from any rank: the job failed before any rank reported (see "
+            "the failure: command, exit status, error output); if it ran, instrument the "
+            "script (docs/probe.md)"
+        )
+    _not_judged(evidence, ("progress", "resources", "results"), why)
+    evidence["expectation"].findings.append(Finding("expectation.probe", Verdict.RETEST, why))
+    return why
 
 
 def _not_judged(evidence: dict[str, EvidenceResult], cats: tuple[str, ...], why: str) -> None:
@@ -367,6 +400,8 @@ def evaluate_item(
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
     evidence = run_checks(ctx)
     item_id = "baseline" if item is None else item.id
+    failed = tl.first("harness", "job_failed")
+    no_probe = _no_probe_events(tl, evidence, failed is not None)
     _integrity(tl, evidence)
     if kind != "baseline" and reference is not None and reference.damaged:
         _not_judged(
@@ -390,6 +425,8 @@ def evaluate_item(
     confirm = bool(getattr(getattr(item, "recovery", None), "confirm", False))
     aborted = stop_condition_fired(tl)
     undetermined = _undetermined(tl, evidence, item, reference)
+    if no_probe is not None:
+        undetermined = no_probe
     cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted, undetermined)
     if isinstance(item, Scenario):
         want = item.expected.recovery
@@ -433,6 +470,8 @@ def evaluate_item(
         inventory=inventory_summary(tl),
         disruption=describe_disruption(tl, gloo_s=plan.resources.timeouts.gloo_s),
         aborted=aborted,
+        failure=dict(failed.fields) if failed is not None else None,
+        no_probe_events=no_probe is not None,
     )
 
 
@@ -483,6 +522,8 @@ class RunResult:
                 "world_size": ref.world_size if ref else None,
                 "verdict": base.verdict.value if base else "retest",
                 "evidence": {k: v.to_json() for k, v in base.evidence.items()} if base else None,
+                "failure": base.failure if base else None,
+                "no_probe_events": base.no_probe_events if base else False,
                 "dossier": dossier,
             },
             "scenarios": [i.to_json() for i in self.items],
