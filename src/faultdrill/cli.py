@@ -492,12 +492,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _lang(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
-        "--lang", choices=("en", "zh"), default="en", help="language of report.md/report.html"
+        "--lang",
+        choices=("en", "zh"),
+        default="en",
+        help="language of report.md and report.html (default: en; report.json is language-neutral)",
     )
 
 
 def _junit(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML for CI")
+    sp.add_argument(
+        "--junit",
+        type=Path,
+        metavar="FILE",
+        help="also write the verdicts as JUnit XML to FILE, for CI (default: none)",
+    )
 
 
 def _band_args(sp: argparse.ArgumentParser) -> None:
@@ -512,12 +520,62 @@ def _band_args(sp: argparse.ArgumentParser) -> None:
     )
 
 
+DESCRIPTION = """\
+Prove whether a distributed training platform really recovers from faults.
+
+faultdrill runs a real PyTorch distributed job (torchrun) under a plan: a fault-free
+baseline, then scenarios that each inject one fault (a worker killed, a link lossy or cut,
+a node lost, the control plane or checkpoint storage away, a checkpoint damaged) and
+negative controls (known-bad workloads a named check must catch). Every event lands on
+one timeline; checks judge progress, resources and results evidence: pass, retest or fail.
+
+typical use:
+  faultdrill demo                       the built-in plan (about 6 minutes, as root)
+  faultdrill validate PLAN.yaml         check a plan, and what this machine can drill
+  faultdrill run PLAN.yaml --out DIR    drill it; reports and evidence in DIR
+  faultdrill check DIR                  judge a recorded run again, offline
+  faultdrill bundle DIR                 pack it for someone else to verify and replay
+
+exit status: 0 proven, 1 not proven, 2 bad input (one message naming file, field and
+fix), 130 interrupted (every fault reverted), 141 output cut off by a closed pipe.
+"""
+
+
+def _drill_options(sp: argparse.ArgumentParser, default_out: str) -> None:
+    """The options ``demo`` and ``run`` share, each with its default."""
+    sp.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help=f"run directory to create; must not exist or be empty (default: {default_out})",
+    )
+    sp.add_argument(
+        "--quiet",
+        action="store_true",
+        help="only one line per finished item and the summary, no live status line (default: "
+        "a live status line on a terminal, else one line per item start and end)",
+    )
+    sp.add_argument(
+        "--only",
+        metavar="IDS",
+        help="comma-separated scenario/control ids to drill, besides the baseline (default: "
+        "every scenario and control of the plan)",
+    )
+    sp.add_argument(
+        "--no-controls",
+        action="store_true",
+        help="skip the negative controls (default: they run after the scenarios)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="faultdrill", description=__doc__.split("\n")[0] if __doc__ else ""
+        prog="faultdrill",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"faultdrill {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
         name: str, fn: Callable[[argparse.Namespace], int], help_: str
@@ -529,23 +587,27 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "demo",
         cmd_demo,
-        "the built-in plan on the reference workload: baseline, three rounds of faults and every negative control",
+        "the built-in plan on the reference workload: baseline, three rounds of faults and "
+        "every negative control; writes the reports and the evidence bundle",
     )
-    sp.add_argument(
-        "--out", type=Path, help="run directory to create (default: ./faultdrill-demo-TIME)"
-    )
-    sp.add_argument("--quiet", action="store_true", help="no live progress (for CI)")
-    sp.add_argument("--only", help="comma-separated scenario/control ids to run")
-    sp.add_argument("--no-controls", action="store_true", help="skip the negative controls")
+    _drill_options(sp, "./faultdrill-demo-YYYYmmdd-HHMMSS")
     _lang(sp)
     _junit(sp)
-    sp = add("run", cmd_run, "run the drills of a plan file")
-    sp.add_argument("plan", type=Path)
-    sp.add_argument("--out", type=Path)
-    sp.add_argument("--quiet", action="store_true")
-    sp.add_argument("--only", help="comma-separated scenario/control ids to run")
-    sp.add_argument("--no-controls", action="store_true")
-    sp.add_argument("--bundle", action="store_true", help="also write the evidence bundle")
+    sp = add(
+        "run",
+        cmd_run,
+        "drill a plan: its baseline, then its scenarios round by round (a round runs only if "
+        "the earlier ones passed), then its negative controls; writes report.html, "
+        "report.md and report.json into the run directory",
+    )
+    sp.add_argument("plan", type=Path, metavar="PLAN", help="the plan file (YAML or JSON)")
+    _drill_options(sp, "./faultdrill-TASK_ID-YYYYmmdd-HHMMSS")
+    sp.add_argument(
+        "--bundle",
+        action="store_true",
+        help="also pack the run into DIR.bundle.tar.gz for verify/replay (default: off; "
+        "`faultdrill bundle DIR` does it later)",
+    )
     _lang(sp)
     _junit(sp)
     sp = add("check", cmd_check, "re-run the checks offline on a recorded run directory")
@@ -610,8 +672,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="without paths: also revert the ledgers of drills that are still running",
     )
     add("schema", cmd_schema, "print the plan's JSON Schema")
-    sp = add("validate", cmd_validate, "validate a plan file")
-    sp.add_argument("plan", type=Path)
+    sp = add(
+        "validate",
+        cmd_validate,
+        "validate a plan file, and say what this machine cannot drill of it (root, FUSE)",
+    )
+    sp.add_argument("plan", type=Path, metavar="PLAN", help="the plan file (YAML or JSON)")
     return p
 
 
