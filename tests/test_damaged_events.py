@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ pytestmark = pytest.mark.drill
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     base = tmp_path_factory.mktemp("damage")
     raw = demo_raw()
-    raw["task"]["id"] = "damage-lm"
+    task_id = f"damage-{uuid.uuid4().hex[:8]}"  # ours alone: the cleanup kills by task id
+    raw["task"]["id"] = task_id
     raw["resources"].update(isolation="none", spares=0)
     raw["rounds"] = [{"round": 1, "scenarios": [raw["rounds"][0]["scenarios"][0]]}]
     raw["controls"] = []
@@ -58,7 +60,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         assert done.returncode == 0, done.stdout + done.stderr
         yield run
     finally:
-        kill_task("damage-lm")
+        kill_task(task_id)
 
 
 def damaged_copy(run: Path, tmp_path: Path, damage: Damage) -> Path:

@@ -150,3 +150,24 @@ def test_a_failure_built_on_damaged_events_is_not_judged(
         "(not judged: 1 line(s) of events/probe-rank0.jsonl are not valid events (not JSON, "
         "not an object, or a field missing or of the wrong type) and were skipped)"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("selection.json", b"garbage"),
+        ("selection.json", b'{"selected": 5}'),
+        ("skipped.json", b"[" * 100_000),
+        ("plan.json", b"[" * 100_000),
+    ],
+)
+def test_a_damaged_run_file_is_said_not_raised(
+    tmp_path: Path, plan: Plan, name: str, content: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from faultdrill.cli import main
+
+    (tmp_path / "plan.json").write_text(json.dumps(plan.model_dump(mode="json")))
+    (tmp_path / name).write_bytes(content)
+    assert main(["check", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / name}:" in err and "Traceback" not in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -209,7 +210,8 @@ def test_a_script_crashing_at_start_says_command_status_output_and_log(tmp_path:
         'print("starting", flush=True)\nraise RuntimeError("boom: the config is wrong")\n'
     )
     raw = demo_raw()
-    raw["task"].update(id="crash-lm", workload={})
+    task_id = f"crash-{uuid.uuid4().hex[:8]}"  # ours alone: the cleanup kills by task id
+    raw["task"].update(id=task_id, workload={})
     raw["task"]["entrypoint"] = {"script": "crash.py", "args": ["--ckpt={ckpt_dir}"]}
     raw["resources"].update(isolation="none", spares=0, max_restarts=1)
     raw["rounds"] = [{"round": 1, "scenarios": [raw["rounds"][0]["scenarios"][0]]}]
@@ -226,7 +228,7 @@ def test_a_script_crashing_at_start_says_command_status_output_and_log(tmp_path:
             timeout=300,
         )
     finally:
-        kill_task("crash-lm")
+        kill_task(task_id)
     err = done.stderr
     assert done.returncode == 1, err
     assert "faultdrill: item 1 of 2, " in err and "baseline: fail" in err

@@ -92,6 +92,13 @@ def _kinds(annotation: Any) -> tuple[bool, bool, Any, Any]:
     return False, False, None, None
 
 
+def _may_hold_a_number(annotation: Any) -> bool:
+    """Whether a value of this type is, or contains, a number field (sub-models check
+    their own fields)."""
+    number, _, values, items = _kinds(annotation)
+    return number or values is not None or items is not None
+
+
 def _bool_for_number(value: Any, annotation: Any, where: str) -> str | None:
     """Where ``value`` holds true/false in a place that wants a number: a message, or None."""
     number, takes_bool, values, items = _kinds(annotation)
@@ -99,12 +106,12 @@ def _bool_for_number(value: Any, annotation: Any, where: str) -> str | None:
         if number and not takes_bool:
             return f"{where}must be a number, not {str(value).lower()}"
         return None
-    if values is not None and isinstance(value, dict):
+    if values is not None and isinstance(value, dict) and _may_hold_a_number(values):
         for key, item in value.items():
             problem = _bool_for_number(item, values, f"{where}{shown(key)}: ")
             if problem:
                 return problem
-    if items is not None and isinstance(value, (list, tuple)):
+    if items is not None and isinstance(value, (list, tuple)) and _may_hold_a_number(items):
         for i, item in enumerate(value):
             problem = _bool_for_number(item, items, f"{where}[{i}]: ")
             if problem:

@@ -274,11 +274,21 @@ def _not_judged(evidence: dict[str, EvidenceResult], cats: tuple[str, ...], why:
         ]
 
 
-def _integrity(tl: Timeline, evidence: dict[str, EvidenceResult]) -> None:
+def _integrity(
+    tl: Timeline, evidence: dict[str, EvidenceResult], reference: Reference | None
+) -> None:
     """Torn last lines (a writer killed mid-write) are expected and said. Any other line
     that is not an event makes the evidence its file feeds retest: a ``timeline.integrity``
     finding names the file and the count, and that evidence's failures are not judged
-    (they may come from the lines that are missing)."""
+    (they may come from the lines that are missing). So does a damaged baseline
+    (``reference``) for everything compared with it."""
+    if reference is not None and reference.damaged:
+        _not_judged(
+            evidence,
+            ("progress", "resources", "results"),
+            f"the baseline's events/{', events/'.join(reference.damaged)} hold lines that "
+            "are not valid events: comparisons with it prove nothing",
+        )
     torn = tl.torn_lines - sum(n for n, _ in tl.bad_lines.values())
     if torn > 0:
         evidence["expectation"].findings.append(
@@ -319,6 +329,27 @@ def stop_condition_fired(tl: Timeline) -> str | None:
     e = fired[0]
     detail = f" ({e.get('detail')})" if e.get("detail") else ""
     return f"stop condition '{e.get('condition')}' fired{detail}"
+
+
+def _class_as_expected(cls: RecoveryClass, why: str, item: Scenario) -> Finding:
+    """``expectation.recovery-class``: the class judged against the one the plan expects."""
+    name, want = "expectation.recovery-class", item.expected.recovery
+    if cls == RecoveryClass.NOT_DETERMINED:
+        return Finding(name, Verdict.RETEST, f"recovery class {why}")
+    if cls == want:
+        return Finding(name, Verdict.PASS, f"recovery class {cls.value}, as expected")
+    if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
+        return Finding(
+            name,
+            Verdict.FAIL,
+            f"recovery class {cls.value}, worse than the expected {want.value}: {why}",
+        )
+    return Finding(
+        name,
+        Verdict.RETEST,
+        f"recovery class {cls.value}, better than the expected {want.value}: explain or "
+        "correct the plan's expectation",
+    )
 
 
 def _fault_not_applied(evidence: dict[str, EvidenceResult]) -> str | None:
@@ -402,14 +433,7 @@ def evaluate_item(
     item_id = "baseline" if item is None else item.id
     failed = tl.first("harness", "job_failed")
     no_probe = _no_probe_events(tl, evidence, failed is not None)
-    _integrity(tl, evidence)
-    if kind != "baseline" and reference is not None and reference.damaged:
-        _not_judged(
-            evidence,
-            ("progress", "resources", "results"),
-            f"the baseline's events/{', events/'.join(reference.damaged)} hold lines that "
-            "are not valid events: comparisons with it prove nothing",
-        )
+    _integrity(tl, evidence, reference if kind != "baseline" else None)
     if kind != "baseline" and baseline_verdict is not None and baseline_verdict != Verdict.PASS:
         evidence["expectation"].findings.append(
             Finding(
@@ -429,29 +453,7 @@ def evaluate_item(
         undetermined = no_probe
     cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted, undetermined)
     if isinstance(item, Scenario):
-        want = item.expected.recovery
-        if cls == RecoveryClass.NOT_DETERMINED:
-            f = Finding("expectation.recovery-class", Verdict.RETEST, f"recovery class {why}")
-        elif cls == want:
-            f = Finding(
-                "expectation.recovery-class",
-                Verdict.PASS,
-                f"recovery class {cls.value}, as expected",
-            )
-        elif _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
-            f = Finding(
-                "expectation.recovery-class",
-                Verdict.FAIL,
-                f"recovery class {cls.value}, worse than the expected {want.value}: {why}",
-            )
-        else:
-            f = Finding(
-                "expectation.recovery-class",
-                Verdict.RETEST,
-                f"recovery class {cls.value}, better than the expected {want.value}: "
-                "explain or correct the plan's expectation",
-            )
-        evidence["expectation"].findings.append(f)
+        evidence["expectation"].findings.append(_class_as_expected(cls, why, item))
     _aborted_is_retest(tl, evidence, item)
     return ItemResult(
         id=item_id,
@@ -546,7 +548,7 @@ def load_run_plan(run_dir: Path) -> Plan:
         raise RunDirError(f"{run_dir}: not a faultdrill run directory (no plan.json)")
     try:
         raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+    except (OSError, ValueError, RecursionError) as exc:  # not JSON, not UTF-8, too deep
         raise RunDirError(
             f"{path}: the run's copy of its plan is unreadable ({exc}); restore it from the "
             "run's bundle, or re-run the drill"
@@ -581,10 +583,31 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
 
 def _selection(run_dir: Path) -> set[str] | None:
     """Ids the run set out to drill (None: the whole plan)."""
-    path = run_dir / "selection.json"
-    return set(json.loads(path.read_text())["selected"]) if path.exists() else None
+    raw = _run_json(run_dir / "selection.json")
+    if raw is None:
+        return None
+    ids = raw.get("selected") if isinstance(raw, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise RunDirError(f"{run_dir / 'selection.json'}: no list of ids under 'selected'")
+    return set(ids)
 
 
 def _skip_notes(run_dir: Path) -> dict[str, str]:
-    path = run_dir / "skipped.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    raw = _run_json(run_dir / "skipped.json")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RunDirError(f"{run_dir / 'skipped.json'}: not a mapping of id -> reason")
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def _run_json(path: Path) -> Any:
+    """A small JSON file of a run directory (None when absent); RunDirError if unreadable."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RunDirError(
+            f"{path}: unreadable ({type(exc).__name__}); restore it from the run's bundle"
+        ) from exc
