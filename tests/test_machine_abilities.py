@@ -144,3 +144,22 @@ def test_validate_says_what_this_machine_cannot_run(
     assert "valid plan for task demo-lm: 3 round(s), 8 scenario(s), 10 control(s)" in out
     assert "this machine cannot run storage-full: it needs 'storage-full', missing root" in out
     assert "cannot run kill-worker" not in out
+
+
+def test_a_netns_run_as_a_normal_user_is_refused_before_out_is_written(
+    normal_user: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert main(["run", str(DEMO), "--out", str(out), "--quiet", "--only", "kill-worker"]) == 2
+    err = capsys.readouterr().err
+    assert "this machine cannot run this plan at all: isolation netns: network namespaces " in err
+    assert "run faultdrill as root, or set resources.isolation: none" in err
+    assert not out.exists()  # nothing written: no plan copy, no baseline
+
+
+def test_validate_says_a_netns_plan_needs_root(
+    normal_user: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", str(DEMO)]) == 0
+    out = capsys.readouterr().out
+    assert "this machine cannot run this plan at all: isolation netns: network namespaces " in out

@@ -59,6 +59,7 @@ def _run(
     monkeypatch.setattr(Reference, "from_timeline", staticmethod(lambda *a: None))
     monkeypatch.setattr(runner, "write_reports", lambda result: None)
     monkeypatch.setattr(runner, "machine_problems", lambda plan, ids: {})
+    monkeypatch.setattr(runner, "host_problem", lambda plan: None)
     run_dir = tmp_path / "run"
     runner.run_plan(plan, run_dir, controls=controls)
     return ran, json.loads((run_dir / "skipped.json").read_text())

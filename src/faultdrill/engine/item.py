@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from faultdrill import __version__
+from faultdrill.engine.failure import failure_facts
 from faultdrill.engine.samplers import ProcessSampler, end_snapshot
 from faultdrill.engine.watch import Watch, stop_reason
 from faultdrill.errors import DrillError, FaultError
@@ -268,6 +269,10 @@ def execute_item(
                 outcome, natural_end = _watch_job(
                     plan, kind, item, fault, ctx, platform, stop, work, report
                 )
+                if outcome == JobState.FAILED.value:  # say why, from the launcher's logs
+                    sink.emit(
+                        "harness", "job_failed", **failure_facts(work, job.argv, run_dir.resolve())
+                    )
                 if natural_end:
                     time.sleep(plan.observation.settle_s)
                     sink.emit(

@@ -28,9 +28,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 from faultdrill.errors import DrillError, FaultError, PlatformError
+from faultdrill.frozen import Frozen
 from faultdrill.platforms.api import Ability, Change
 
 if TYPE_CHECKING:
@@ -51,10 +50,10 @@ __all__ = [
 ]
 
 
-class FaultSpec(BaseModel):
-    """Base of every fault's plan data. Subclasses add ``kind: Literal[...]`` and params."""
+class FaultSpec(Frozen):
+    """Base of every fault's plan data. Subclasses add ``kind: Literal[...]`` and params
+    (each number with both bounds: :mod:`faultdrill.frozen`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     kind: str
 
     def target_label(self) -> str:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import (
@@ -41,7 +41,8 @@ from faultdrill.faults.api import (
     command_of,
     register,
 )
-from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
+from faultdrill.faults.process import MAX_RANK, KillWorker, KillWorkerSpec, WorkerTarget
+from faultdrill.frozen import Frozen
 from faultdrill.platforms.api import Ability, ControlPlaneActions
 
 __all__ = ["ControlPlaneOutageSpec", "RestartProbe"]
@@ -53,12 +54,11 @@ _MODE_ABILITY = {
 }
 
 
-class RestartProbe(BaseModel):
+class RestartProbe(Frozen):
     """Kill worker ``rank`` ``after_s`` seconds into the outage."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    rank: int = Field(ge=0)
-    after_s: float = Field(ge=0)
+    rank: int = Field(ge=0, le=MAX_RANK)
+    after_s: float = Field(ge=0, le=3600)
 
 
 class ControlPlaneOutageSpec(FaultSpec):

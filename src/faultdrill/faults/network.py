@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import (
@@ -36,6 +36,7 @@ from faultdrill.faults.api import (
     command_of,
     register,
 )
+from faultdrill.frozen import Frozen
 from faultdrill.platforms.api import Ability, LinkActions
 
 __all__ = [
@@ -48,10 +49,9 @@ __all__ = [
 ]
 
 
-class LinkTarget(BaseModel):
+class LinkTarget(Frozen):
     """Whose link: a node (``n2``), optionally only towards one ``peer`` (partition)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     node: str = Field(pattern=r"^n\d{1,2}$")
     peer: str | None = Field(None, pattern=r"^n\d{1,2}$")
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from faultdrill.faults.api import (
     Fault,
@@ -34,13 +34,13 @@ from faultdrill.faults.api import (
     command_of,
     register,
 )
+from faultdrill.frozen import Frozen
 from faultdrill.platforms.api import Ability, NodeActions
 
 __all__ = ["NodeDownSpec", "NodeDrainSpec", "NodeFreezeSpec", "NodeTarget"]
 
 
-class NodeTarget(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class NodeTarget(Frozen):
     node: str = Field(pattern=r"^n\d{1,2}$")
 
     def label(self) -> str:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from faultdrill.errors import FaultError, PlatformError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, cannot, register
@@ -23,13 +23,16 @@ if TYPE_CHECKING:
     from faultdrill.ledger import Ledger
 
 __all__ = ["KillWorker", "KillWorkerSpec", "WorkerTarget", "check_worker_target", "escalate"]
+from faultdrill.frozen import Frozen
+
+#: Highest rank a plan may name (the plan checks it against the world size too).
+MAX_RANK = 65_535
 
 
-class WorkerTarget(BaseModel):
+class WorkerTarget(Frozen):
     """Which worker: exactly one of a global rank or a node (all its workers' lowest rank)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    rank: int | None = Field(None, ge=0)
+    rank: int | None = Field(None, ge=0, le=MAX_RANK)
     node: str | None = None
 
     @model_validator(mode="after")
@@ -62,7 +65,9 @@ class KillWorkerSpec(FaultSpec):
     kind: Literal["kill-worker"] = "kill-worker"
     target: WorkerTarget
     signal: Literal["SIGKILL", "SIGTERM"] = "SIGKILL"
-    grace_s: float = Field(3.0, ge=0, description="with SIGTERM: wait this long, then SIGKILL")
+    grace_s: float = Field(
+        3.0, ge=0, le=600, description="with SIGTERM: wait this long, then SIGKILL"
+    )
 
     def target_label(self) -> str:
         return self.target.label()

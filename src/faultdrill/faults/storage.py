@@ -70,7 +70,10 @@ class StorageOutageSpec(FaultSpec):
         8, ge=2, le=256, description="full: size of the tmpfs holding the checkpoints"
     )
     leave_free_kb: int = Field(
-        64, ge=0, description="full: free space left by the filler (smaller than a checkpoint)"
+        64,
+        ge=0,
+        le=256 * 1024,
+        description="full: free space left by the filler (smaller than a checkpoint)",
     )
 
     @model_validator(mode="after")

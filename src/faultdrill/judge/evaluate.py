@@ -49,18 +49,23 @@ def recovery_class(
     operator_actions: int,
     confirm_required: bool,
     aborted: str | None = None,
+    undetermined: str | None = None,
 ) -> tuple[RecoveryClass, str]:
     """How the job came back, and why that class.
 
     ``aborted``: why the harness aborted the drill (a stop condition). The job then did
     not recover within the plan's stop conditions, which is all that can be said of it:
-    unrecoverable *within those limits*, and the why names the condition."""
+    unrecoverable *within those limits*, and the why names the condition.
+    ``undetermined``: why the drill cannot tell at all (its fault was never applied, its
+    events are damaged): the class is ``not-determined``, never a guess."""
     if aborted is not None:
         return (
             RecoveryClass.UNRECOVERABLE,
             f"not determined within the stop conditions: {aborted}; the job had not "
             "recovered when the drill was aborted",
         )
+    if undetermined is not None:
+        return RecoveryClass.NOT_DETERMINED, f"not determined: {undetermined}"
     if outcome != "succeeded":
         return RecoveryClass.UNRECOVERABLE, f"the job ended {outcome or 'without an end state'}"
     for cat in ("progress", "results"):
@@ -118,6 +123,14 @@ class ItemResult:
     dependencies: dict[str, Any] = field(default_factory=dict)
     trend: dict[str, Any] = field(default_factory=dict)
     scheduling: list[dict[str, Any]] = field(default_factory=list)
+    #: When the job ended failed: ``command``, ``exit_status``, ``signal``, ``node``,
+    #: ``local_rank``, ``worker_failures``, ``error_tail`` (the failing worker's last output
+    #: lines), ``log`` (relative to the run directory); see
+    #: :func:`faultdrill.engine.failure.failure_facts`. None otherwise.
+    failure: dict[str, Any] | None = None
+    #: No probe event from any rank: the script is not instrumented (or died before its
+    #: first ``run_start``); its evidence cannot be judged.
+    no_probe_events: bool = False
 
     @property
     def verdict(self) -> Verdict:
@@ -204,6 +217,8 @@ class ItemResult:
             "dependencies": self.dependencies,
             "trend": self.trend,
             "scheduling": self.scheduling,
+            "failure": self.failure,
+            "no_probe_events": self.no_probe_events,
         }
         if self.timeline is not None:
             out.update(network_report(self.timeline))
@@ -234,6 +249,93 @@ def _conditions(plan: Plan, tl: Timeline) -> dict[str, Any]:
     }
 
 
+#: Which evidence the events of each source feed (a source not named here: all of it).
+_FED_BY = {
+    "sampler": ("resources",),
+    "net": ("expectation",),
+    "platform": ("resources", "expectation"),
+    "fault": ("resources", "expectation"),
+}
+
+
+NO_PROBE_EVENTS = "no probe events from any rank: instrument the script (docs/probe.md)"
+
+
+def _no_probe_events(
+    tl: Timeline, evidence: dict[str, EvidenceResult], job_failed: bool
+) -> str | None:
+    """When no rank wrote a single probe event, nothing of progress, resources or results
+    can be judged: say so (``expectation.probe``, retest), and let no failure stand that
+    only says what is missing. Returns what was said, or None when there are events."""
+    if len(tl.steps) or any(e.src == "probe" for e in tl.events):
+        return None
+    why = NO_PROBE_EVENTS
+    if job_failed:
+        why = (
+            "no probe events from any rank: the job failed before any rank reported (see "
+            "the failure: command, exit status, error output); if it ran, instrument the "
+            "script (docs/probe.md)"
+        )
+    _not_judged(evidence, ("progress", "resources", "results"), why)
+    evidence["expectation"].findings.append(Finding("expectation.probe", Verdict.RETEST, why))
+    return why
+
+
+def _not_judged(evidence: dict[str, EvidenceResult], cats: tuple[str, ...], why: str) -> None:
+    """The failures in ``cats`` become retest: what they rest on is not trustworthy."""
+    for cat in cats:
+        ev = evidence[cat]
+        ev.findings = [
+            Finding(f.check, Verdict.RETEST, f"{f.message} (not judged: {why})", f.data)
+            if f.verdict == Verdict.FAIL
+            else f
+            for f in ev.findings
+        ]
+
+
+def _integrity(
+    tl: Timeline, evidence: dict[str, EvidenceResult], reference: Reference | None
+) -> None:
+    """Torn last lines (a writer killed mid-write) are expected and said. Any other line
+    that is not an event makes the evidence its file feeds retest: a ``timeline.integrity``
+    finding names the file and the count, and that evidence's failures are not judged
+    (they may come from the lines that are missing). So does a damaged baseline
+    (``reference``) for everything compared with it."""
+    if reference is not None and reference.damaged:
+        _not_judged(
+            evidence,
+            ("progress", "resources", "results"),
+            f"the baseline's events/{', events/'.join(reference.damaged)} hold lines that "
+            "are not valid events: comparisons with it prove nothing",
+        )
+    torn = tl.torn_lines - sum(n for n, _ in tl.bad_lines.values())
+    if torn > 0:
+        evidence["expectation"].findings.append(
+            Finding(
+                "timeline.integrity",
+                Verdict.PASS,
+                f"{torn} torn last line(s) skipped (a process was killed mid-write)",
+            )
+        )
+    for name, (count, source) in sorted(tl.bad_lines.items()):
+        cats = _FED_BY.get(source, ("progress", "resources", "results", "expectation"))
+        why = (
+            f"{count} line(s) of events/{name} are not valid events (not JSON, not an "
+            "object, or a field missing or of the wrong type) and were skipped"
+        )
+        _not_judged(evidence, cats, why)
+        for cat in cats:
+            evidence[cat].findings.append(
+                Finding(
+                    "timeline.integrity",
+                    Verdict.RETEST,
+                    f"{why}: this {cat} evidence is incomplete; restore the file from the "
+                    "run's bundle, or run the drill again",
+                    {"file": f"events/{name}", "lines": count, "source": source or None},
+                )
+            )
+
+
 #: Expectations that cannot be judged when the scenario could not run as planned.
 _OUTCOME_CHECKS = ("expectation.job-outcome", "expectation.restart", "expectation.recovery-class")
 
@@ -248,21 +350,79 @@ def stop_condition_fired(tl: Timeline) -> str | None:
     return f"stop condition '{e.get('condition')}' fired{detail}"
 
 
-def _aborted_is_retest(tl: Timeline, evidence: dict[str, EvidenceResult]) -> None:
-    """When a stop condition aborted the item, or a spare it needed failed its environment
-    preparation, its outcome expectations become retest, not fail (the progress, resource
-    and result evidence recorded keeps its verdict; the item's verdict is retest after a
-    stop condition: :attr:`ItemResult.verdict`)."""
+def _class_as_expected(cls: RecoveryClass, why: str, item: Scenario) -> Finding:
+    """``expectation.recovery-class``: the class judged against the one the plan expects."""
+    name, want = "expectation.recovery-class", item.expected.recovery
+    if cls == RecoveryClass.NOT_DETERMINED:
+        return Finding(name, Verdict.RETEST, f"recovery class {why}")
+    if cls == want:
+        return Finding(name, Verdict.PASS, f"recovery class {cls.value}, as expected")
+    if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
+        return Finding(
+            name,
+            Verdict.FAIL,
+            f"recovery class {cls.value}, worse than the expected {want.value}: {why}",
+        )
+    return Finding(
+        name,
+        Verdict.RETEST,
+        f"recovery class {cls.value}, better than the expected {want.value}: explain or "
+        "correct the plan's expectation",
+    )
+
+
+def _fault_not_applied(evidence: dict[str, EvidenceResult]) -> str | None:
+    """What ``expectation.fault-applied`` said when the planned fault was not applied (its
+    trigger never reached, its injection failed), or None."""
+    for f in evidence["expectation"].findings:
+        if f.check == "expectation.fault-applied" and f.verdict != Verdict.PASS:
+            return f.message
+    return None
+
+
+def _undetermined(
+    tl: Timeline,
+    evidence: dict[str, EvidenceResult],
+    item: Scenario | Control | None,
+    reference: Reference | None,
+) -> str | None:
+    """Why this drill cannot tell how the job recovered, or None when it can."""
+    if item is not None:
+        not_applied = _fault_not_applied(evidence)
+        if not_applied is not None:
+            return f"{not_applied}; nothing was recovered from"
+    damaged = sorted(
+        name
+        for name, (_, source) in tl.bad_lines.items()
+        if set(_FED_BY.get(source, ("progress",))) & {"progress", "resources", "results"}
+    )
+    if damaged:
+        return f"events/{', events/'.join(damaged)} hold lines that are not valid events"
+    if item is not None and reference is not None and reference.damaged:
+        return "the baseline's events hold lines that are not valid events"
+    return None
+
+
+def _aborted_is_retest(
+    tl: Timeline, evidence: dict[str, EvidenceResult], item: Scenario | Control | None
+) -> None:
+    """When a stop condition aborted the item, a spare it needed failed its environment
+    preparation, or its fault was never applied, its outcome expectations become retest,
+    not fail (the progress, resource and result evidence recorded keeps its verdict; the
+    item's verdict is retest after a stop condition: :attr:`ItemResult.verdict`)."""
     fired = tl.of("harness", "stop_condition")
     unprepared = [
         e
         for e in tl.of("platform", "spare_rejected")
         if e.get("category") == "environment-preparation"
     ]
+    not_applied = _fault_not_applied(evidence) if item is not None else None
     if fired:
         why = f"stop condition '{fired[0].get('condition')}' aborted the scenario"
     elif unprepared:
         why = f"spare {unprepared[0].get('node')} failed its environment preparation"
+    elif not_applied is not None:
+        why = "the fault was not applied as planned"
     else:
         return
     ev = evidence["expectation"]
@@ -290,15 +450,9 @@ def evaluate_item(
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
     evidence = run_checks(ctx)
     item_id = "baseline" if item is None else item.id
-    if tl.torn_lines:
-        evidence["expectation"].findings.append(
-            Finding(
-                "timeline.integrity",
-                Verdict.PASS,
-                f"{tl.torn_lines} torn or unreadable event line(s) "
-                "skipped (a process was killed mid-write)",
-            )
-        )
+    failed = tl.first("harness", "job_failed")
+    no_probe = _no_probe_events(tl, evidence, failed is not None)
+    _integrity(tl, evidence, reference if kind != "baseline" else None)
     if kind != "baseline" and baseline_verdict is not None and baseline_verdict != Verdict.PASS:
         evidence["expectation"].findings.append(
             Finding(
@@ -313,30 +467,13 @@ def evaluate_item(
     actions = [e.fields for e in tl.of("harness", "operator_action")]
     confirm = bool(getattr(getattr(item, "recovery", None), "confirm", False))
     aborted = stop_condition_fired(tl)
-    cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted)
+    undetermined = _undetermined(tl, evidence, item, reference)
+    if no_probe is not None:
+        undetermined = no_probe
+    cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted, undetermined)
     if isinstance(item, Scenario):
-        want = item.expected.recovery
-        if cls == want:
-            f = Finding(
-                "expectation.recovery-class",
-                Verdict.PASS,
-                f"recovery class {cls.value}, as expected",
-            )
-        elif _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
-            f = Finding(
-                "expectation.recovery-class",
-                Verdict.FAIL,
-                f"recovery class {cls.value}, worse than the expected {want.value}: {why}",
-            )
-        else:
-            f = Finding(
-                "expectation.recovery-class",
-                Verdict.RETEST,
-                f"recovery class {cls.value}, better than the expected {want.value}: "
-                "explain or correct the plan's expectation",
-            )
-        evidence["expectation"].findings.append(f)
-    _aborted_is_retest(tl, evidence)
+        evidence["expectation"].findings.append(_class_as_expected(cls, why, item))
+    _aborted_is_retest(tl, evidence, item)
     result = ItemResult(
         id=item_id,
         kind=kind,
@@ -355,6 +492,8 @@ def evaluate_item(
         disruption=describe_disruption(tl, gloo_s=plan.resources.timeouts.gloo_s),
         aborted=aborted,
         **_what_a_buyer_signs(ctx, evidence),
+        failure=dict(failed.fields) if failed is not None else None,
+        no_probe_events=no_probe is not None,
     )
     if result.verdict != Verdict.PASS:
         result.layer = failing_layer(tl, evidence, item)
@@ -426,6 +565,8 @@ class RunResult:
                 "world_size": ref.world_size if ref else None,
                 "verdict": base.verdict.value if base else "retest",
                 "evidence": {k: v.to_json() for k, v in base.evidence.items()} if base else None,
+                "failure": base.failure if base else None,
+                "no_probe_events": base.no_probe_events if base else False,
                 "dossier": dossier,
             },
             "scenarios": [i.to_json() for i in self.items],
@@ -451,7 +592,7 @@ def load_run_plan(run_dir: Path) -> Plan:
         raise RunDirError(f"{run_dir}: not a faultdrill run directory (no plan.json)")
     try:
         raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+    except (OSError, ValueError, RecursionError) as exc:  # not JSON, not UTF-8, too deep
         raise RunDirError(
             f"{path}: the run's copy of its plan is unreadable ({exc}); restore it from the "
             "run's bundle, or re-run the drill"
@@ -486,10 +627,31 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
 
 def _selection(run_dir: Path) -> set[str] | None:
     """Ids the run set out to drill (None: the whole plan)."""
-    path = run_dir / "selection.json"
-    return set(json.loads(path.read_text())["selected"]) if path.exists() else None
+    raw = _run_json(run_dir / "selection.json")
+    if raw is None:
+        return None
+    ids = raw.get("selected") if isinstance(raw, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise RunDirError(f"{run_dir / 'selection.json'}: no list of ids under 'selected'")
+    return set(ids)
 
 
 def _skip_notes(run_dir: Path) -> dict[str, str]:
-    path = run_dir / "skipped.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    raw = _run_json(run_dir / "skipped.json")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RunDirError(f"{run_dir / 'skipped.json'}: not a mapping of id -> reason")
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def _run_json(path: Path) -> Any:
+    """A small JSON file of a run directory (None when absent); RunDirError if unreadable."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RunDirError(
+            f"{path}: unreadable ({type(exc).__name__}); restore it from the run's bundle"
+        ) from exc

@@ -32,6 +32,9 @@ class Reference:
     evaluations: dict[EvalKey, float] = field(default_factory=dict)
     #: Names of the artefacts the baseline's final generation exported (probe.artifact).
     artifacts: frozenset[str] = frozenset()
+    #: The baseline's events files that held lines that are not valid events: what is
+    #: compared with this reference proves nothing (``Timeline.bad_lines``).
+    damaged: tuple[str, ...] = ()
 
     @classmethod
     def from_timeline(cls, tl: Timeline, run_id: str = "baseline") -> Reference:
@@ -64,6 +67,7 @@ class Reference:
                 for e in tl.of("probe", "artifact")
                 if final is not None and int(e.get("pid", -1)) in final.members
             ),
+            damaged=tuple(sorted(tl.bad_lines)),
         )
 
     def step_loss(self) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from faultdrill import faults as _faults  # noqa: F401  (registers every fault kind)
 from faultdrill.faults.api import FAULTS, FaultSpec
+from faultdrill.frozen import FieldProblems, shown
 from faultdrill.plan.sections import (
     REFERENCE_WORKLOAD,
     CheckpointPolicy,
@@ -134,7 +135,9 @@ class Plan(Frozen):
     data: Data
     resources: Resources = Resources()
     checkpoint: CheckpointPolicy = CheckpointPolicy()
-    seeds: dict[str, int] = Field(default_factory=lambda: {"global": 0})
+    seeds: dict[str, Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(
+        default_factory=lambda: {"global": 0}
+    )
     observation: Observation = Observation()
     responsibility: Responsibility
     ownership: Ownership = Ownership()
@@ -153,44 +156,92 @@ class Plan(Frozen):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Plan:
-        from faultdrill.checks import CHECKS
+        """Every cross-field problem of the plan at once, each at its field path."""
         from faultdrill.platforms import PLATFORMS
 
-        ids = [s.id for s in self.scenarios()] + [c.id for c in self.controls]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"scenario/control ids must be unique; repeated: {', '.join(dupes)}")
+        problems: list[tuple[str, str]] = []
+        paths = self._item_paths()
+        seen: dict[str, str] = {}
+        for item in self.items():
+            if item.id in seen:
+                problems.append(
+                    (
+                        f"{paths[id(item)]}.id",
+                        f"scenario/control ids must be unique; repeated: {item.id} (first at "
+                        f"{seen[item.id]})",
+                    )
+                )
+            seen.setdefault(item.id, paths[id(item)])
         platform = PLATFORMS.get(self.resources.platform)
         if platform is None:
-            raise ValueError(
-                f"resources.platform {self.resources.platform!r} is unknown; "
-                f"use one of: {', '.join(sorted(PLATFORMS))}"
+            problems.append(
+                (
+                    "resources.platform",
+                    f"resources.platform {shown(self.resources.platform)} is unknown; "
+                    f"use one of: {', '.join(sorted(PLATFORMS))}",
+                )
             )
+        else:
+            problems += self._fault_problems(platform, paths)
+        problems += self._control_problems(paths)
+        problems += self._check_reference_workload()
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+    def _item_paths(self) -> dict[int, str]:
+        """Each item (by identity) -> its field path in the plan."""
+        paths = {
+            id(sc): f"rounds[{r}].scenarios[{i}]"
+            for r, rnd in enumerate(self.rounds)
+            for i, sc in enumerate(rnd.scenarios)
+        }
+        paths.update({id(c): f"controls[{i}]" for i, c in enumerate(self.controls)})
+        return paths
+
+    def _fault_problems(self, platform: Any, paths: dict[int, str]) -> list[tuple[str, str]]:
+        """Faults the platform cannot do with this layout, or that do not fit the plan."""
+        problems = []
+        can = platform.abilities_for(self.resources)  # once: a plan may hold thousands
         for item in self.items():
             fault_cls = FAULTS[item.fault.kind]
-            missing = fault_cls.requires_for(item.fault) - platform.abilities_for(self.resources)
+            missing = fault_cls.requires_for(item.fault) - can
             if missing:
-                raise ValueError(self._cannot(item, platform, missing))
+                problems.append(
+                    (f"{paths[id(item)]}.fault.kind", self._cannot(item, platform, missing))
+                )
             problem = fault_cls.validate_against(item.fault, self)
             if problem:
-                raise ValueError(f"{item.id}: {problem}")
+                problems.append((f"{paths[id(item)]}.fault", f"{item.id}: {problem}"))
+        return problems
+
+    def _control_problems(self, paths: dict[int, str]) -> list[tuple[str, str]]:
+        from faultdrill.checks import CHECKS
+
+        problems = []
         evidence = sorted(n for n, reg in CHECKS.items() if reg.category != "expectation")
         for c in self.controls:
+            where = f"{paths[id(c)]}.expected_check"
             if c.expected_check not in CHECKS:
-                raise ValueError(
-                    f"controls[{c.id}].expected_check {c.expected_check!r} is not a check; "
-                    f"use one of: {', '.join(evidence)}"
+                problems.append(
+                    (
+                        where,
+                        f"controls[{c.id}].expected_check {shown(c.expected_check)} is not a "
+                        f"check; use one of: {', '.join(evidence)}",
+                    )
                 )
-            if CHECKS[c.expected_check].category == "expectation":
+            elif CHECKS[c.expected_check].category == "expectation":
                 # expectation checks judge whether the drill ran as planned; a known-bad
                 # workload cannot make them fail, so the control could never be caught
-                raise ValueError(
-                    f"controls[{c.id}].expected_check {c.expected_check!r} is an expectation "
-                    "check, which a known-bad workload cannot fail; name a progress, "
-                    f"resources or results check: {', '.join(evidence)}"
+                problems.append(
+                    (
+                        where,
+                        f"controls[{c.id}].expected_check {c.expected_check!r} is an expectation "
+                        "check, which a known-bad workload cannot fail; name a progress, "
+                        f"resources or results check: {', '.join(evidence)}",
+                    )
                 )
-        self._check_reference_workload()
-        return self
+        return problems
 
     def _cannot(self, item: Scenario | Control, platform: Any, missing: Any) -> str:
         """Why ``platform`` cannot do the fault of ``item``: the abilities it lacks and
@@ -205,22 +256,32 @@ class Plan(Frozen):
             f"{self.resources.isolation!r} cannot do; {'; '.join(fixes)}"
         )
 
-    def _check_reference_workload(self) -> None:
+    def _check_reference_workload(self) -> list[tuple[str, str]]:
         """The reference workload's config, as each item will run it, is valid."""
         if self.task.entrypoint.module != REFERENCE_WORKLOAD:
-            return
+            return []
         from faultdrill.workloads.lm_config import ConfigError, config_from_dict
 
-        checks: list[tuple[str, Control | None]] = [("task.workload", None)]
-        checks += [(f"controls[{c.id}].workload", c) for c in self.controls]
-        for where, item in checks:
+        checks: list[tuple[str, str, Control | None]] = [("task.workload", "task.workload", None)]
+        checks += [
+            (f"controls[{i}].workload", f"controls[{c.id}].workload", c)
+            for i, c in enumerate(self.controls)
+        ]
+        problems = []
+        for path, where, item in checks:
             try:
                 config_from_dict(self.workload_config(item, "<ckpt_dir>"), source=where)
             except ConfigError as exc:
-                raise ValueError(
-                    f"{exc}; the fields are those of the reference workload's LMConfig "
-                    "(faultdrill.workloads.lm_config)"
-                ) from exc
+                problems.append(
+                    (
+                        path,
+                        f"{exc}; the fields are those of the reference workload's LMConfig "
+                        "(faultdrill.workloads.lm_config)",
+                    )
+                )
+                if item is None:
+                    break  # each control's config builds on it: they would repeat its problem
+        return problems
 
     def workload_config(self, item: Scenario | Control | None, ckpt_dir: str) -> dict[str, Any]:
         """The workload config an item runs with (``{workload_config}``): ``task.workload``,

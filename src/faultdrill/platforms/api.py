@@ -283,6 +283,13 @@ class Platform(ABC):
         return {}
 
     @classmethod
+    def host_lacks(cls, resources: Resources) -> str | None:
+        """What this machine lacks to host this layout at all (namespaces need root...),
+        with its fix; None when nothing is missing. Checked before a run writes anything;
+        ``faultdrill validate`` says it too."""
+        return None
+
+    @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
         """The class that runs this layout (an adapter may pick a subclass, e.g. for
         ``isolation: netns``). Construct platforms through this."""

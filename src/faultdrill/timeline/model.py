@@ -152,6 +152,10 @@ class Timeline:
     events: list[Event]
     steps: StepTable
     torn_lines: int = 0
+    #: Per events file with lines that are not events (garbage, wrong types...; a torn
+    #: last line, what a killed writer leaves, is not counted here): file name ->
+    #: (lines skipped, the file's source, "" if none could be read). Judged as retest.
+    bad_lines: dict[str, tuple[int, str]] = field(default_factory=dict)
     incarnations: list[Incarnation] = field(default_factory=list)
     procs: list[ProcLife] = field(default_factory=list)
 
@@ -164,8 +168,10 @@ class Timeline:
         Streams: step events go straight into columns, so memory stays near the size of
         the resulting table rather than of the parsed JSON. A line that is torn, not JSON
         or not an object, and a record that is malformed (a step without ``mono`` or
-        ``step``, a non-numeric time, rank, step or sample range), is skipped and counted
-        in ``torn_lines``; loading never raises on the content of a line.
+        ``step``, a value of the wrong type, an event breaking its shape in
+        :data:`~faultdrill.events.SHAPES`), is skipped and counted in ``torn_lines``, and
+        per file in ``bad_lines`` unless it is a file's torn last line (what a writer
+        killed mid-write leaves); loading never raises on the content of a line or file.
 
         Files of :data:`~faultdrill.timeline.reader.PARALLEL_BYTES` or more in all are
         read by ``readers`` processes (default: one per usable CPU, at most 4), each taking
@@ -180,14 +186,17 @@ class Timeline:
         steps = _StepColumns()
         task = ""
         torn = 0
+        bad: dict[str, tuple[int, str]] = {}
         for part in parts:
             task = task or part.task
             events.extend(part.events)
             steps.absorb(part.chunks)
             part.chunks = []  # the table frees each column's chunks as it joins them
             torn += part.torn
+            bad.update(part.bad)
         tl = cls._assemble(task, events, steps.table())
         tl.torn_lines = torn
+        tl.bad_lines = bad
         return tl
 
     @classmethod

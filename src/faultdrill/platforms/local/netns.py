@@ -158,6 +158,13 @@ class NetnsPlatform(LocalPlatform):
         self.members: list[str] = []  # nodes the job runs on now (spares replace lost ones)
         self._logwatch = _LogWatch(sink)
 
+    @classmethod
+    def host_lacks(cls, resources: Resources) -> str | None:
+        why = netns_unavailable()
+        if why is None:
+            return None
+        return f"isolation netns: {why}; run faultdrill as root, or set resources.isolation: none"
+
     # --- layout -------------------------------------------------------------------------
 
     @property
