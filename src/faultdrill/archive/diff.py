@@ -182,14 +182,14 @@ def _compare_control(d: ItemDiff, a: Item, b: Item) -> None:
         d.changes.append("negative control now caught")
 
 
-def _compare_scenario(d: ItemDiff) -> None:
-    va, vb = d.verdict
-    if _VERDICT_RANK.get(str(vb), 1) > _VERDICT_RANK.get(str(va), 1):
+def _compare_scenario(d: ItemDiff, a: Item, b: Item) -> None:
+    va, vb = a.verdict, b.verdict
+    if _VERDICT_RANK[vb] > _VERDICT_RANK[va]:
         d.regressions.append(f"verdict {va} -> {vb}")
     elif vb != va:
         d.changes.append(f"verdict improved {va} -> {vb}")
-    ca, cb = d.recovery_class
-    if _CLASS_RANK.get(str(cb), 3) > _CLASS_RANK.get(str(ca), 3):
+    ca, cb = a.recovery_class, b.recovery_class
+    if _CLASS_RANK[cb] > _CLASS_RANK[ca]:
         d.regressions.append(f"recovery class {ca} -> {cb}")
     elif cb != ca:
         d.changes.append(f"recovery class {ca} -> {cb}")
@@ -201,7 +201,9 @@ def _compare_resume(d: ItemDiff, a: Item, b: Item) -> None:
     if ra == rb:
         return
     text = f"resume point {ra} -> {rb}"
-    if not d.control and ra and ra.get("checkpoint") and rb and rb.get("checkpoint") is None:
+    from_ckpt = a.questions.resumed_from is not None and a.questions.resumed_from.checkpoint
+    scratch = b.questions.resumed_from is not None and b.questions.resumed_from.checkpoint is None
+    if not d.control and from_ckpt and scratch:
         d.regressions.append(f"{text}: resumed from scratch where A resumed from a checkpoint")
     else:
         d.changes.append(text)
@@ -226,7 +228,7 @@ def _compare_times(d: ItemDiff, a: Item, b: Item, band: Band, gate_times: bool) 
 def _compare_findings(d: ItemDiff, a: Item, b: Item) -> None:
     fa, fb = _bad_findings(a), _bad_findings(b)
     d.new_findings = {
-        k: v for k, v in fb.items() if _VERDICT_RANK[v] > _VERDICT_RANK.get(fa.get(k, "pass"), 0)
+        k: v for k, v in fb.items() if _VERDICT_RANK[v] > _VERDICT_RANK[fa.get(k, "pass")]
     }
     d.resolved_findings = sorted(k for k in fa if k not in fb)
     for k, v in d.new_findings.items():
@@ -251,7 +253,7 @@ def _diff_item(sid: str, a: Item | None, b: Item | None, band: Band, gate_times:
     if d.control:
         _compare_control(d, a, b)
     else:
-        _compare_scenario(d)
+        _compare_scenario(d, a, b)
     _compare_resume(d, a, b)
     _compare_times(d, a, b, band, gate_times)
     _compare_findings(d, a, b)
@@ -274,7 +276,7 @@ def _run_changes(a: Report, b: Report) -> tuple[list[str], list[str]]:
         if ea.get(k) != eb.get(k):
             chg.append(f"environment {k}: {ea.get(k)} -> {eb.get(k)}")
     ba, bb = a.baseline.verdict, b.baseline.verdict
-    if _VERDICT_RANK.get(bb, 1) > _VERDICT_RANK.get(ba, 1):
+    if _VERDICT_RANK[bb] > _VERDICT_RANK[ba]:
         reg.append(f"baseline verdict {ba} -> {bb}")
     elif ba != bb:
         chg.append(f"baseline verdict {ba} -> {bb}")
