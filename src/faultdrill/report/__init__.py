@@ -10,18 +10,16 @@ recovery runbook (:mod:`~faultdrill.report.runbook`), the local viewer
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from faultdrill.report.html import render_html
 from faultdrill.report.i18n import LANGS, check_lang
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import Report, read_report, write_report
 
-if TYPE_CHECKING:
-    from faultdrill.judge.evaluate import RunResult
-
 __all__ = [
     "LANGS",
+    "Judged",
     "Report",
     "read_report",
     "render_html",
@@ -46,7 +44,17 @@ def render_reports(run_dir: Path, lang: str = "en", out: Path | None = None) -> 
     }
 
 
-def write_reports(result: RunResult, lang: str = "en") -> dict[str, str]:
+class Judged(Protocol):
+    """A judged run (:class:`~faultdrill.judge.evaluate.RunResult`): where it lives, and
+    its report."""
+
+    @property
+    def run_dir(self) -> Path: ...
+
+    def to_report(self) -> Report: ...
+
+
+def write_reports(result: Judged, lang: str = "en") -> dict[str, str]:
     """Write report.json, report.md and report.html into the run directory; returns their
     paths. The human reports are rendered from the report.json just written, read back
     (never from live state), in ``lang`` (``en`` or ``zh``)."""
