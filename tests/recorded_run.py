@@ -69,7 +69,7 @@ def recorded_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded
             env=env,
             capture_output=True,
             text=True,
-            timeout=400,
+            timeout=560,  # under pytest-timeout's 600 s; a shared 2-core machine is slow
         )
         yield RecordedDemo(base, run_dir, proc.returncode, proc.stdout, proc.stderr, junit, env)
     finally:
