@@ -15,7 +15,7 @@ from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario
 from faultdrill.report.html import render_html
 from faultdrill.report.markdown import render_markdown
-from tests.report_data import synthetic_report
+from tests.report_data import report_of, synthetic_report
 from tests.timelines import NEW, OLD, TL, baseline, first_run, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -197,7 +197,7 @@ def test_reports_show_an_aborted_scenario_and_an_unproven_control() -> None:
         worker_lost_by="",
         note="no replica was lost: the job rode the fault out",
     )
-    md = render_markdown(rep, "en")
+    md = render_markdown(report_of(rep), "en")
     assert f"Not run as planned: {why}; this proves nothing either way (retest)" in md
     assert (
         "| ctl-skip-ahead | `{'bad_mode': 'skip-ahead'}` | `progress.sample-ledger` | "
@@ -205,10 +205,10 @@ def test_reports_show_an_aborted_scenario_and_an_unproven_control() -> None:
     )
     assert "1. Worker deemed lost: not observed\n" in md
     assert "Note: no replica was lost: the job rode the fault out" in md
-    html = render_html(rep, None, "en")
+    html = render_html(report_of(rep), None, "en")
     assert "data-caught='unproven'" in html and "NOT PROVEN (retest)" in html
     assert "class='note not-as-planned'" in html and "class='note q-note'" in html
-    assert "未证实（补测）" in render_markdown(rep, "zh")
+    assert "未证实（补测）" in render_markdown(report_of(rep), "zh")
 
 
 def _evidence(**verdicts: Verdict) -> dict[str, EvidenceResult]:

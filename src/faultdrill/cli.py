@@ -235,9 +235,9 @@ def _deliverables(
     )
     if junit and getattr(args, "junit", None):
         from faultdrill.archive.junit import report_suite, write_junit
+        from faultdrill.report.model import read_report
 
-        report = json.loads((run_dir / "report.json").read_text())
-        say(f"junit: {write_junit(args.junit, report_suite(report))}")
+        say(f"junit: {write_junit(args.junit, report_suite(read_report(run_dir)))}")
     if bundle:
         from faultdrill.archive.bundle import make_bundle
 
@@ -332,9 +332,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     _deliverables(out, args, bundle=False, say=print, junit=False)
     if args.junit:
         from faultdrill.archive.junit import replay_suite, report_suite, write_junit
+        from faultdrill.report.model import read_report
 
-        report = json.loads((out / "report.json").read_text())
-        print(f"junit: {write_junit(args.junit, replay_suite(rr), report_suite(report))}")
+        suites = (replay_suite(rr), report_suite(read_report(out)))
+        print(f"junit: {write_junit(args.junit, *suites)}")
     return 0 if rr.matches else 1
 
 
@@ -465,6 +466,11 @@ def _run_id_of(path: Path) -> str:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    if args.report:
+        from faultdrill.report.model import report_schema
+
+        print(json.dumps(report_schema(), indent=2))
+        return 0
     from faultdrill.plan import plan_schema
 
     print(json.dumps(plan_schema(), indent=2))
@@ -671,7 +677,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="without paths: also revert the ledgers of drills that are still running",
     )
-    add("schema", cmd_schema, "print the plan's JSON Schema")
+    sp = add("schema", cmd_schema, "print the plan's JSON Schema (or report.json's)")
+    sp.add_argument(
+        "--report",
+        action="store_true",
+        help="print the JSON Schema of report.json (its schema_version) instead",
+    )
     sp = add(
         "validate",
         cmd_validate,

@@ -42,6 +42,7 @@ from faultdrill import __version__
 from faultdrill.errors import RunDirError
 from faultdrill.events import read_jsonl
 from faultdrill.report.i18n import LANGS, check_lang
+from faultdrill.report.model import Report, read_report
 
 __all__ = [
     "MANIFEST",
@@ -164,42 +165,24 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> No
     tar.addfile(info, io.BytesIO(data))
 
 
-def make_bundle(
-    run_dir: Path,
-    out: Path | None = None,
-    *,
-    lang: str = "en",
-    with_checkpoints: bool = False,
-) -> tuple[Path, dict[str, Any]]:
-    """Pack ``run_dir`` into ``out`` (default ``RUN_DIR.bundle.tar.gz`` beside it).
-
-    Returns (archive path, manifest). Raises BundleError when the run has no report.json
-    (run ``faultdrill check RUN_DIR`` first) or the archive cannot be written.
-    """
-    from faultdrill.engine.item import environment_facts
-    from faultdrill.report import render_html, render_markdown
-    from faultdrill.report.runbook import render_runbook
-
-    check_lang(lang)
-    run_dir = run_dir.resolve()
-    report_path = run_dir / "report.json"
-    if not report_path.exists():
+def _read_run_report(run_dir: Path) -> Report:
+    if not (run_dir / "report.json").exists():
         raise BundleError(
             f"{run_dir}: no report.json; is this a faultdrill run directory? "
             f"(run `faultdrill check {run_dir}` to judge a recorded run first)"
         )
     try:
-        report = json.loads(report_path.read_text())
-    except ValueError as exc:
-        raise BundleError(f"{report_path}: not valid JSON ({exc})") from exc
-    ckpt_dir = str((report.get("plan") or {}).get("checkpoint", {}).get("dir", "ckpt"))
-    out = (out or run_dir.parent / f"{run_dir.name}.bundle.tar.gz").resolve()
-    if run_dir == out or run_dir in out.parents:
-        raise BundleError(f"{out}: write the bundle outside the run directory it packs")
-    root = run_dir.name
-    now = dt.datetime.now(tz=dt.timezone.utc)
+        return read_report(run_dir)
+    except RunDirError as exc:
+        raise BundleError(str(exc)) from exc
 
-    # generated members: name -> bytes
+
+def _generated(report: Report, run_dir: Path, lang: str) -> dict[str, bytes]:
+    """The members rendered for the bundle: reports and runbooks in every language, the
+    checkpoint inventory, each item's fault script."""
+    from faultdrill.report import render_html, render_markdown
+    from faultdrill.report.runbook import render_runbook
+
     generated: dict[str, bytes] = {}
     for lg in LANGS:
         generated[f"report.{lg}.md"] = render_markdown(report, lg).encode()
@@ -213,18 +196,11 @@ def make_bundle(
         script = _fault_script(kind, item_id, d)
         if script is not None:
             generated[f"faults/{kind}-{item_id}.sh"] = script.encode()
+    return generated
 
-    files: dict[str, dict[str, Any]] = {}
-    members: list[tuple[str, Path | bytes]] = []
-    for rel in _run_files(run_dir, ckpt_dir, with_checkpoints):
-        name = rel.as_posix()
-        if name in generated or name == MANIFEST:
-            continue
-        members.append((name, run_dir / rel))
-    members += sorted(generated.items())
-    for name, src in members:
-        data = src if isinstance(src, bytes) else src.read_bytes()
-        files[name] = {"sha256": _sha256(data), "size": len(data)}
+
+def _contents(files: dict[str, Any]) -> dict[str, list[str]]:
+    """The manifest's table of contents: which members play which role."""
 
     def role(prefix: tuple[str, ...] = (), suffix: tuple[str, ...] = ()) -> list[str]:
         return sorted(
@@ -233,56 +209,107 @@ def make_bundle(
             if (not prefix or n.startswith(prefix)) and (not suffix or n.endswith(suffix))
         )
 
-    manifest: dict[str, Any] = {
+    return {
+        "plan": [n for n in ("plan.yaml", "plan.json") if n in files],
+        "baseline_dossiers": role(("baseline/dossier",)),
+        "event_export": [n for n in files if "/events/" in n],
+        "ledgers": role(suffix=("ledger.jsonl",)),
+        "checkpoint_inventory": ["checkpoint-inventory.json"],
+        "fault_scripts": role(("faults/",)),
+        "runbook": role(("runbook",)),
+        "reports": role(("report.",)),
+    }
+
+
+def _manifest(
+    report: Report,
+    run_dir: Path,
+    files: dict[str, dict[str, Any]],
+    *,
+    lang: str,
+    with_checkpoints: bool,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    from faultdrill.engine.item import environment_facts
+
+    return {
         "format": FORMAT,
         "tool": {"name": "faultdrill", "version": __version__},
         "created": now.isoformat(timespec="seconds"),
         "source_run": str(run_dir),
-        "task_id": report.get("task_id"),
-        "plan_digest": report.get("plan_digest"),
-        "recorded_with": report.get("faultdrill_version"),
-        "summary": report.get("summary"),
+        "task_id": report.task_id,
+        "plan_digest": report.plan_digest,
+        "recorded_with": report.faultdrill_version,
+        "summary": report.summary.to_json(),
         "language": lang,
         "environment": {
-            "recorded": _recorded_env(report),
+            "recorded": report.environment.to_json(),
             "bundled_on": environment_facts(),
         },
         "with_checkpoints": with_checkpoints,
-        "contents": {
-            "plan": [n for n in ("plan.yaml", "plan.json") if n in files],
-            "baseline_dossiers": role(("baseline/dossier",)),
-            "event_export": [n for n in files if "/events/" in n],
-            "ledgers": role(suffix=("ledger.jsonl",)),
-            "checkpoint_inventory": ["checkpoint-inventory.json"],
-            "fault_scripts": role(("faults/",)),
-            "runbook": role(("runbook",)),
-            "reports": role(("report.",)),
-        },
+        "contents": _contents(files),
         "files": dict(sorted(files.items())),
     }
-    manifest_bytes = (json.dumps(manifest, indent=2, default=str) + "\n").encode()
+
+
+def _write_archive(
+    out: Path, root: str, manifest_bytes: bytes, members: list[tuple[str, Path | bytes]], now: float
+) -> None:
+    """The archive, written beside ``out`` and moved into place once complete."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     try:
         with tarfile.open(tmp, "w:gz") as tar:
-            _add_bytes(tar, f"{root}/{MANIFEST}", manifest_bytes, now.timestamp())
+            _add_bytes(tar, f"{root}/{MANIFEST}", manifest_bytes, now)
             for name, src in members:
                 if isinstance(src, bytes):
-                    _add_bytes(tar, f"{root}/{name}", src, now.timestamp())
+                    _add_bytes(tar, f"{root}/{name}", src, now)
                 else:
                     _add_bytes(tar, f"{root}/{name}", src.read_bytes(), src.stat().st_mtime)
         tmp.replace(out)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise BundleError(f"{out}: cannot write the bundle: {exc}") from exc
+
+
+def make_bundle(
+    run_dir: Path,
+    out: Path | None = None,
+    *,
+    lang: str = "en",
+    with_checkpoints: bool = False,
+) -> tuple[Path, dict[str, Any]]:
+    """Pack ``run_dir`` into ``out`` (default ``RUN_DIR.bundle.tar.gz`` beside it).
+
+    Returns (archive path, manifest). Raises BundleError when the run has no report.json
+    (run ``faultdrill check RUN_DIR`` first) or the archive cannot be written.
+    """
+    check_lang(lang)
+    run_dir = run_dir.resolve()
+    report = _read_run_report(run_dir)
+    out = (out or run_dir.parent / f"{run_dir.name}.bundle.tar.gz").resolve()
+    if run_dir == out or run_dir in out.parents:
+        raise BundleError(f"{out}: write the bundle outside the run directory it packs")
+    now = dt.datetime.now(tz=dt.timezone.utc)
+    generated = _generated(report, run_dir, lang)
+    members: list[tuple[str, Path | bytes]] = []
+    for rel in _run_files(run_dir, report.plan.checkpoint.dir, with_checkpoints):
+        name = rel.as_posix()
+        if name in generated or name == MANIFEST:
+            continue
+        members.append((name, run_dir / rel))
+    members += sorted(generated.items())
+    files: dict[str, dict[str, Any]] = {}
+    for name, src in members:
+        data = src if isinstance(src, bytes) else src.read_bytes()
+        files[name] = {"sha256": _sha256(data), "size": len(data)}
+    manifest = _manifest(
+        report, run_dir, files, lang=lang, with_checkpoints=with_checkpoints, now=now
+    )
+    manifest_bytes = (json.dumps(manifest, indent=2, default=str) + "\n").encode()
+    _write_archive(out, run_dir.name, manifest_bytes, members, now.timestamp())
     manifest["manifest_sha256"] = _sha256(manifest_bytes)
     return out, manifest
-
-
-def _recorded_env(report: dict[str, Any]) -> dict[str, Any]:
-    from faultdrill.report.scope import recorded_environment
-
-    return recorded_environment(report)
 
 
 # --- verification -------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Pure with respect to the machine: it reads a run directory and writes nothing, so the
 same directory can be judged again later (``faultdrill check``), by someone else, or after
-a change to the checks. The JSON it produces is the machine contract of ``report.json``.
+a change to the checks. What it produces is the machine contract of ``report.json``: a
+:class:`~faultdrill.report.model.Report` (:meth:`RunResult.to_report`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,27 @@ from faultdrill.judge.layers import LayerResult, failing_layer
 from faultdrill.judge.reference import Reference
 from faultdrill.judge.trend import trend_after_recovery
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario, parse_plan
+from faultdrill.report.model import (
+    EVIDENCE,
+    Baseline,
+    Conditions,
+    Dossier,
+    Evidence,
+    EvidenceSet,
+    Expected,
+    FailingLayer,
+    Failure,
+    FaultRef,
+    Item,
+    Questions,
+    RecordedPlan,
+    Report,
+    Skipped,
+    Summary,
+    Times,
+)
+from faultdrill.report.model import Conclusion as ReportConclusion
+from faultdrill.report.model import Finding as ReportFinding
 from faultdrill.timeline import Timeline
 
 __all__ = [
@@ -174,60 +196,97 @@ class ItemResult:
             for f in e.findings
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_item(self) -> Item:
+        """This item as report.json's typed entry (:class:`~faultdrill.report.model.Item`)."""
         it = self.item
-        fault = (
-            {
-                "kind": it.fault.kind,
-                "target": it.fault.target_label(),
-                "spec": it.fault.model_dump(mode="json"),
-            }
-            if it is not None
-            else None
-        )
-        out: dict[str, Any] = {
-            "id": self.id,
-            "round": self.round,
-            "control": self.kind == "control",
-            "title": getattr(it, "title", "") or "",
-            "fault": fault,
-            "trigger": it.trigger.describe() if it is not None else None,
-            "preconditions": list(getattr(it, "preconditions", ()) or ()),
-            "expected": (it.expected.model_dump(mode="json") if isinstance(it, Scenario) else None),
-            "verdict": self.verdict.value,
-            "aborted": self.aborted,
-            "recovery_class": self.recovery.value,
-            "recovery_class_why": self.recovery_why,
-            "outcome": self.outcome,
-            "operator_actions": self.operator_actions,
-            "questions": self.answers.questions_json(),
-            "times": self.answers.times_json(),
-            "conditions": self.conditions,
-            "evidence": {
-                k: v.to_json()
-                for k, v in self.evidence.items()
-                if k in ("progress", "resources", "results")
-            },
-            "expectation": self.evidence["expectation"].to_json(),
-            "goodput": self.goodput,
-            "inventory": self.inventory,
-            "disruption": self.disruption,
-            "conclusion": self.conclusion.to_json() if self.conclusion is not None else None,
-            "layer": self.layer.to_json() if self.layer is not None else None,
-            "dependencies": self.dependencies,
-            "trend": self.trend,
-            "scheduling": self.scheduling,
-            "failure": self.failure,
-            "no_probe_events": self.no_probe_events,
-        }
+        sections: dict[str, Any] = {}
+        if self.goodput:
+            sections["goodput"] = self.goodput
+        if self.inventory:
+            sections["inventory"] = self.inventory
+        sections["disruption"] = self.disruption
         if self.timeline is not None:
-            out.update(network_report(self.timeline))
+            sections.update(network_report(self.timeline))
+        control: dict[str, Any] = {}
         if self.kind == "control":
-            out["expected_check"] = self.expected_check
-            out["caught"] = self.caught
-            out["not_proven_why"] = self.not_as_planned if self.caught is None else None
-            out["workload_mutation"] = dict(it.workload) if isinstance(it, Control) else {}
-        return out
+            control = {
+                "expected_check": self.expected_check,
+                "caught": self.caught,
+                "not_proven_why": self.not_as_planned if self.caught is None else None,
+                "workload_mutation": dict(it.workload) if isinstance(it, Control) else {},
+            }
+        return Item(
+            id=self.id,
+            round=self.round,
+            control=self.kind == "control",
+            title=getattr(it, "title", "") or "",
+            fault=_fault_ref(it),
+            trigger=it.trigger.describe() if it is not None else None,
+            preconditions=list(getattr(it, "preconditions", ()) or ()),
+            expected=(
+                Expected.model_validate(it.expected.model_dump(mode="json"))
+                if isinstance(it, Scenario)
+                else None
+            ),
+            verdict=self.verdict.value,
+            aborted=self.aborted,
+            recovery_class=self.recovery.value,
+            recovery_class_why=self.recovery_why,
+            outcome=self.outcome,
+            operator_actions=_plain(self.operator_actions),
+            questions=Questions.model_validate(_plain(self.answers.questions_json())),
+            times=Times.model_validate(_plain(self.answers.times_json())),
+            conditions=Conditions.model_validate(_plain(self.conditions)),
+            evidence=_evidence_set(self.evidence, with_expectation=False),
+            expectation=_evidence(self.evidence["expectation"]),
+            **{k: _plain(v) for k, v in sections.items()},
+            **control,
+            conclusion=(
+                ReportConclusion.model_validate(_plain(self.conclusion.to_json()))
+                if self.conclusion is not None
+                else None
+            ),
+            layer=(
+                FailingLayer.model_validate(_plain(self.layer.to_json()))
+                if self.layer is not None
+                else None
+            ),
+            dependencies=_plain(self.dependencies),
+            trend=_plain(self.trend),
+            scheduling=_plain(self.scheduling),
+            failure=Failure.model_validate(_plain(self.failure)) if self.failure else None,
+            no_probe_events=self.no_probe_events,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """:meth:`to_item` as report.json data."""
+        return self.to_item().to_json()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as report.json has always stored it: JSON types only, anything else (a
+    numpy scalar, a path) as its ``str``."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _fault_ref(it: Scenario | Control | None) -> FaultRef | None:
+    if it is None:
+        return None
+    spec = it.fault.model_dump(mode="json")
+    return FaultRef(kind=it.fault.kind, target=it.fault.target_label(), spec=spec)
+
+
+def _finding(f: Finding) -> ReportFinding:
+    return ReportFinding.model_validate(_plain(f.to_json()))
+
+
+def _evidence(ev: EvidenceResult) -> Evidence:
+    return Evidence(verdict=ev.verdict.value, findings=[_finding(f) for f in ev.findings])
+
+
+def _evidence_set(evidence: dict[str, EvidenceResult], *, with_expectation: bool) -> EvidenceSet:
+    cats = [*EVIDENCE, "expectation"] if with_expectation else list(EVIDENCE)
+    return EvidenceSet(**{c: _evidence(evidence[c]) for c in cats})
 
 
 def _conditions(plan: Plan, tl: Timeline) -> dict[str, Any]:
@@ -350,27 +409,6 @@ def stop_condition_fired(tl: Timeline) -> str | None:
     return f"stop condition '{e.get('condition')}' fired{detail}"
 
 
-def _class_as_expected(cls: RecoveryClass, why: str, item: Scenario) -> Finding:
-    """``expectation.recovery-class``: the class judged against the one the plan expects."""
-    name, want = "expectation.recovery-class", item.expected.recovery
-    if cls == RecoveryClass.NOT_DETERMINED:
-        return Finding(name, Verdict.RETEST, f"recovery class {why}")
-    if cls == want:
-        return Finding(name, Verdict.PASS, f"recovery class {cls.value}, as expected")
-    if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
-        return Finding(
-            name,
-            Verdict.FAIL,
-            f"recovery class {cls.value}, worse than the expected {want.value}: {why}",
-        )
-    return Finding(
-        name,
-        Verdict.RETEST,
-        f"recovery class {cls.value}, better than the expected {want.value}: explain or "
-        "correct the plan's expectation",
-    )
-
-
 def _fault_not_applied(evidence: dict[str, EvidenceResult]) -> str | None:
     """What ``expectation.fault-applied`` said when the planned fault was not applied (its
     trigger never reached, its injection failed), or None."""
@@ -427,11 +465,56 @@ def _aborted_is_retest(
         return
     ev = evidence["expectation"]
     ev.findings = [
-        Finding(f.check, Verdict.RETEST, f"{f.message} (not judged: {why})", f.data)
+        Finding(
+            f.check,
+            Verdict.RETEST,
+            f"{f.message} (not judged: {why})",
+            f.data,
+            f.message_id,
+            {**f.params, "not_judged": why},
+        )
         if f.check in _OUTCOME_CHECKS and f.verdict == Verdict.FAIL
         else f
         for f in ev.findings
     ]
+
+
+def _class_as_expected(item: Scenario, cls: RecoveryClass, why: str) -> Finding:
+    """``expectation.recovery-class``: the class against the plan's expected one."""
+    name, want = "expectation.recovery-class", item.expected.recovery
+    params = {"cls": cls.value, "expected": want.value}
+    if cls == RecoveryClass.NOT_DETERMINED:
+        return Finding(
+            name,
+            Verdict.RETEST,
+            f"recovery class {why}",
+            message_id=f"{name}.not-determined",
+            params={**params, "why": why},
+        )
+    if cls == want:
+        return Finding(
+            name,
+            Verdict.PASS,
+            f"recovery class {cls.value}, as expected",
+            message_id=f"{name}.as-expected",
+            params=params,
+        )
+    if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
+        return Finding(
+            name,
+            Verdict.FAIL,
+            f"recovery class {cls.value}, worse than the expected {want.value}: {why}",
+            message_id=f"{name}.worse",
+            params={**params, "why": why},
+        )
+    return Finding(
+        name,
+        Verdict.RETEST,
+        f"recovery class {cls.value}, better than the expected {want.value}: "
+        "explain or correct the plan's expectation",
+        message_id=f"{name}.better",
+        params=params,
+    )
 
 
 def evaluate_item(
@@ -460,6 +543,8 @@ def evaluate_item(
                 Verdict.RETEST,
                 f"the baseline itself did not pass its checks ({baseline_verdict.value}); "
                 "comparisons with it prove nothing",
+                message_id="expectation.baseline.not-passed",
+                params={"verdict": baseline_verdict.value},
             )
         )
     states = [e.get("state") for e in tl.of("platform", "job_state")]
@@ -472,7 +557,7 @@ def evaluate_item(
         undetermined = no_probe
     cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted, undetermined)
     if isinstance(item, Scenario):
-        evidence["expectation"].findings.append(_class_as_expected(cls, why, item))
+        evidence["expectation"].findings.append(_class_as_expected(item, cls, why))
     _aborted_is_retest(tl, evidence, item)
     result = ItemResult(
         id=item_id,
@@ -548,42 +633,49 @@ class RunResult:
             and not self.skipped
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_report(self) -> Report:
+        """The run as report.json's typed content (:class:`~faultdrill.report.model.Report`)."""
         base = self.baseline
         ref = self.reference
         dossier_path = self.run_dir / "baseline" / "dossier.json"
         dossier = json.loads(dossier_path.read_text()) if dossier_path.exists() else None
-        return {
-            "faultdrill_version": __version__,
-            "task_id": self.plan.task.id,
-            "plan_digest": self.plan.digest(),
-            "plan": self.plan.model_dump(mode="json"),
-            "baseline": {
-                "run_id": "baseline",
-                "steps": ref.last_step if ref else None,
-                "final_model_digest": ref.final_digest if ref else None,
-                "world_size": ref.world_size if ref else None,
-                "verdict": base.verdict.value if base else "retest",
-                "evidence": {k: v.to_json() for k, v in base.evidence.items()} if base else None,
-                "failure": base.failure if base else None,
-                "no_probe_events": base.no_probe_events if base else False,
-                "dossier": dossier,
-            },
-            "scenarios": [i.to_json() for i in self.items],
-            "recovery_dependencies": dependency_totals(
-                self.plan, [(s.id, s.dependencies) for s in self.scenarios]
+        return Report(
+            faultdrill_version=__version__,
+            task_id=self.plan.task.id,
+            plan_digest=self.plan.digest(),
+            plan=RecordedPlan.model_validate(self.plan.model_dump(mode="json")),
+            baseline=Baseline(
+                run_id="baseline",
+                steps=ref.last_step if ref else None,
+                final_model_digest=ref.final_digest if ref else None,
+                world_size=ref.world_size if ref else None,
+                verdict=base.verdict.value if base else "retest",
+                evidence=_evidence_set(base.evidence, with_expectation=True) if base else None,
+                dossier=Dossier.model_validate(_plain(dossier)) if dossier is not None else None,
+                failure=Failure.model_validate(_plain(base.failure))
+                if base is not None and base.failure
+                else None,
+                no_probe_events=base.no_probe_events if base is not None else False,
             ),
-            "skipped": self.skipped,
-            "summary": {
-                "scenarios": len(self.scenarios),
-                "passed": sum(s.verdict == Verdict.PASS for s in self.scenarios),
-                "failed": sum(s.verdict == Verdict.FAIL for s in self.scenarios),
-                "retest": sum(s.verdict == Verdict.RETEST for s in self.scenarios),
-                "controls": len(self.controls),
-                "controls_caught": sum(bool(c.caught) for c in self.controls),
-                "ok": self.ok,
-            },
-        }
+            scenarios=[i.to_item() for i in self.items],
+            recovery_dependencies=_plain(
+                dependency_totals(self.plan, [(s.id, s.dependencies) for s in self.scenarios])
+            ),
+            skipped=[Skipped.model_validate(s) for s in self.skipped],
+            summary=Summary(
+                scenarios=len(self.scenarios),
+                passed=sum(s.verdict == Verdict.PASS for s in self.scenarios),
+                failed=sum(s.verdict == Verdict.FAIL for s in self.scenarios),
+                retest=sum(s.verdict == Verdict.RETEST for s in self.scenarios),
+                controls=len(self.controls),
+                controls_caught=sum(bool(c.caught) for c in self.controls),
+                ok=self.ok,
+            ),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """:meth:`to_report` as report.json data."""
+        return self.to_report().to_json()
 
 
 def load_run_plan(run_dir: Path) -> Plan:

@@ -1,10 +1,10 @@
 """``faultdrill serve``: a local viewer of a run's HTML report.
 
 Serves, on loopback by default, the same self-contained HTML the run directory holds,
-re-rendered on each request from ``report.json`` and the event files (``?lang=zh`` or
-``?lang=en``), plus the raw ``report.json``, ``report.md`` and ``runbook.md``. A bundle is
-verified and unpacked into a temporary folder first. Read-only: nothing is written into the
-run directory.
+re-rendered on each request from ``report.json`` (read through its model) and the event
+files (``?lang=zh`` or ``?lang=en``), plus ``report.json`` as read, ``report.md`` and
+``runbook.md``. A bundle is verified and unpacked into a temporary folder first. Read-only:
+nothing is written into the run directory.
 """
 
 from __future__ import annotations
@@ -17,11 +17,27 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from faultdrill.errors import DrillError, RunDirError
 from faultdrill.report.html import render_html
 from faultdrill.report.i18n import LANGS
 from faultdrill.report.markdown import render_markdown
+from faultdrill.report.model import Report, read_report
+from faultdrill.report.runbook import render_runbook
 
 __all__ = ["make_server", "serve"]
+
+
+def _page(report: Report, run_dir: Path, path: str, lang: str) -> tuple[str, str] | None:
+    """(body, content type) of one path of the viewer, or None (not found)."""
+    if path in ("/", "/report.html"):
+        return render_html(report, run_dir, lang), "text/html; charset=utf-8"
+    if path == "/report.json":
+        return json.dumps(report.to_json(), indent=2), "application/json"
+    if path == "/report.md":
+        return render_markdown(report, lang), "text/markdown; charset=utf-8"
+    if path == "/runbook.md":
+        return render_runbook(report, run_dir, lang), "text/markdown; charset=utf-8"
+    return None
 
 
 def make_server(
@@ -46,30 +62,15 @@ def make_server(
             want = parse_qs(url.query).get("lang", [lang])[0]
             use = want if want in LANGS else lang
             try:
-                report = json.loads((run_dir / "report.json").read_text())
-            except (OSError, ValueError) as exc:
+                report = read_report(run_dir)
+            except DrillError as exc:
                 self._send(500, f"cannot read report.json: {exc}".encode(), "text/plain")
                 return
-            if url.path in ("/", "/report.html"):
-                self._send(
-                    200, render_html(report, run_dir, use).encode(), "text/html; charset=utf-8"
-                )
-            elif url.path == "/report.json":
-                self._send(200, json.dumps(report, indent=2).encode(), "application/json")
-            elif url.path == "/report.md":
-                self._send(
-                    200, render_markdown(report, use).encode(), "text/markdown; charset=utf-8"
-                )
-            elif url.path == "/runbook.md":
-                from faultdrill.report.runbook import render_runbook
-
-                self._send(
-                    200,
-                    render_runbook(report, run_dir, use).encode(),
-                    "text/markdown; charset=utf-8",
-                )
-            else:
+            page = _page(report, run_dir, url.path, use)
+            if page is None:
                 self._send(404, b"not found", "text/plain")
+            else:
+                self._send(200, page[0].encode(), page[1])
 
     return ThreadingHTTPServer((host, port), Handler)
 
@@ -84,7 +85,6 @@ def serve(
 ) -> None:
     """Serve a run directory or bundle until interrupted (Ctrl-C)."""
     from faultdrill.archive.bundle import extract_bundle
-    from faultdrill.errors import RunDirError
 
     with tempfile.TemporaryDirectory(prefix="faultdrill-serve-") as tmp:
         run_dir = source if source.is_dir() else extract_bundle(source, Path(tmp))
