@@ -683,7 +683,8 @@ class Failure(Record):
     signal: str | None = None
     node: str | None = None
     local_rank: int | None = None
-    worker_failures: list[dict[str, JsonValue]] = []
+    #: How many worker failures the launcher logged.
+    worker_failures: int = 0
     error_tail: list[str] = []
     #: The launcher's log holding the rest, relative to the run directory.
     log: str | None = None
