@@ -17,6 +17,7 @@ from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, co
 from faultdrill.checks.network import network_report
 from faultdrill.engine.item import environment_facts, item_dir
 from faultdrill.errors import RunDirError
+from faultdrill.joblogs.evidence import log_evidence
 from faultdrill.judge.analysis import Answers, answer_questions
 from faultdrill.judge.disruption import describe_disruption
 from faultdrill.judge.goodput import account
@@ -104,6 +105,8 @@ class ItemResult:
     disruption: dict[str, Any] | None = None
     #: Why the harness aborted the item (a stop condition fired), or None.
     aborted: str | None = None
+    #: Evidence read from the job's log lines (plan ``logs``), or None: ``faultdrill.joblogs``.
+    log_evidence: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -186,6 +189,8 @@ class ItemResult:
             "inventory": self.inventory,
             "disruption": self.disruption,
         }
+        if self.log_evidence is not None:
+            out["log_evidence"] = self.log_evidence
         if self.timeline is not None:
             out.update(network_report(self.timeline))
         if self.kind == "control":
@@ -335,6 +340,7 @@ def evaluate_item(
         inventory=inventory_summary(tl),
         disruption=describe_disruption(tl, gloo_s=plan.resources.timeouts.gloo_s),
         aborted=aborted,
+        log_evidence=None if plan.logs is None else log_evidence(plan.logs, tl, evidence),
     )
 
 
@@ -386,6 +392,7 @@ class RunResult:
                 "verdict": base.verdict.value if base else "retest",
                 "evidence": {k: v.to_json() for k, v in base.evidence.items()} if base else None,
                 "dossier": dossier,
+                **({"log_evidence": base.log_evidence} if base and base.log_evidence else {}),
             },
             "scenarios": [i.to_json() for i in self.items],
             "skipped": self.skipped,
