@@ -117,7 +117,8 @@ def run_plan(
             "provide what is named, or leave these items out with --only"
         )
     write_plan_copy(plan, source, run_dir)
-    (run_dir / "selection.json").write_text(json.dumps({"selected": selected}, indent=2) + "\n")
+    chosen = {"selected": selected, "no_controls": not controls}
+    (run_dir / "selection.json").write_text(json.dumps(chosen, indent=2) + "\n")
     skipped: dict[str, str] = {}
     started = time.time()
     base_work = execute_item(plan, "baseline", None, run_dir, report)
@@ -162,6 +163,7 @@ def run_plan(
         reference,
         items,
         [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
+        controls_waived=not controls,
     )
     write_reports(result)
     return result

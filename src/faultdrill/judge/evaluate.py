@@ -352,6 +352,8 @@ class RunResult:
     reference: Reference | None
     items: list[ItemResult]
     skipped: list[dict[str, str]]
+    #: ``--no-controls`` was said: a run without any control may still be OK.
+    controls_waived: bool = False
 
     @property
     def scenarios(self) -> list[ItemResult]:
@@ -364,9 +366,12 @@ class RunResult:
     @property
     def ok(self) -> bool:
         """Something was drilled, every scenario passed, every control was caught (with its
-        fault applied and no stop condition), nothing skipped, baseline passed."""
+        fault applied and no stop condition), nothing skipped, baseline passed; and at
+        least one control ran, unless ``--no-controls`` waived them: without one, nothing
+        showed that the checks can fail on this workload."""
         return (
             bool(self.scenarios or self.controls)
+            and (bool(self.controls) or self.controls_waived)
             and self.baseline is not None
             and self.baseline.verdict == Verdict.PASS
             and all(s.verdict == Verdict.PASS for s in self.scenarios)
@@ -403,6 +408,12 @@ class RunResult:
                 "retest": sum(s.verdict == Verdict.RETEST for s in self.scenarios),
                 "controls": len(self.controls),
                 "controls_caught": sum(bool(c.caught) for c in self.controls),
+                "controls_waived": self.controls_waived,
+                "controls_note": None
+                if self.controls
+                else "no negative control ran: the checks were not shown to catch a defect "
+                "in this workload"
+                + (" (waived with --no-controls)" if self.controls_waived else ""),
                 "ok": self.ok,
             },
         }
@@ -444,13 +455,20 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
                 items.append(evaluate_item(plan, kind, it, work, reference, bverdict))
             else:
                 skipped.append({"id": it.id, "kind": kind, "reason": notes.get(it.id, "not run")})
-    return RunResult(plan, run_dir, baseline, reference, items, skipped)
+    waived = _controls_waived(run_dir)
+    return RunResult(plan, run_dir, baseline, reference, items, skipped, waived)
 
 
 def _selection(run_dir: Path) -> set[str] | None:
     """Ids the run set out to drill (None: the whole plan)."""
     path = run_dir / "selection.json"
     return set(json.loads(path.read_text())["selected"]) if path.exists() else None
+
+
+def _controls_waived(run_dir: Path) -> bool:
+    """Whether the run was told ``--no-controls`` (recorded in ``selection.json``)."""
+    path = run_dir / "selection.json"
+    return bool(path.exists() and json.loads(path.read_text()).get("no_controls"))
 
 
 def _skip_notes(run_dir: Path) -> dict[str, str]:

@@ -18,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 
 from faultdrill import faults as _faults  # noqa: F401  (registers every fault kind)
 from faultdrill.faults.api import FAULTS, FaultSpec
+from faultdrill.faults.harness import expand_controls
 from faultdrill.joblogs.spec import LogPatterns
 from faultdrill.plan.sections import (
     REFERENCE_WORKLOAD,
@@ -145,6 +146,13 @@ class Plan(Frozen):
     )
     rounds: tuple[Round, ...] = ()
     controls: tuple[Control, ...] = ()
+
+    @field_validator("controls", mode="before")
+    @classmethod
+    def _harness_shorthand(cls, raw: Any) -> Any:
+        """``controls`` as a mapping asks for the harness-side controls in one line
+        (:class:`faultdrill.faults.harness.HarnessControls`); it becomes the list form."""
+        return expand_controls(raw) if isinstance(raw, dict) else raw
 
     @field_validator("rounds")
     @classmethod
