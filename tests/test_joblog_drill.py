@@ -1,6 +1,6 @@
 """A real drill of a job that cannot be changed (tests/jobs/plain_train.py: torchrun, gloo,
 2 ranks on one node; it never imports faultdrill and only prints its progress), read
-through the plan's ``logs`` patterns: the baseline and a killed worker pass on a healthy
+through the ``logs`` patterns of its plan (examples/plain_logs/plan.yaml): the baseline and a killed worker pass on a healthy
 resume (bitwise equal losses and model), a known-bad resume (the script ignores its
 checkpoint on restart) is caught, and so are the three harness-side controls, which need
 nothing from the job. The events were stamped when read, within 0.1 s of the job printing
@@ -18,61 +18,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from faultdrill.engine.run import run_plan
 from faultdrill.plan import parse_plan
 from tests.drillkit import ROOT, finding, item, kill_task
-from tests.test_joblogs import PLAIN
 
 pytestmark = [pytest.mark.drill]
 
 JOB = ROOT / "tests" / "jobs" / "plain_train.py"
+PLAN = ROOT / "examples" / "plain_logs" / "plan.yaml"
 
 
 def plain_plan(task_id: str) -> dict[str, Any]:
-    kill = {"kind": "kill-worker", "target": {"rank": 1}}
-    return {
-        "version": 1,
-        "task": {
-            "id": task_id,
-            "config_version": "v1",
-            "code_id": "tests/jobs/plain_train.py",
-            "entrypoint": {
-                "script": str(JOB),
-                "args": ["--ckpt={ckpt_dir}", "--steps=24", "--every=8", "--step-sleep=0.03"],
-            },
-        },
-        "data": {"snapshot": "synthetic-regression", "read_position": 0},
-        "resources": {"platform": "local", "isolation": "none", "nodes": 1, "procs_per_node": 2},
-        "checkpoint": {"dir": "ckpt", "every_steps": 8, "keep": 3, "latest_file": "latest"},
-        "observation": {"settle_s": 0.3},
-        "responsibility": {
-            "injector": "a",
-            "observer": "b",
-            "recovery_operator": "c",
-            "signer": "d",
-        },
-        "stop": {"max_wall_s": 150, "max_no_progress_s": 60},
-        "logs": PLAIN,
-        "rounds": [
-            {
-                "round": 1,
-                "scenarios": [{"id": "kill-worker", "fault": kill, "trigger": {"at_step": 12}}],
-            }
-        ],
-        "controls": {
-            "harness": "all",
-            "items": [
-                {
-                    "id": "ctl-resume-ignored",
-                    "env": {"PLAIN_TRAIN_RESUME": "ignore"},
-                    "fault": kill,
-                    "trigger": {"at_step": 12},
-                    "expected_check": "progress.no-restart-from-zero",
-                }
-            ],
-        },
-    }
+    """The example plan (examples/plain_logs/plan.yaml) with a task id of its own."""
+    raw: dict[str, Any] = yaml.safe_load(PLAN.read_text())
+    raw["task"]["id"] = task_id
+    return raw
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +44,8 @@ def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     old = os.environ.get("FAULTDRILL_STATE_DIR")
     os.environ["FAULTDRILL_STATE_DIR"] = str(base / "state")
     try:
-        run_plan(parse_plan(plain_plan(task_id), source="plain plan"), base / "run")
+        plan = parse_plan(plain_plan(task_id), source=str(PLAN), plan_dir=PLAN.parent)
+        run_plan(plan, base / "run")
         yield base / "run", json.loads((base / "run" / "report.json").read_text())
     finally:
         kill_task(task_id)

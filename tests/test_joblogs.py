@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from faultdrill.checks import Verdict
 from faultdrill.checks.api import run_checks
@@ -22,22 +23,13 @@ from faultdrill.joblogs.evidence import log_evidence
 from faultdrill.joblogs.tail import LogTail, hash_checkpoint, log_file_origin
 from faultdrill.plan import Plan, parse_plan
 from faultdrill.platforms.api import Replica
-from tests.drillkit import demo_raw
+from tests.drillkit import ROOT, demo_raw
 from tests.timelines import Judge, restart
 
-#: The patterns of tests/jobs/plain_train.py (the job the drill tests run).
-PLAIN: dict[str, str] = {
-    "rank": r"^\[rank (?P<rank>\d+)\]",
-    "run_start": r"\] start world=(?P<world_size>\d+)",
-    "checkpoint_loaded": r"\] resumed from (?P<id>\S+) at step (?P<step>\d+) position "
-    r"(?P<data_position>\d+)(?P<verified> \(verified\))?",
-    "no_checkpoint": r"\] no checkpoint; starting at step 0",
-    "step": r"\] step (?P<step>\d+) loss (?P<loss>\S+) samples (?P<sample_start>\d+):"
-    r"(?P<sample_end>\d+)",
-    "checkpoint_saved": r"\] saved checkpoint (?P<id>\S+) at step (?P<step>\d+) position "
-    r"(?P<data_position>\d+)",
-    "run_end": r"\] done at step (?P<step>\d+) model (?P<digest>[0-9a-f]+)",
-}
+#: The patterns of tests/jobs/plain_train.py, from its plan (examples/plain_logs/plan.yaml).
+PLAIN: dict[str, str] = yaml.safe_load(
+    (ROOT / "examples" / "plain_logs" / "plan.yaml").read_text()
+)["logs"]
 
 
 def plan_with(logs: dict[str, Any], **resources: Any) -> Plan:
