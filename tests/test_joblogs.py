@@ -309,6 +309,27 @@ def test_a_saved_checkpoint_is_hashed_when_its_line_is_read(tmp_path: Path) -> N
     assert "not a name inside" in bad["hash_problem"]
 
 
+def test_a_line_that_does_not_say_its_rank_is_the_nodes_replicas(tmp_path: Path) -> None:
+    live = Live(rep(AGENT, None, "agent", 1), Replica(W1, 9, "worker", "n2", 1, ppid=AGENT))
+    logs = {k: v for k, v in PLAIN.items() if k != "rank"}  # one process per node
+    tail = tail_in(tmp_path, live, logs)
+    write(tmp_path / "logs" / "agent-n2.log", "] step 3 loss 1.5 samples 12:16 t=1")
+    write(tmp_path / "logs" / "agent-n1.log", "] step 3 loss 1.5 samples 8:12 t=1")
+    tail.poll()
+    [step] = [e for e in events(tmp_path) if e["kind"] == "step"]
+    assert (step["rank"], step["pid"], step["node"]) == (1, W1, "n2")
+    assert tail.unattributed == 1  # nothing runs on n1
+
+
+def test_a_save_line_naming_a_file_outside_the_checkpoints_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").mkdir()
+    secret = tmp_path / "secret"
+    secret.write_text("x")
+    got = hash_checkpoint(tmp_path / "ckpt", "step-1", str(secret))
+    assert "not inside the checkpoint directory" in got["hash_problem"] and "sha256" not in got
+    assert "hash_problem" in hash_checkpoint(tmp_path / "ckpt", "step-1", "../secret")
+
+
 def test_log_file_names() -> None:
     assert log_file_origin("agent-n2.log") == ("agent", "n2")
     assert log_file_origin("copy-n1-rank1.log") == ("copy", "n1")

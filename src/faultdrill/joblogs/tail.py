@@ -73,13 +73,17 @@ def _plain_name(name: str) -> bool:
 
 def hash_checkpoint(ckpt_dir: Path, cid: str, path: str = "") -> dict[str, Any]:
     """The file a saved checkpoint stands for, hashed now: ``path``, ``sha256``, ``bytes``;
-    or ``hash_problem`` saying why none could be hashed."""
+    or ``hash_problem`` saying why none could be hashed (also for a path outside
+    ``ckpt_dir``: what a log line names is never read elsewhere)."""
     if path:
         target = Path(path) if Path(path).is_absolute() else ckpt_dir / path
     elif _plain_name(cid):
         target = ckpt_dir / cid
     else:
         return {"hash_problem": f"checkpoint id {cid!r} is not a name inside {ckpt_dir}"}
+    # the line is the job's data: the harness reads nothing outside the checkpoint directory
+    if not target.resolve().is_relative_to(ckpt_dir.resolve()):
+        return {"hash_problem": f"{target} is not inside the checkpoint directory {ckpt_dir}"}
     if target.is_dir():
         named = None
         with contextlib.suppress(OSError, ValueError):
