@@ -243,7 +243,25 @@ def checkpoint_verified(ctx: CheckContext) -> list[Finding]:
     """Every checkpoint load verified the checkpoint's digest before using it."""
     tl, name = ctx.timeline, "progress.checkpoint-verified"
     loads = tl.of("probe", "ckpt_load")
-    unverified = [e for e in loads if e.get("verified") is not True]
+    # verified null: the load could not say (a job's log line without a verified group),
+    # which is unknown; a load that leaves the field out claims nothing, which is a fail
+    unsaid = [e for e in loads if "verified" in e.fields and e.fields["verified"] is None]
+    unverified = [
+        e for e in loads if e.get("verified") is not True and e.get("verified", 0) is not None
+    ]
+    if unsaid and not unverified:
+        e = unsaid[0]
+        return [
+            ctx.finding(
+                name,
+                R,
+                f"{len(unsaid)} load(s) did not say whether the checkpoint was verified before "
+                f"it was used; first: rank {e.get('rank')} loaded {e.get('id')} (step "
+                f"{e.get('step')})"
+                + (" (read from the job's log line)" if e.get("via") == "log" else ""),
+                count=len(unsaid),
+            )
+        ]
     if unverified:
         e = unverified[0]
         return [

@@ -36,6 +36,7 @@ from faultdrill.engine.watch import Watch, stop_reason
 from faultdrill.errors import DrillError, FaultError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import Fault, FaultContext, make_fault
+from faultdrill.joblogs.tail import LogTail
 from faultdrill.judge.artifacts import verify_artifacts
 from faultdrill.judge.inventory import take_inventory
 from faultdrill.ledger import Ledger
@@ -241,6 +242,16 @@ def execute_item(
     )
     ledger.activate()
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
+    tail = None  # a job that cannot be changed: its progress read from its log lines
+    if plan.logs is not None:
+        tail = LogTail(
+            plan.logs,
+            work / "logs",
+            sink,
+            platform.replicas,
+            world_size=plan.resources.world_size,
+            ckpt_dir=work / plan.checkpoint.dir,
+        )
     sink.emit(
         "harness",
         "item_start",
@@ -264,6 +275,8 @@ def execute_item(
                     _prepare_fault(fault, ctx)
                 platform.submit(job)
                 sampler.start()
+                if tail is not None:
+                    tail.start()
                 if isinstance(platform, NetworkTrack):
                     platform.start_network_track(plan.observation.net_hz)
                 outcome, natural_end = _watch_job(
@@ -291,7 +304,7 @@ def execute_item(
             finally:
                 guard.cleaning = True  # from here on signals are noted, never raised
                 pending[:] = _finish(
-                    plan, fault, ctx, platform, sampler, sink, ledger, work, natural_end
+                    plan, fault, ctx, platform, sampler, sink, ledger, work, natural_end, tail
                 )
         finally:
             if guard.late is not None:  # the job's outcome stands; the run stops after it
@@ -461,6 +474,7 @@ def _finish(
     ledger: Ledger,
     work: Path,
     natural_end: bool,
+    tail: LogTail | None = None,
 ) -> list[str]:
     """The cleanup path: runs on every exit, with signals noted and ignored (the caller
     sets ``signal_guard.cleaning``). Every step is attempted even if an earlier one raised:
@@ -479,6 +493,8 @@ def _finish(
     if fault is not None:
         attempt("revert the fault", lambda: fault.revert(ctx))
     attempt("stop the job", lambda: platform.stop(reason="end of drill"))
+    if tail is not None:  # before the inventory: it hashes what the last lines saved
+        attempt("read the job's last log lines", tail.stop)
     if not natural_end and sampler.running:
         attempt(
             "final process snapshot",

@@ -259,6 +259,13 @@ class FakePlatform(Platform):
         """Alive until it got a SIGKILL (a fake replica ignores SIGTERM)."""
         return replica.pid not in self.killed
 
+    # --- CopiesReplicas -----------------------------------------------------------------------
+
+    def replica_copy(self, replica: Replica) -> Change:
+        args = {"pid": replica.pid, "rank": replica.rank, "node": replica.node}
+        change = self._change("replica_copy", args, f"fake: copy of rank {replica.rank}")
+        return change.with_facts(copy_of=replica.pid, rank=replica.rank, node=replica.node)
+
     # --- NodeActions, LinkActions ---------------------------------------------------------------
 
     def node_down(self, node: str) -> list[Change]:

@@ -738,6 +738,9 @@ class Item(Record):
     failure: Failure | None = None
     #: No rank reported anything: the script is not instrumented, or died first.
     no_probe_events: bool = False
+    #: For a job read from its log lines (plan ``logs``): which evidence came from logs,
+    #: the stamping bound, lines not attributed, what the patterns cannot show.
+    log_evidence: dict[str, JsonValue] | None = None
 
     @property
     def not_as_planned(self) -> str | None:
@@ -811,6 +814,7 @@ class Baseline(Record):
     dossier: Dossier | None = None
     failure: Failure | None = None
     no_probe_events: bool = False
+    log_evidence: dict[str, JsonValue] | None = None
 
 
 class Skipped(Record):
@@ -826,6 +830,10 @@ class Summary(Record):
     retest: int
     controls: int
     controls_caught: int
+    #: The operator said --no-controls: a run without controls may still be ok.
+    controls_waived: bool = False
+    #: Said when no negative control ran: the checks were not shown to catch a defect.
+    controls_note: str | None = None
     ok: bool
 
 

@@ -11,7 +11,7 @@ directory of this host (:class:`~faultdrill.platforms.local.storage.HostStorage`
 
 Actions (:mod:`faultdrill.platforms.api`): a rank's replica is signalled through /proc
 (pid and start time), the control plane (the store's host, the first agent) is paused
-with SIGSTOP. With ``isolation: netns`` the nodes and links can be acted on as well
+with SIGSTOP, and a copy of a replica is started on its node (``copies``). With ``isolation: netns`` the nodes and links can be acted on as well
 (:mod:`faultdrill.platforms.local.netns`).
 
 Settings taken from ``../shared/notes/torchrun.md`` (each fixed a measured failure):
@@ -48,6 +48,7 @@ from faultdrill.platforms.api import (
 )
 from faultdrill.platforms.local import procfs
 from faultdrill.platforms.local.cluster import NodeCluster
+from faultdrill.platforms.local.copies import copy_change, reap
 from faultdrill.platforms.local.linux import signal_change, sigstop_change
 from faultdrill.platforms.local.storage import HostStorage, fuse_missing
 
@@ -119,6 +120,7 @@ _ALWAYS = frozenset(
         Ability.STORAGE_FULL,
         Ability.STORAGE_UNREACHABLE,
         Ability.CHECKPOINT_FILES,
+        Ability.REPLICA_COPY,
     }
 )
 _WITH_NETNS = frozenset(
@@ -167,6 +169,7 @@ class LocalPlatform(HostStorage, Platform):
         self.rdzv_port = 0
         self._lineage = Lineage()
         self._scratch: Path | None = None
+        self._copies: list[subprocess.Popen[bytes]] = []  # replica copies (CopiesReplicas)
 
     # --- abilities ----------------------------------------------------------------------
 
@@ -397,6 +400,7 @@ class LocalPlatform(HostStorage, Platform):
             agent.proc.wait()
             agent.log.close()
         self.cluster.teardown()
+        reap(self._copies)
 
     def leftovers(self) -> list[str]:
         return self.cluster.leftovers()
@@ -436,6 +440,11 @@ class LocalPlatform(HostStorage, Platform):
 
     def replica_alive(self, replica: Replica) -> bool:
         return procfs.alive(replica.pid, replica.start_time)
+
+    # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
+
+    def replica_copy(self, replica: Replica) -> Change:
+        return copy_change(self.cluster, replica, self.work_dir / "logs", self._copies)
 
     # --- actions: the control plane (ControlPlaneActions) ------------------------------------
 
