@@ -374,9 +374,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     targets: list[tuple[Path, str | None]] = []  # (ledger file, run id when known)
     for p in args.paths:
         if p.is_dir():
-            targets += [(f, None) for f in sorted(p.rglob("ledger.jsonl"))]
-        elif p.is_file():
-            targets.append((p, None))
+            targets += [(f, None) for f in _ledgers_below(p)]
+        elif p.is_file() or p.is_symlink():
+            targets.append((p, None))  # a link is refused when opened, and said
         else:
             raise DrillError(f"{p}: no such run directory or ledger file")
     failed = skipped = removed = 0
@@ -417,11 +417,27 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _ledgers_below(run_dir: Path) -> list[Path]:
+    """The ledger files under ``run_dir``, none reached through a symbolic link."""
+    from faultdrill.safepath import escape
+
+    base = run_dir.resolve()
+    found = []
+    for f in sorted(run_dir.rglob("ledger.jsonl")):
+        why = escape(base, base / f.relative_to(run_dir))
+        if why is None:
+            found.append(f)
+        else:
+            print(f"{f}: not cleaned up: {why}", file=sys.stderr)
+    return found
+
+
 def _clean_ledger(path: Path, run_id: str | None) -> int:
-    """Undo what one ledger left pending; 1 if anything could not be undone or read."""
+    """Undo what one ledger left pending; 1 if anything could not be undone or read, or
+    was refused (an entry naming what this run could not have made: never acted on)."""
     from faultdrill.ledger import Ledger
 
-    if not path.exists():
+    if not os.path.lexists(path):
         print(f"{path}: ledger file is gone; nothing recorded to undo")
         return 0
     ledger = Ledger(path, run_id=run_id or _run_id_of(path))
@@ -437,32 +453,52 @@ def _clean_ledger(path: Path, run_id: str | None) -> int:
         print(f"  could not undo: {e}", file=sys.stderr)
     for note in ledger.notes:
         print(f"  left alone, not ours: {note}")
+    for why in ledger.refused:
+        print(
+            f"  refused, not of this run's making (nothing done): {why}; this ledger was "
+            "edited or does not belong here: check it by hand",
+            file=sys.stderr,
+        )
     if not ledger.pending():
         ledger.deactivate()
-    undone = len(pending) - len(ledger.pending())
+    undone = len(pending) - len(ledger.pending()) - len(ledger.refused)
     print(f"{path}: {undone} of {len(pending)} pending change(s) undone")
-    return int(bool(errors or ledger.problems))
+    return int(bool(errors or ledger.problems or ledger.refused))
 
 
 def _run_id_of(path: Path) -> str:
-    """The run id the ledger was opened with, from its index entry or its first record."""
-    from faultdrill.ledger import active_entries
+    """The run id the ledger was opened with: its header line, its index entry, its first
+    ``run-processes`` record, else its directory's name (ledgers of older versions).
+    DrillError when the file is a symbolic link or the id is not a plain name."""
+    from faultdrill.ledger import active_entries, check_run_id
 
-    resolved = path.resolve()
-    for entry in active_entries():
-        if entry.ledger is not None and entry.ledger == resolved:
-            return entry.run_id
-    for line in path.read_text(errors="replace").splitlines():
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "a symbolic link, not a ledger" if path.is_symlink() else exc.strerror
+        raise DrillError(f"{path}: {why}; refusing to read or write it") from exc
+    with os.fdopen(fd, "rb") as f:
+        lines = f.read(64 << 20).decode(errors="replace").splitlines()
+    records = []
+    for line in lines:
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(rec, dict):
-            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+    header = next((r for r in records if r.get("op") == "run"), None)
+    if header is not None:
+        return check_run_id(header.get("run_id"))
+    resolved = path.resolve()
+    for entry in active_entries():
+        if entry.ledger is not None and entry.ledger == resolved:
+            return check_run_id(entry.run_id)
+    for rec in records:
         data = rec.get("data")
         if rec.get("kind") == "run-processes" and isinstance(data, dict) and data.get("run_id"):
-            return str(data["run_id"])
-    return path.parent.name
+            return check_run_id(str(data["run_id"]))
+    return check_run_id(path.parent.name)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -508,6 +508,7 @@ def _finish(
     def revert_ledger() -> None:
         problems.extend(ledger.revert_all())
         problems.extend(f"left alone, not ours: {note}" for note in ledger.notes)
+        problems.extend(f"refused, not of this run's making: {why}" for why in ledger.refused)
 
     attempt("revert the ledger", revert_ledger)
     pending = [f"{e.kind} {e.label}".strip() for e in ledger.pending()]
