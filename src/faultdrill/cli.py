@@ -348,7 +348,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     res = diff_reports(a, b, label_a=la, label_b=lb, band=band, gate_times=args.gate_times)
     print("\n".join(res.lines()))
     if args.json:
-        args.json.write_text(json.dumps(res.to_json(), indent=2, default=str) + "\n")
+        from faultdrill.safepath import write_file
+
+        write_file(args.json, json.dumps(res.to_json(), indent=2, default=str) + "\n", within=None)
     if args.junit:
         from faultdrill.archive.junit import diff_suite, write_junit
 
