@@ -274,6 +274,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
     target = args.target
     if target[0] == "verify" and len(target) == 2:
+        if args.sign is not None:
+            raise DrillError("--sign makes a signed bundle; to check one: bundle verify --key PUB")
         archive = Path(target[1])
         if archive.is_dir():
             raise DrillError(
@@ -282,20 +284,45 @@ def cmd_bundle(args: argparse.Namespace) -> int:
             )
         if not archive.exists():
             raise DrillError(f"{archive}: no such file; name a bundle archive (.tar.gz)")
-        res = verify_bundle(archive)
+        res = verify_bundle(archive, args.key)
         print("\n".join(res.lines()))
         return 0 if res.ok else 1
     if len(target) != 1 or target == ["verify"]:
-        raise DrillError("usage: faultdrill bundle RUN_DIR [--out FILE] | bundle verify ARCHIVE")
+        raise DrillError(
+            "usage: faultdrill bundle RUN_DIR [--out FILE] [--sign KEY] | "
+            "bundle verify ARCHIVE [--key PUB]"
+        )
+    if args.key is not None:
+        raise DrillError("--key checks a signature: faultdrill bundle verify ARCHIVE --key PUB")
     run_dir = Path(target[0])
     if not run_dir.is_dir():
         raise DrillError(f"{run_dir}: no such run directory")
     archive, manifest = make_bundle(
-        run_dir, args.out, lang=args.lang, with_checkpoints=args.with_checkpoints
+        run_dir,
+        args.out,
+        lang=args.lang,
+        with_checkpoints=args.with_checkpoints,
+        sign=args.sign,
     )
+    signed = manifest.get("signature")
     print(
         f"bundle: {archive}\n{len(manifest['files'])} file(s); manifest sha256 "
-        f"{manifest['manifest_sha256']}\nverify with: faultdrill bundle verify {archive}"
+        f"{manifest['manifest_sha256']}"
+        + (f"\nsigned by key {signed['key_id']}" if signed else "\nnot signed (--sign KEY)")
+        + f"\nverify with: faultdrill bundle verify {archive}"
+        + (" --key PUB" if signed else "")
+    )
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from faultdrill.archive.signing import keygen
+
+    private, public, kid = keygen(args.out)
+    print(
+        f"private key: {private} (mode 600: keep it to yourself; sign with "
+        f"`faultdrill bundle RUN_DIR --sign {private}`)\npublic key: {public} (give it to "
+        f"whoever verifies: `faultdrill bundle verify ARCHIVE --key {public}`)\nkey id: {kid}"
     )
     return 0
 
@@ -668,7 +695,30 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--with-checkpoints", action="store_true", help="include checkpoint files (large)"
     )
+    sp.add_argument(
+        "--sign",
+        type=Path,
+        metavar="KEY",
+        help="sign the manifest with this Ed25519 private key (`faultdrill keygen`); the "
+        "key id is recorded in the manifest and the bundled responsibility dossier "
+        "(default: not signed)",
+    )
+    sp.add_argument(
+        "--key",
+        type=Path,
+        metavar="PUB",
+        help="with verify: also check the signature against this public key (default: "
+        "integrity only; origin is then not checked, and said)",
+    )
     _lang(sp)
+    sp = add(
+        "keygen",
+        cmd_keygen,
+        "make an Ed25519 key pair to sign bundles: NAME (private, mode 600) and NAME.pub",
+    )
+    sp.add_argument(
+        "--out", type=Path, required=True, metavar="NAME", help="private key file to create"
+    )
     sp = add(
         "replay",
         cmd_replay,
