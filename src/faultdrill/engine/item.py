@@ -50,6 +50,7 @@ from faultdrill.plan import (
 )
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
+from faultdrill.safepath import write_file
 from faultdrill.timeline import Timeline
 
 __all__ = [
@@ -524,6 +525,7 @@ def _finish(
     def revert_ledger() -> None:
         problems.extend(ledger.revert_all())
         problems.extend(f"left alone, not ours: {note}" for note in ledger.notes)
+        problems.extend(f"refused, not of this run's making: {why}" for why in ledger.refused)
 
     attempt("revert the ledger", revert_ledger)
     pending = [f"{e.kind} {e.label}".strip() for e in ledger.pending()]
@@ -537,10 +539,11 @@ def _finish(
 
 def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "plan.json").write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
+    as_json = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
+    write_file(run_dir / "plan.json", as_json, within=run_dir)
     text = (
         source.read_text()
         if source
         else yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False)
     )
-    (run_dir / "plan.yaml").write_text(text)
+    write_file(run_dir / "plan.yaml", text, within=run_dir)

@@ -63,7 +63,7 @@ class FakeChange:
     undone: int = 0
 
 
-@undoer("fake-change")
+@undoer("fake-change", owns={})  # acts on this process's fakes only
 def _undo_fake(data: dict[str, Any]) -> None:
     """Count the undo in the live fake that made the change (none: nothing to do)."""
     platform = _LIVE.get(str(data.get("platform")))

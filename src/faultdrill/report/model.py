@@ -59,6 +59,7 @@ from pydantic import (
 
 from faultdrill import __version__
 from faultdrill.errors import RunDirError
+from faultdrill.safepath import write_file
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -957,7 +958,7 @@ def read_report(path: Path) -> Report:
 def write_report(report: Report, run_dir: Path) -> Path:
     """Write ``run_dir/report.json``; returns its path."""
     path = run_dir / "report.json"
-    path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    write_file(path, json.dumps(report.to_json(), indent=2) + "\n", within=run_dir)
     return path
 
 

@@ -23,7 +23,6 @@ leftovers; AF_UNIX socket paths of DataLoader workers stay under 108 bytes), one
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import shutil
@@ -46,7 +45,7 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
-from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local import owned, procfs
 from faultdrill.platforms.local.cluster import NodeCluster
 from faultdrill.platforms.local.copies import copy_change, reap
 from faultdrill.platforms.local.linux import signal_change, sigstop_change
@@ -87,10 +86,10 @@ _SCRATCH_NAME = re.compile(r"fd-[0-9a-f]{12}")
 def scratch_root(run_id: str) -> Path:
     """``/tmp/fd-<12 hex digits of the run id's hash>``: short, and named so that the undo
     can tell it is ours."""
-    return _SCRATCH_PARENT / f"fd-{hashlib.sha1(run_id.encode()).hexdigest()[:12]}"
+    return owned.run_tmp_dir("fd-", 12, run_id)
 
 
-@undoer("scratch-dir")
+@undoer("scratch-dir", owns={"path": owned.tmp_dir("fd-", 12, in_run=False)})
 def _undo_scratch(data: dict[str, object]) -> None:
     """Remove a run's scratch directory; refuses any path that is not one of ours."""
     path = Path(str(data["path"]))
