@@ -58,7 +58,7 @@ from faultdrill.faults.api import (
     register,
 )
 from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget, check_worker_target
-from faultdrill.ledger import NotOursError, undoer
+from faultdrill.ledger import PATH, NotOursError, undoer
 from faultdrill.platforms.api import (
     Ability,
     Change,
@@ -143,7 +143,7 @@ def _durable_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-@undoer("ckpt-pointer")
+@undoer("ckpt-pointer", owns={"path": PATH})
 def _undo_pointer(data: dict[str, Any]) -> None:
     """Put the pointer's earlier text back, only if it still holds what the harness wrote
     (the job may have published a newer checkpoint since: that is left alone)."""
@@ -175,7 +175,7 @@ def pointer_change(pointer: Path, before: str, after: str, label: str) -> Change
 _HIDDEN = re.compile(r"hidden-.+")
 
 
-@undoer("ckpt-hide")
+@undoer("ckpt-hide", owns={"ckpt_dir": PATH, "hidden": PATH})
 def _undo_hide(data: dict[str, Any]) -> None:
     """Move each hidden entry back where its name is free; the others stay hidden (the
     job wrote new ones under those names). Refuses paths that are not the recorded

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultdrill.ledger import undoer
+from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.platforms.api import Change, Note, Replica
-from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local import owned, procfs
 
 if TYPE_CHECKING:
     from faultdrill.platforms.local.cluster import NodeCluster
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["copy_change", "reap"]
 
 
-@undoer("replica-copy")
+@undoer("replica-copy", owns={"pid": owned.PROCESS, "run_id": THIS_RUN})
 def _undo_copy(data: dict[str, Any]) -> None:
     """Kill the copy and the processes of its session that belong to the run."""
     if data.get("pid") is None:
