@@ -285,6 +285,10 @@ def synthetic(ranks: int, steps: int, *, fault: bool) -> tuple[str, list[Event],
     else:
         for s, t, pid in saves:
             _ev(ev, t, "probe", "ckpt_save", task, **_save(s, pid))
+    # the final held-out evaluation and the exported model, by rank 0 of the last generation
+    final = {"rank": 0, "pid": pids_end, "step": steps}
+    _ev(ev, t_end + 0.1, "probe", "evaluation", task, **final, split="heldout", metrics=EVAL)
+    _ev(ev, t_end + 0.15, "probe", "artifact", task, **final, name="final-model", **MODEL)
     for r in range(ranks):
         _ev(
             ev,
@@ -364,9 +368,28 @@ def synthetic(ranks: int, steps: int, *, fault: bool) -> tuple[str, list[Event],
             reason=None,
             latest=s == steps,
         )
+    _ev(
+        ev,
+        t_end + 1.65,
+        "harness",
+        "artifact_verified",
+        task,
+        name="final-model",
+        path=MODEL["path"],
+        reported_sha256=MODEL["sha256"],
+        present=True,
+        sha256=MODEL["sha256"],
+        bytes=MODEL["bytes"],
+        matches=True,
+        problem=None,
+    )
     _ev(ev, t_end + 1.7, "harness", "cleanup", task, problems=[], ledger_pending=0)
     ev.sort(key=lambda e: e.mono)
     return task, ev, _table(ranks, segments)
+
+
+EVAL = {"loss": 2.0, "accuracy": 0.5}
+MODEL: dict[str, Any] = {"path": "export/model.pt", "sha256": "sha-model", "bytes": 1 << 20}
 
 
 def _save(step: int, pid: int) -> dict[str, Any]:

@@ -17,6 +17,8 @@ CKPT, STEPS, BATCH = Path(sys.argv[1] if len(sys.argv) > 1 else "ckpt"), 30, 16
 torch.manual_seed(0)
 data_x = torch.randn(1000, 8)
 data_y = data_x @ torch.arange(8.0) + 1.0
+held_x = torch.randn(200, 8, generator=torch.Generator().manual_seed(1))  # never trained on
+held_y = held_x @ torch.arange(8.0) + 1.0
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 probe = probe_from_env()
@@ -28,6 +30,11 @@ def durable_write(path: Path, data: bytes) -> None:  # (fsync the directory too,
         f.write(data)
         os.fsync(f.fileno())
     os.replace(f"{path}.tmp", path)
+
+
+def heldout_loss() -> float:
+    with torch.no_grad():
+        return torch.nn.functional.mse_loss(model(held_x).squeeze(1), held_y).item()
 
 
 CKPT.mkdir(parents=True, exist_ok=True)
@@ -66,6 +73,13 @@ while step < STEPS:
         durable_write(CKPT / "latest", f"{name} {sha}".encode())
         probe.checkpoint_saved(ckpt_id=name, step=step, path=str(CKPT / name), sha256=sha,
                                data_position=position, size_bytes=len(blob))  # fmt: skip
+        probe.evaluation(step, {"loss": heldout_loss()})  # the model as trained, held-out data
 
+buf = io.BytesIO()
+torch.save(model.state_dict(), buf)  # the exported model, as a user would ship it
+final = buf.getvalue()
+durable_write(CKPT / "model-final.pt", final)
+probe.artifact(path=str(CKPT / "model-final.pt"), sha256=hashlib.sha256(final).hexdigest(),
+               size_bytes=len(final), step=step)  # fmt: skip
 digest = hashlib.sha256(b"".join(t.numpy().tobytes() for t in model.state_dict().values()))
 probe.run_end(final_step=step, model_digest=digest.hexdigest())

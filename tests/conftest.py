@@ -13,6 +13,9 @@ from tests.recorded_run import recorded_demo  # noqa: F401  (session fixture: on
 from tests.test_netns_kit import cluster  # noqa: F401  (a bare namespace cluster)
 from tests.timelines import Judge, baseline
 
+#: In CI mode as root, a machine lacking what the drills need fails the run (tests/ci_mode.py).
+pytest_plugins = ["tests.ci_mode"]
+
 DEMO_PLAN = Path(str(files("faultdrill") / "plans" / "demo.yaml"))
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.drillkit import kill_task
+from faultdrill.platforms.local import procfs
+from tests.drillkit import task_pids
 
 #: The core loop's drill: the worker kill and the six workload bugs it must catch.
 ONLY = (
@@ -44,6 +45,16 @@ class RecordedDemo:
         return Path(m.group(1))
 
 
+def demo_pids(run_dir: Path) -> list[int]:
+    """Live processes of the demo recorded into ``run_dir`` (other sessions on the machine
+    may be drilling the same task id, ``demo-lm``, at the same time)."""
+    return [
+        pid
+        for pid in task_pids("demo-lm")
+        if procfs.environ(pid).get("FAULTDRILL_EVENTS_DIR", "").startswith(f"{run_dir}/")
+    ]
+
+
 @pytest.fixture(scope="session")
 def recorded_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedDemo]:
     base = tmp_path_factory.mktemp("recorded")
@@ -58,8 +69,9 @@ def recorded_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded
             env=env,
             capture_output=True,
             text=True,
-            timeout=400,
+            timeout=560,  # under pytest-timeout's 600 s; a shared 2-core machine is slow
         )
         yield RecordedDemo(base, run_dir, proc.returncode, proc.stdout, proc.stderr, junit, env)
     finally:
-        kill_task("demo-lm")
+        for pid in demo_pids(run_dir):  # last-resort cleanup, of this demo only
+            procfs.kill_checked(pid, None, 9)

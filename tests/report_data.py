@@ -12,6 +12,7 @@ import copy
 from typing import Any
 
 from faultdrill.plan import load_plan
+from faultdrill.report.model import Report
 from tests.drillkit import DEMO
 
 _ENV = {
@@ -103,6 +104,12 @@ def _item(sid: str, **over: Any) -> dict[str, Any]:
     }
     item.update(over)
     return item
+
+
+def report_of(data: dict[str, Any]) -> Report:
+    """``data`` (report.json content, e.g. an edited :func:`synthetic_report`) as the model
+    every renderer reads."""
+    return Report.from_json(copy.deepcopy(data), source="synthetic report.json")
 
 
 def synthetic_report() -> dict[str, Any]:

@@ -294,6 +294,8 @@ EVERY_CHECK = [
     "resources.no-duplicate-rank",
     "resources.no-stale-replica",
     "resources.released-at-end",
+    "results.artifact-intact",
+    "results.evaluation-matches-baseline",
     "results.final-checkpoint-verifies",
     "results.final-model-digest",
     "results.loss-matches-baseline",

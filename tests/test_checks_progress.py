@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from faultdrill.checks import CHECKS, Verdict
 from faultdrill.judge.reference import Reference
 from faultdrill.timeline import Timeline
-from tests.timelines import NEW, OLD, TL, Judge, baseline, ids, restart
+from tests.timelines import NEW, OLD, TL, B, Judge, baseline, finish, first_run, ids, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -326,6 +326,36 @@ def test_sample_ledger_retests_without_sample_ids(judge: Judge) -> None:
     assert judge.one(SL, tl) == (R, "steps carry no sample ids; the ledger cannot be checked")
 
 
+def test_sample_ledger_retests_when_some_committed_steps_carry_no_ids(judge: Judge) -> None:
+    # The restarted replicas could not observe their samples: judging only the others would
+    # pass whatever the blind steps consumed, and the baseline would call theirs skipped.
+    tl = restart().edit("probe", "step", lambda r: r["pid"] in NEW, samples=[])
+    tl.edit("probe", "run_start", lambda r: r["pid"] in NEW, sample_ids="not observed: x")
+    assert judge.one(SL, tl) == (
+        R,
+        "sample ids not observable for 4 of 12 committed (rank, step) records: the ledger "
+        "cannot be checked for them (the job said: not observed: x)",
+    )
+
+
+def test_sample_ledger_fails_on_a_replay_among_the_observed_steps(judge: Judge) -> None:
+    tl = restart(data_from=1).edit(
+        "probe", "step", lambda r: r["pid"] == NEW[1] and r["step"] == 6, samples=[]
+    )
+    assert [(f.verdict, f.message) for f in judge.run(SL, tl)] == [
+        (
+            F,
+            "6 sample(s) consumed more than once among the committed steps that carry ids "
+            "(replayed); first: [0, 2)",
+        ),
+        (
+            R,
+            "sample ids not observable for 1 of 12 committed (rank, step) records: the "
+            "ledger cannot be checked for them",
+        ),
+    ]
+
+
 def test_sample_ledger_retests_when_the_chain_breaks(judge: Judge) -> None:
     tl = restart().drop("probe", "ckpt_save", lambda r: r["id"] == "ckpt-4")
     assert judge.one(SL, tl) == (
@@ -536,3 +566,25 @@ def test_sample_ledger_tells_healthy_from_replayed_and_skipped(
     assert [f.verdict for f in found] == [F, F]
     assert "(skipped)" in found[0].message and "did not consume" in found[1].message
     assert alone.verdicts(SL, skipped) == [F]
+
+
+def test_a_restart_that_resumes_at_the_final_checkpoint_with_nothing_left_passes(
+    judge: Judge,
+) -> None:
+    # the kill landed after the last step and its checkpoint (step 6): the new incarnation
+    # loads ckpt-6, runs no step and ends cleanly; the committed chain ends at step 6
+    tl = TL().job("running", 0.0)
+    first_run(tl, 6)
+    for rank, pid in enumerate(OLD):
+        tl.proc(pid, rank, 0.05, 7.5, last_seen=7.2, node=f"n{rank}")
+    tl.inject(7.0, at_step=6)
+    for rank, pid in enumerate(NEW):
+        tl.run_start(rank, pid, B, 8.0).proc(pid, rank, 8.05, 10.5, node=f"n{rank}")
+        tl.load(rank, pid, "ckpt-6", 6, 8.1)
+    finish(tl, 6, 9.0, NEW, latest="ckpt-6")
+    chain, notes = tl.build().committed_chain()
+    assert notes == []
+    assert [(s.inc, s.first, s.last) for s in chain] == [(0, 1, 6), (1, 7, 6)]
+    assert judge.one("progress.completed", tl) == (P, "reached step 6 and ended cleanly")
+    assert judge.one("progress.sample-ledger", tl)[0] is P
+    assert judge.one("results.loss-matches-baseline", tl)[0] is P

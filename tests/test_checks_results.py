@@ -1,5 +1,6 @@
-"""Results checks on tiny literal timelines: losses against the baseline (bitwise or within
-tolerance), the final model digest, and the final checkpoint."""
+"""Results checks on tiny literal timelines: losses and held-out evaluations against the
+baseline (bitwise or within tolerance), the final model digest, the final checkpoint, and
+the exported artefact."""
 
 from __future__ import annotations
 
@@ -9,7 +10,19 @@ from faultdrill.checks import Verdict
 from faultdrill.checks.results import comparison_mode
 from faultdrill.judge.reference import Reference
 from faultdrill.timeline import Timeline
-from tests.timelines import NEW, OLD, TL, Judge, baseline, finish, first_run, loss_at, restart
+from tests.timelines import (
+    MODEL_FILE,
+    NEW,
+    OLD,
+    TL,
+    Judge,
+    baseline,
+    eval_at,
+    finish,
+    first_run,
+    loss_at,
+    restart,
+)
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -25,7 +38,9 @@ def shrunk(scale: float = 1.0) -> TL:
     tl = first_run(TL().job("running", 0.0), 5).inject(5.5)
     tl.run_start(0, NEW[0], "10.0.0.1:29501", 7.0, world_size=1).load(0, NEW[0], "ckpt-4", 4, 7.1)
     tl.steps(NEW[0], 0, range(5, 7), t0=8.0, sps=4, loss=lambda s, r: mean_loss(s, r) * scale)
-    return finish(tl.save(0, NEW[0], "ckpt-6", 6, 9.5), 6, 10.0, NEW[:1], latest="ckpt-6")
+    tl.save(0, NEW[0], "ckpt-6", 6, 9.5)
+    tl.evaluation(0, NEW[0], 6, 9.6, {k: v * scale for k, v in eval_at(6).items()})
+    return finish(tl, 6, 10.0, NEW[:1], latest="ckpt-6")
 
 
 # --- the comparison mode ----------------------------------------------------------------
@@ -333,3 +348,197 @@ def test_shrunk_timeline_is_what_it_claims() -> None:
     tl: Timeline = shrunk().build()
     assert [i.world_size for i in tl.incarnations] == [2, 1]
     assert tl.incarnations[1].first_step == 5
+
+
+# --- results.evaluation-matches-baseline ------------------------------------------------
+
+EV = "results.evaluation-matches-baseline"
+
+
+def stale_eval(tl: TL, step: int = 6, as_of: int = 4) -> TL:
+    """The evaluation at ``step`` of incarnation 1 reports the model as loaded (``as_of``):
+    the ``stale-eval-model`` bug (training and everything else unchanged)."""
+    return tl.edit(
+        "probe",
+        "evaluation",
+        lambda r: r["pid"] in NEW and r["step"] == step,
+        metrics=eval_at(as_of),
+    )
+
+
+def test_evaluation_matches_bitwise(judge: Judge) -> None:
+    [f] = judge.run(EV, restart())
+    assert (f.verdict, f.message) == (
+        P,
+        "all 12 evaluated value(s) of committed progress (steps 2, 4, 6) bitwise equal to "
+        "the baseline's (world size and config unchanged from the baseline)",
+    )
+    assert f.data == {"mode": "bitwise", "compared": 12, "steps": [2, 4, 6]}
+
+
+def test_evaluation_fails_when_the_restart_evaluates_a_stale_model(judge: Judge) -> None:
+    tl = stale_eval(restart())
+    assert judge.verdicts(LM, tl) == [P]  # training itself is fine: only evaluation is wrong
+    [f] = judge.run(EV, tl)
+    assert (f.verdict, f.message) == (
+        F,
+        "4 of 12 evaluated value(s) differ from the baseline (bitwise; world size and config "
+        "unchanged from the baseline); first at step 6 (heldout accuracy, rank 0): "
+        "0.2 vs baseline 0.30000000000000004",
+    )
+    assert f.data == {"first_step": 6, "differing": 4, "mode": "bitwise"}
+
+
+def test_evaluation_fails_on_the_smallest_difference_in_bitwise_mode(judge: Judge) -> None:
+    tl = restart().edit(
+        "probe",
+        "evaluation",
+        lambda r: r["pid"] == NEW[1],
+        metrics={"loss": eval_at(6)["loss"] + 1e-15, "accuracy": eval_at(6)["accuracy"]},
+    )
+    assert judge.one(EV, tl)[0] is F
+
+
+def test_evaluation_ignores_recomputed_steps(judge: Judge) -> None:
+    # incarnation 0 evaluated at step 4 after its save; were it wrong, it would not count
+    # if the chain did not use it: drop the checkpoint at 4 so incarnation 1 loads ckpt-2
+    tl = restart(resume=2).edit(
+        "probe", "evaluation", lambda r: r["pid"] in OLD and r["step"] == 4, metrics={"loss": 9.0}
+    )
+    [f] = judge.run(EV, tl)
+    assert f.verdict is P and f.data["steps"] == [2, 4, 6]
+
+
+def test_evaluation_within_tolerance_after_the_world_size_changed(judge: Judge) -> None:
+    [f] = judge.run(EV, shrunk(1 + 1e-5))
+    assert f.verdict is P
+    assert f.message.startswith("all 6 evaluated value(s) of committed progress (steps 2, 4, 6)")
+    assert "within tolerance of the baseline's" in f.message
+
+
+def test_evaluation_fails_outside_tolerance_after_the_world_size_changed(judge: Judge) -> None:
+    verdict, msg = judge.one(EV, shrunk(1.01))
+    assert verdict is F
+    assert msg.startswith(
+        "2 of 6 evaluated value(s) differ from the baseline (within rtol=0.001, atol=1e-05; "
+        "world size(s) [1, 2] or config differ from the baseline's); first at step 6 "
+        "(heldout accuracy): "
+    )
+
+
+def test_evaluation_retests_when_the_job_reports_none(judge: Judge) -> None:
+    assert judge.one(EV, restart().drop("probe", "evaluation")) == (
+        R,
+        "the job reported no evaluation of its committed progress: its results rest on the "
+        "training loss alone",
+    )
+
+
+def test_evaluation_retests_without_a_baseline_evaluation(judge: Judge) -> None:
+    ref = Reference.from_timeline(baseline().drop("probe", "evaluation").build())
+    assert judge.replace(reference=ref).one(EV, restart()) == (
+        R,
+        "the job evaluated here but not in its baseline: nothing to compare with",
+    )
+
+
+def test_a_job_that_never_evaluates_is_outside_the_check_and_says_so(judge: Judge) -> None:
+    ref = Reference.from_timeline(baseline().drop("probe", "evaluation").build())
+    [f] = judge.replace(reference=ref).run(EV, restart().drop("probe", "evaluation"))
+    assert f.verdict is P and "stay to be verified" in f.message
+    assert f.data == {"to_be_verified": "held-out evaluation"}
+
+
+def test_a_job_that_never_exports_is_outside_the_artifact_check(judge: Judge) -> None:
+    ref = Reference.from_timeline(baseline().drop("probe", "artifact").build())
+    tl = restart().drop("probe", "artifact").drop("harness", "artifact_verified")
+    [f] = judge.replace(reference=ref).run("results.artifact-intact", tl)
+    assert f.verdict is P and f.data == {"to_be_verified": "exported artefact"}
+    # a job that exported in its baseline but not after recovery is still retest
+    assert judge.run("results.artifact-intact", tl)[0].verdict is R
+
+
+def test_evaluation_retests_when_the_final_evaluation_is_missing(judge: Judge) -> None:
+    tl = restart().drop("probe", "evaluation", lambda r: r["step"] == 6)
+    assert judge.one(EV, tl) == (
+        R,
+        "8 evaluated value(s) equal the baseline's, but the final evaluation (step 6) is "
+        "missing: the end result was not evaluated",
+    )
+
+
+def test_evaluation_retests_with_nothing_in_common(judge: Judge) -> None:
+    tl = restart().edit("probe", "evaluation", lambda r: True, split="validation")
+    verdict, msg = judge.one(EV, tl)
+    assert verdict is R
+    assert msg.startswith("no evaluation at a step, split and metric the baseline also")
+
+
+def test_evaluation_does_not_apply_when_the_job_is_expected_to_fail(judge: Judge) -> None:
+    fails = judge.scenario("expected", job="fails")
+    assert fails.one(EV, stale_eval(restart()))[0] is P
+
+
+def test_evaluation_reported_nan_equals_nan_only() -> None:
+    from faultdrill.checks.results import _same
+
+    assert _same(float("nan"), float("nan")) and not _same(float("nan"), 1.0)
+
+
+# --- results.artifact-intact ------------------------------------------------------------
+
+AI = "results.artifact-intact"
+
+
+def test_artifact_intact(judge: Judge) -> None:
+    assert judge.one(AI, restart()) == (
+        P,
+        "final-model intact (sha-model-file-1..., 4096 bytes)",
+    )
+
+
+def test_artifact_fails_when_the_file_differs(judge: Judge) -> None:
+    tl = restart().drop("harness", "artifact_verified").artifact_verified(11.65, sha256="other")
+    [f] = judge.run(AI, tl)
+    assert (f.verdict, f.message) == (
+        F,
+        f"final-model {MODEL_FILE} differs from what the job exported: sha256 other... on "
+        "disk, sha-model-file-1... reported",
+    )
+
+
+def test_artifact_fails_when_the_file_is_gone(judge: Judge) -> None:
+    tl = (
+        restart()
+        .drop("harness", "artifact_verified")
+        .artifact_verified(11.65, sha256=None, problem="no such file")
+    )
+    assert judge.one(AI, tl) == (
+        F,
+        f"final-model {MODEL_FILE} is gone after the run: no such file",
+    )
+
+
+def test_artifact_retests_when_the_job_exported_nothing(judge: Judge) -> None:
+    assert judge.one(AI, restart().drop("probe", "artifact")) == (
+        R,
+        "the job's final generation reported no exported artefact (probe.artifact): its "
+        "final model file was not verified",
+    )
+
+
+def test_artifact_retests_when_the_harness_did_not_hash_it(judge: Judge) -> None:
+    assert judge.one(AI, restart().drop("harness", "artifact_verified")) == (
+        R,
+        f"final-model {MODEL_FILE} was not hashed again after the run",
+    )
+
+
+def test_artifact_of_an_old_generation_does_not_count(judge: Judge) -> None:
+    tl = restart().edit("probe", "artifact", lambda r: True, pid=OLD[0])
+    assert judge.one(AI, tl)[0] is R
+
+
+def test_artifact_does_not_apply_when_the_job_is_expected_to_fail(judge: Judge) -> None:
+    fails = judge.scenario("expected", job="fails")
+    assert fails.one(AI, restart().drop("probe", "artifact"))[0] is P

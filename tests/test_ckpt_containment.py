@@ -17,19 +17,18 @@ from faultdrill.faults.api import FaultContext, make_fault
 from faultdrill.faults.checkpoint import CorruptCheckpointSpec, damage_checkpoint
 from faultdrill.faults.storage import observe_pointer
 from faultdrill.ledger import Ledger
-from faultdrill.plan import parse_plan
+from faultdrill.plan import Resources, parse_plan
+from faultdrill.platforms.fake import FakePlatform
 from tests.drillkit import demo_raw
 
 
-class _NoWorkers:
-    name = "none"
-
-
 def _ctx(tmp_path: Path, ckpt: Path, item: Path | None) -> FaultContext:
+    ledger = Ledger(tmp_path / "ledger.jsonl", run_id="t-contain")
+    sink = EventSink(tmp_path / "events", "t")
     return FaultContext(
-        platform=_NoWorkers(),  # type: ignore[arg-type]
-        ledger=Ledger(tmp_path / "ledger.jsonl", run_id="t-contain"),
-        sink=EventSink(tmp_path / "events", "t"),
+        platform=FakePlatform(Resources(platform="fake"), tmp_path, ledger, sink),
+        ledger=ledger,
+        sink=sink,
         scenario_id="s",
         ckpt_dir=ckpt,
         latest_file="latest",

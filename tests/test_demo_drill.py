@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from faultdrill.cli import main
-from tests.drillkit import item, task_pids
-from tests.recorded_run import RecordedDemo
+from tests.drillkit import item
+from tests.recorded_run import RecordedDemo, demo_pids
 
 pytestmark = pytest.mark.drill
 
@@ -124,7 +124,7 @@ def test_nothing_left_behind(
 ) -> None:
     run_dir, report = demo
     assert report["summary"]["ok"]
-    assert task_pids(report["task_id"]) == []
+    assert demo_pids(run_dir) == []
     active = Path(recorded_demo.env["FAULTDRILL_STATE_DIR"]) / "active"
     assert not active.exists() or list(active.iterdir()) == []
     md = (run_dir / "report.md").read_text()

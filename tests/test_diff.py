@@ -22,17 +22,22 @@ from typing import Any
 import pytest
 import yaml
 
-from faultdrill.archive.diff import Band, diff_reports, load_report
+from faultdrill.archive.diff import Band, DiffResult, load_report
+from faultdrill.archive.diff import diff_reports as diff_models
 from faultdrill.cli import main
 from faultdrill.errors import RunDirError
 from tests.drillkit import demo_raw, kill_task
 from tests.recorded_run import RecordedDemo
-from tests.report_data import synthetic_report
+from tests.report_data import report_of, synthetic_report
 
 
 def _pair() -> tuple[dict[str, Any], dict[str, Any]]:
     a = synthetic_report()
     return a, copy.deepcopy(a)
+
+
+def diff_reports(a: dict[str, Any], b: dict[str, Any], **kw: Any) -> DiffResult:
+    return diff_models(report_of(a), report_of(b), **kw)
 
 
 def _item(rep: dict[str, Any], sid: str) -> dict[str, Any]:
@@ -231,6 +236,7 @@ def test_known_bad_workload_recorded_from_scratch_regresses(
                 "--out",
                 f"{run}",
                 "--quiet",
+                "--no-controls",
             ],
             env=recorded_demo.env,
             capture_output=True,

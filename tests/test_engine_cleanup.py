@@ -1,8 +1,8 @@
 """The engine's cleanup path runs to the end whatever happens in it: a signal during the
 cleanup of a normal end, a second signal during the cleanup after an interruption, a step
-that raises, a probe file with malformed records. Tested against a fake platform (no job
-is started) that records one real change in the ledger, whose undo removes a marker file;
-and the loader and the CLI's last words on their own."""
+that raises, a probe file with malformed records. Tested against the shipped fake platform
+(no job is started), whose preparation is one change in the ledger that the cleanup must
+undo; and the loader and the CLI's last words on their own."""
 
 from __future__ import annotations
 
@@ -17,89 +17,47 @@ import pytest
 
 from faultdrill import cli
 from faultdrill.engine.item import DrillInterrupted, execute_item, signal_guard
-from faultdrill.ledger import UNDOERS
 from faultdrill.plan import Plan
 from faultdrill.platforms import PLATFORMS
-from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Platform, Replica
+from faultdrill.platforms.api import JobSpec
+from faultdrill.platforms.fake import FakePlatform
 from faultdrill.timeline import Timeline
 
-Hook = Callable[["FakePlatform"], None]
+Hook = Callable[[FakePlatform], None]
 
 
-class FakePlatform(Platform):
-    """No job at all: it "succeeds" at the first poll. ``hooks`` run at submit, stop and
-    teardown; ``prepare`` records (then makes) one change, a marker file."""
-
-    name = "fake"
-    hooks: dict[str, Hook] = {}  # noqa: RUF012  (replaced per test)
-    last: FakePlatform | None = None
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.calls: list[str] = []
-        FakePlatform.last = self
-
-    def _hook(self, name: str) -> None:
-        self.calls.append(name)
-        if name in self.hooks:
-            self.hooks[name](self)
-
-    def replicas(self) -> list[Replica]:
-        return []
-
-    def nodes(self) -> list[NodeInfo]:
-        return []
-
-    def _prepare(self) -> None:
-        marker = self.work_dir / "marker"
-        eid = self.ledger.record("test-marker", {"path": str(marker)}, f"marker {marker}")
-        marker.touch()
-        self.ledger.mark_applied(eid)
-
-    def _submit(self, job: JobSpec) -> None:
-        self._hook("submit")
-
-    def _poll(self) -> JobState:
-        return JobState.SUCCEEDED
-
-    def _signal_all(self, sig: int) -> None:
-        pass
-
-    def _any_alive(self) -> bool:
-        return False
-
-    def stop(self, grace_s: float = 5.0, reason: str = "end of drill") -> None:
-        self._hook("stop")
-
-    def _teardown(self) -> None:
-        self._hook("teardown")
+def _on_fake(plan: Plan) -> Plan:
+    """The plan on the fake platform, without the settle time."""
+    return plan.model_copy(
+        update={
+            "resources": plan.resources.model_copy(update={"platform": "fake"}),
+            "observation": plan.observation.model_copy(update={"settle_s": 0.0}),
+        }
+    )
 
 
-def _undo_marker(data: dict[str, Any]) -> None:
-    Path(data["path"]).unlink(missing_ok=True)
+class Drill:
+    """Runs the baseline item on the fake platform with the given hooks (``on``) and
+    failures (``fail``); returns the item directory (or raises what execute_item raised).
+    ``platform`` is the fake the engine made."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, plan: Plan) -> None:
+        self.monkeypatch, self.tmp_path, self.plan = monkeypatch, tmp_path, plan
+        self.platform: FakePlatform | None = None
+
+    def __call__(self, fail: dict[str, BaseException] | None = None, **on: Hook) -> Path:
+        fake = FakePlatform.scripted(on=on, fail=fail)
+        self.monkeypatch.setitem(PLATFORMS, "fake", fake)
+        try:
+            return execute_item(_on_fake(self.plan), "baseline", None, self.tmp_path / "run")
+        finally:
+            self.platform = fake.instances[-1]
 
 
 @pytest.fixture()
-def drill(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, plan: Plan
-) -> Callable[..., tuple[Path, FakePlatform]]:
-    """Runs the baseline item on the fake platform with the given hooks; returns the item
-    directory (or raises what execute_item raised) and the platform."""
-    state = tmp_path / "state"
-    monkeypatch.setenv("FAULTDRILL_STATE_DIR", str(state))
-    monkeypatch.setitem(UNDOERS, "test-marker", _undo_marker)
-    monkeypatch.setitem(PLATFORMS, plan.resources.platform, FakePlatform)
-    quick = plan.model_copy(
-        update={"observation": plan.observation.model_copy(update={"settle_s": 0.0})}
-    )
-
-    def run(**hooks: Hook) -> tuple[Path, FakePlatform]:
-        monkeypatch.setattr(FakePlatform, "hooks", hooks)
-        work = execute_item(quick, "baseline", None, tmp_path / "run")
-        assert FakePlatform.last is not None
-        return work, FakePlatform.last
-
-    return run
+def drill(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, plan: Plan) -> Drill:
+    monkeypatch.setenv("FAULTDRILL_STATE_DIR", str(tmp_path / "state"))
+    return Drill(monkeypatch, tmp_path, plan)
 
 
 def _harness(work: Path) -> list[dict[str, Any]]:
@@ -107,11 +65,13 @@ def _harness(work: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def _cleaned_up(tmp_path: Path, platform: FakePlatform) -> None:
+def _cleaned_up(tmp_path: Path, platform: FakePlatform | None) -> None:
     """Every step of the cleanup ran: teardown, the ledger replayed, the index dropped."""
+    assert platform is not None
     work = tmp_path / "run" / "baseline"
-    assert "teardown" in platform.calls
-    assert not (work / "marker").exists(), "the ledger was not replayed"
+    assert "teardown" in platform.asked_names()
+    [prepared] = [c for c in platform.changes if c.action == "prepare"]
+    assert prepared.recorded_first and prepared.undone == 1, "the ledger was not replayed"
     assert list((tmp_path / "state" / "active").iterdir()) == []
     kinds = [e["kind"] for e in _harness(work)]
     assert "cleanup" in kinds and kinds[-1] == "item_end"
@@ -128,29 +88,25 @@ def _self_signal(sig: int) -> Hook:
 
 
 def test_signal_during_the_cleanup_of_a_normal_end_skips_nothing(
-    drill: Callable[..., tuple[Path, FakePlatform]], tmp_path: Path
+    drill: Drill, tmp_path: Path
 ) -> None:
     with pytest.raises(DrillInterrupted) as err:
         drill(stop=_self_signal(signal.SIGINT))  # Ctrl-C while the job is being stopped
     assert err.value.signum == signal.SIGINT
     assert err.value.pending == []
-    platform = FakePlatform.last
-    assert platform is not None
-    _cleaned_up(tmp_path, platform)
+    _cleaned_up(tmp_path, drill.platform)
     events = _harness(tmp_path / "run" / "baseline")
     late = [e for e in events if e["kind"] == "interrupted"]
     assert late and late[0]["during"] == "cleanup" and late[0]["signal"] == "SIGINT"
 
 
 def test_second_signal_during_the_cleanup_after_an_interruption_is_ignored(
-    drill: Callable[..., tuple[Path, FakePlatform]], tmp_path: Path
+    drill: Drill, tmp_path: Path
 ) -> None:
     with pytest.raises(DrillInterrupted) as err:
         drill(submit=_self_signal(signal.SIGTERM), stop=_self_signal(signal.SIGINT))
     assert err.value.signum == signal.SIGTERM
-    platform = FakePlatform.last
-    assert platform is not None
-    _cleaned_up(tmp_path, platform)
+    _cleaned_up(tmp_path, drill.platform)
 
 
 def test_signal_guard_notes_signals_while_cleaning() -> None:
@@ -164,35 +120,22 @@ def test_signal_guard_notes_signals_while_cleaning() -> None:
 # --- steps that raise ------------------------------------------------------------------
 
 
-def _boom(exc: BaseException) -> Hook:
-    def hook(_p: FakePlatform) -> None:
-        raise exc
-
-    return hook
-
-
-def test_a_cleanup_step_that_raises_does_not_skip_the_rest(
-    drill: Callable[..., tuple[Path, FakePlatform]], tmp_path: Path
-) -> None:
-    work, platform = drill(stop=_boom(RuntimeError("boom")))
-    _cleaned_up(tmp_path, platform)
+def test_a_cleanup_step_that_raises_does_not_skip_the_rest(drill: Drill, tmp_path: Path) -> None:
+    work = drill(fail={"stop": RuntimeError("boom")})
+    _cleaned_up(tmp_path, drill.platform)
     cleanup = next(e for e in _harness(work) if e["kind"] == "cleanup")
     assert "stop the job: RuntimeError: boom" in cleanup["problems"]
     assert cleanup["ledger_pending"] == 0
 
 
-def test_teardown_that_raises_still_replays_the_ledger(
-    drill: Callable[..., tuple[Path, FakePlatform]], tmp_path: Path
-) -> None:
-    work, platform = drill(teardown=_boom(ValueError("odd state")))
-    _cleaned_up(tmp_path, platform)
+def test_teardown_that_raises_still_replays_the_ledger(drill: Drill, tmp_path: Path) -> None:
+    work = drill(fail={"teardown": ValueError("odd state")})
+    _cleaned_up(tmp_path, drill.platform)
     cleanup = next(e for e in _harness(work) if e["kind"] == "cleanup")
     assert any("ValueError: odd state" in p for p in cleanup["problems"])
 
 
-def test_malformed_probe_records_do_not_stop_the_inventory(
-    drill: Callable[..., tuple[Path, FakePlatform]], tmp_path: Path
-) -> None:
+def test_malformed_probe_records_do_not_stop_the_inventory(drill: Drill, tmp_path: Path) -> None:
     def write_probe(p: FakePlatform) -> None:
         lines = [
             {"src": "probe", "kind": "step", "rank": 0, "step": 1},  # no mono
@@ -201,21 +144,19 @@ def test_malformed_probe_records_do_not_stop_the_inventory(
         events = p.work_dir / "events"
         (events / "probe-rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
-    work, platform = drill(submit=write_probe)
-    _cleaned_up(tmp_path, platform)
+    work = drill(submit=write_probe)
+    _cleaned_up(tmp_path, drill.platform)
     assert any(e["kind"] == "ckpt_latest" for e in _harness(work))
 
 
 # --- the harness's own phases --------------------------------------------------------------
 
 
-def test_every_phase_of_an_item_is_recorded_as_a_harness_event(
-    drill: Callable[..., tuple[Path, FakePlatform]],
-) -> None:
+def test_every_phase_of_an_item_is_recorded_as_a_harness_event(drill: Drill) -> None:
     """bring-up, job, settle, sampling and teardown (in two parts), in the order they ran,
     each with its start and duration; the settle ends at once when nothing of the job is
     left (the fake job has no process), and says after how long."""
-    work, _platform = drill()
+    work = drill()
     phases = [json.loads(x) for x in (work / "events" / "phases.jsonl").read_text().splitlines()]
     assert [(p["src"], p["kind"]) for p in phases] == [("harness", "phase")] * len(phases)
     assert [p["phase"] for p in phases] == [
@@ -235,11 +176,9 @@ def test_every_phase_of_an_item_is_recorded_as_a_harness_event(
     assert [e.get("phase") for e in tl.of("harness", "phase")] == [p["phase"] for p in phases]
 
 
-def test_a_phase_that_raised_is_timed_too(
-    drill: Callable[..., tuple[Path, FakePlatform]], tmp_path: Path
-) -> None:
+def test_a_phase_that_raised_is_timed_too(drill: Drill, tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="no job"):
-        drill(submit=_boom(RuntimeError("no job")))
+        drill(fail={"submit": RuntimeError("no job")})
     path = tmp_path / "run" / "baseline" / "events" / "phases.jsonl"
     phases = [json.loads(x)["phase"] for x in path.read_text().splitlines()]
     assert phases[:2] == ["bring-up", "job"] and "settle" not in phases
@@ -324,16 +263,14 @@ def test_a_relative_run_dir_reaches_the_job_as_an_absolute_path(
     """Agents and workers do not run in the harness's working directory: ``--out
     faultdrill-demo`` (the README's demo command) once made every agent fail to open its
     events file."""
-    jobs: list[JobSpec] = []
     monkeypatch.setenv("FAULTDRILL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setitem(UNDOERS, "test-marker", _undo_marker)
-    monkeypatch.setitem(PLATFORMS, plan.resources.platform, FakePlatform)
-    monkeypatch.setattr(FakePlatform, "hooks", {})
-    monkeypatch.setattr(FakePlatform, "_submit", lambda self, job: jobs.append(job))
+    fake = FakePlatform.scripted()
+    monkeypatch.setitem(PLATFORMS, "fake", fake)
     monkeypatch.chdir(tmp_path)
-    work = execute_item(plan, "baseline", None, Path("relative-out"))
+    work = execute_item(_on_fake(plan), "baseline", None, Path("relative-out"))
     assert work.is_absolute() and work == tmp_path / "relative-out" / "baseline"
-    [job] = jobs
+    [job] = fake.instances[-1].jobs
+    assert isinstance(job, JobSpec)
     assert job.work_dir.is_absolute() and job.events_dir.is_absolute()
     paths = [v for v in job.env.values() if "relative-out" in v]
     assert paths and all(Path(v).is_absolute() for v in paths), job.env

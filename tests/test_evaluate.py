@@ -15,8 +15,8 @@ from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario
 from faultdrill.report.html import render_html
 from faultdrill.report.markdown import render_markdown
-from tests.report_data import synthetic_report
-from tests.timelines import OLD, TL, baseline, first_run, restart
+from tests.report_data import report_of, synthetic_report
+from tests.timelines import NEW, OLD, TL, baseline, first_run, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -148,8 +148,10 @@ def base(tmp_path: Path, plan: Plan) -> ItemResult:
     return judge_item(tmp_path, plan, "baseline", None, baseline(), ref)
 
 
-def run_of(plan: Plan, base: ItemResult, items: list[ItemResult]) -> RunResult:
-    return RunResult(plan, Path("/nonexistent"), base, base_ref(), items, [])
+def run_of(
+    plan: Plan, base: ItemResult, items: list[ItemResult], *, waived: bool = False
+) -> RunResult:
+    return RunResult(plan, Path("/nonexistent"), base, base_ref(), items, [], waived)
 
 
 def base_ref() -> Reference:
@@ -167,8 +169,24 @@ def test_a_run_is_ok_when_every_scenario_passed_and_every_control_was_caught(
     ref = base_ref()
     ok = judge_item(tmp_path, plan, "scenario", scenario, restart(), ref)
     caught = judge_item(tmp_path, plan, "control", control, resume_ignored(), ref)
-    assert run_of(plan, base, [ok]).ok
     assert run_of(plan, base, [ok, caught]).ok
+    assert run_of(plan, base, [ok, caught]).to_json()["summary"]["controls_note"] is None
+
+
+def test_a_run_without_any_control_is_not_ok_unless_controls_were_waived(
+    tmp_path: Path, plan: Plan, scenario: Scenario, base: ItemResult
+) -> None:
+    ok = judge_item(tmp_path, plan, "scenario", scenario, restart(), base_ref())
+    run = run_of(plan, base, [ok])
+    assert not run.ok
+    summary = run.to_json()["summary"]
+    assert (summary["ok"], summary["controls_waived"]) == (False, False)
+    assert summary["controls_note"] == (
+        "no negative control ran: the checks were not shown to catch a defect in this workload"
+    )
+    waived = run_of(plan, base, [ok], waived=True)
+    assert waived.ok
+    assert waived.to_json()["summary"]["controls_note"].endswith("(waived with --no-controls)")
 
 
 def test_a_control_not_proven_keeps_the_run_from_ok(
@@ -197,7 +215,7 @@ def test_reports_show_an_aborted_scenario_and_an_unproven_control() -> None:
         worker_lost_by="",
         note="no replica was lost: the job rode the fault out",
     )
-    md = render_markdown(rep, "en")
+    md = render_markdown(report_of(rep), "en")
     assert f"Not run as planned: {why}; this proves nothing either way (retest)" in md
     assert (
         "| ctl-skip-ahead | `{'bad_mode': 'skip-ahead'}` | `progress.sample-ledger` | "
@@ -205,10 +223,10 @@ def test_reports_show_an_aborted_scenario_and_an_unproven_control() -> None:
     )
     assert "1. Worker deemed lost: not observed\n" in md
     assert "Note: no replica was lost: the job rode the fault out" in md
-    html = render_html(rep, None, "en")
+    html = render_html(report_of(rep), None, "en")
     assert "data-caught='unproven'" in html and "NOT PROVEN (retest)" in html
     assert "class='note not-as-planned'" in html and "class='note q-note'" in html
-    assert "未证实（补测）" in render_markdown(rep, "zh")
+    assert "未证实（补测）" in render_markdown(report_of(rep), "zh")
 
 
 def _evidence(**verdicts: Verdict) -> dict[str, EvidenceResult]:
@@ -271,3 +289,47 @@ def test_recovery_class_follows_the_evidence(
 ) -> None:
     cls, reason = recovery_class(evidence, outcome, actions, confirm)
     assert cls is expected and why in reason
+
+
+# --- what a buyer signs: conclusion level, failing layer, dependencies, trend -----------
+
+
+def test_a_passing_scenario_carries_its_level_dependencies_and_placement(
+    tmp_path: Path, plan: Plan, scenario: Scenario, reference: Reference
+) -> None:
+    res = judge_item(tmp_path, plan, "scenario", scenario, restart(), reference)
+    assert res.verdict is P and res.layer is None
+    out = res.to_json()
+    assert out["conclusion"]["level"] == "consistent-results"
+    assert [lv["proven"] for lv in out["conclusion"]["levels"]] == [True, True, True]
+    assert out["layer"] is None
+    assert out["dependencies"]["used"] == ["restart_budget", "checkpoint_storage"]
+    assert out["trend"]["applies"] is False and out["trend"]["drift"] is False
+    assert [i["nodes"] for i in out["scheduling"]] == [["n0", "n1"], ["n0", "n1"]]
+
+
+def test_a_failing_scenario_names_its_layer(
+    tmp_path: Path, plan: Plan, scenario: Scenario, reference: Reference
+) -> None:
+    tl = restart().edit(
+        "probe", "evaluation", lambda r: r["pid"] in NEW and r["step"] == 6, metrics={"loss": 9.0}
+    )
+    res = judge_item(tmp_path, plan, "scenario", scenario, tl, reference)
+    assert res.verdict is F
+    out = res.to_json()
+    assert out["conclusion"]["level"] == "valid-progress"
+    assert out["layer"]["layer"] == "framework"
+    assert out["layer"]["rule"] == "resumed-right-but-diverged"
+    assert out["layer"]["findings"] == ["results.evaluation-matches-baseline"]
+
+
+def test_the_run_sums_the_scenarios_dependencies(
+    tmp_path: Path, plan: Plan, scenario: Scenario, base: ItemResult, reference: Reference
+) -> None:
+    res = judge_item(tmp_path, plan, "scenario", scenario, restart(), reference)
+    totals = run_of(plan, base, [res]).to_json()["recovery_dependencies"]
+    assert totals["restarts"]["per_item"] == {"kill-worker": 1}
+    assert totals["by_dependency"]["restart_budget"] == {
+        "owner": "platform",
+        "items": ["kill-worker"],
+    }

@@ -16,7 +16,8 @@ from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
 from faultdrill.faults.checkpoint import CorruptCheckpointSpec, damage_checkpoint
 from faultdrill.ledger import Ledger
-from faultdrill.plan import parse_plan
+from faultdrill.plan import Resources, parse_plan
+from faultdrill.platforms.fake import FakePlatform
 from faultdrill.workloads import _ckpt
 from tests.drillkit import demo_raw
 
@@ -99,19 +100,13 @@ def test_remove_manifest_needs_a_manifest(two: Path) -> None:
         damage_checkpoint(two, "step-000020", "remove-manifest", flip_count=1, evidence_dir=two)
 
 
-class _NoWorkers:
-    """The platform side the fault needs when ``restart`` is null: nothing."""
-
-    name = "none"
-
-
 def test_fault_follows_latest_records_ledger_and_names_the_checkpoint(two: Path) -> None:
     spec = CorruptCheckpointSpec(damage="truncate", restart=None)
     fault = make_fault(spec)
     ledger = Ledger(two.parent / "ledger.jsonl", run_id="t-ckpt")
     sink = EventSink(two.parent / "events", "t")
     ctx = FaultContext(
-        platform=_NoWorkers(),  # type: ignore[arg-type]
+        platform=FakePlatform(Resources(platform="fake"), two.parent, ledger, sink),
         ledger=ledger,
         sink=sink,
         scenario_id="s",
@@ -120,6 +115,7 @@ def test_fault_follows_latest_records_ledger_and_names_the_checkpoint(two: Path)
     )
     facts = fault.inject(ctx)
     assert facts["ckpt_id"] == "step-000020" and facts["bytes_after"] < facts["bytes_before"]
+    assert "signal_replica" not in ctx.platform.asked_names()  # type: ignore[attr-defined]
     assert ledger.pending() == []  # damage is evidence: nothing left to undo
     fault.revert(ctx)  # safe, and a no-op
     assert (two / "step-000020" / "state.pt").stat().st_size == facts["bytes_after"]

@@ -4,6 +4,7 @@ when it already exited, and by ``faultdrill cleanup`` after the harness was SIGK
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,41 +15,33 @@ import pytest
 from faultdrill.errors import FaultError, PlanError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
-from faultdrill.faults.control_plane import ABILITY_CONTROL_PLANE, ControlPlaneOutageSpec
+from faultdrill.faults.control_plane import ControlPlaneOutageSpec
 from faultdrill.ledger import UNDOERS, Ledger
-from faultdrill.plan import parse_plan
-from faultdrill.platforms.api import Replica
+from faultdrill.plan import Resources, parse_plan
+from faultdrill.platforms.api import Ability
 from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.platform import ROUND3_ABILITIES, describe_process
+from faultdrill.platforms.local.platform import LocalPlatform, describe_process
 from tests.drillkit import demo_raw
 from tests.round3kit import Harness
 
 
-class _Store:
-    """A platform whose control plane is one real process."""
+def _store(tmp_path: Path, pid: int, monkeypatch: pytest.MonkeyPatch) -> LocalPlatform:
+    """The local platform (no job) whose control plane is one real process: the action
+    under test is the platform's own pause, only what hosts the store is stood in for."""
+    ledger = Ledger(tmp_path / "ledger.jsonl", run_id="t-cp")
+    platform = LocalPlatform(Resources(), tmp_path, ledger, EventSink(tmp_path / "events", "t"))
 
-    name = "stub"
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-
-    def control_plane_label(self) -> str:
-        return "a sleeping process"
-
-    def control_plane_processes(self) -> list[Replica]:
-        rep = describe_process(self.pid, "n1")
+    def hosts() -> list[object]:
+        rep = describe_process(pid, "n1")
         return [rep] if rep is not None else []
 
-    def replicas(self) -> list[Replica]:
-        return []
+    monkeypatch.setattr(platform, "control_plane_processes", hosts)
+    return platform
 
 
-def _ctx(tmp_path: Path, platform: object) -> FaultContext:
+def _ctx(platform: LocalPlatform) -> FaultContext:
     return FaultContext(
-        platform=platform,  # type: ignore[arg-type]
-        ledger=Ledger(tmp_path / "ledger.jsonl", run_id="t-cp"),
-        sink=EventSink(tmp_path / "events", "t"),
-        scenario_id="s",
+        platform=platform, ledger=platform.ledger, sink=platform.sink, scenario_id="s"
     )
 
 
@@ -62,14 +55,17 @@ def _state(pid: int) -> str | None:
 
 
 def test_local_platform_declares_the_ability() -> None:
-    assert ABILITY_CONTROL_PLANE in ROUND3_ABILITIES
+    assert Ability.CONTROL_PLANE_PAUSE in LocalPlatform.abilities_for(Resources())
+    assert Ability.CONTROL_PLANE_STOP not in LocalPlatform.abilities_for(Resources())
 
 
-def test_pause_and_resume(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+def test_pause_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The run's processes carry its id (the undo resumes only a process of the run).
+    env = {**os.environ, "FAULTDRILL_RUN_ID": "t-cp"}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
         fault = make_fault(ControlPlaneOutageSpec(for_s=5))
-        ctx = _ctx(tmp_path, _Store(proc.pid))
+        ctx = _ctx(_store(tmp_path, proc.pid, monkeypatch))
         facts = fault.inject(ctx)
         assert facts["pids"] == [proc.pid] and facts["command"] == f"kill -STOP {proc.pid}"
         time.sleep(0.1)
@@ -86,10 +82,12 @@ def test_pause_and_resume(tmp_path: Path) -> None:
     UNDOERS["sigstop"]({"pid": proc.pid, "start_time": 1})
 
 
-def test_no_control_plane_process_is_a_fault_error(tmp_path: Path) -> None:
+def test_no_control_plane_process_is_a_fault_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fault = make_fault(ControlPlaneOutageSpec(for_s=5))
     with pytest.raises(FaultError, match="no live process"):
-        fault.inject(_ctx(tmp_path, _Store(2**22 + 7)))
+        fault.inject(_ctx(_store(tmp_path, 2**22 + 7, monkeypatch)))
 
 
 def test_restart_probe_must_fall_inside_the_outage() -> None:
@@ -162,7 +160,22 @@ def _cut_plan(isolation: str) -> dict[str, object]:
 def test_cut_needs_network_namespaces() -> None:
     with pytest.raises(PlanError, match=r"set resources\.isolation: netns"):
         parse_plan(_cut_plan("none"))
+    with pytest.raises(PlanError) as err:
+        parse_plan(_cut_plan("none"))
+    assert (
+        "scenario cp-cut: fault 'control-plane-outage' needs ability control-plane-cut, which "
+        "platform 'local' with isolation 'none' cannot do; set resources.isolation: netns"
+    ) in str(err.value)
     assert parse_plan(_cut_plan("netns")).scenarios()[0].fault.mode == "cut"  # type: ignore[attr-defined]
+
+
+def test_stop_and_restart_is_refused_on_the_local_platform() -> None:
+    raw = _cut_plan("netns")
+    raw["rounds"][0]["scenarios"][0]["fault"]["mode"] = "stop"  # type: ignore[index]
+    with pytest.raises(PlanError) as err:
+        parse_plan(raw)
+    assert "needs ability control-plane-stop, which platform 'local'" in str(err.value)
+    assert "cannot be stopped and restarted alone; use mode pause or cut" in str(err.value)
 
 
 def _rules_in(ns: str) -> str:

@@ -22,30 +22,19 @@ import yaml
 from faultdrill.errors import PlanError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
-from faultdrill.faults.storage import (
-    ABILITY_CHECKPOINT_FUSE,
-    MIRROR_FSTYPE,
-    StorageOutage,
-    StorageOutageSpec,
-    mirror_entry,
-    mounts_at,
-)
+from faultdrill.faults.storage import StorageOutage, StorageOutageSpec
 from faultdrill.ledger import UNDOERS, Ledger
-from faultdrill.plan import load_plan
+from faultdrill.plan import Resources, load_plan
+from faultdrill.platforms.api import Ability
 from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.platform import ROUND3_ABILITIES, fuse_missing, round3_abilities
+from faultdrill.platforms.local.mounts import MIRROR_FSTYPE, mirror_entry, mounts_at
+from faultdrill.platforms.local.platform import LocalPlatform
+from faultdrill.platforms.local.storage import fuse_missing
 from tests.drillkit import demo_raw
 
 fuse = pytest.mark.skipif(
     os.geteuid() != 0 or bool(fuse_missing()), reason=f"needs root and FUSE: {fuse_missing()}"
 )
-
-
-class _Platform:
-    name = "stub"
-
-    def replicas(self) -> list[object]:
-        return []
 
 
 @dataclass
@@ -74,10 +63,12 @@ def mirrored(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Mirrore
     fd = os.open(ckpt, os.O_RDONLY | os.O_DIRECTORY)
     fault = make_fault(StorageOutageSpec(mode="unreachable", server=server, for_s=5))
     assert isinstance(fault, StorageOutage)
+    ledger = Ledger(tmp_path / "ledger.jsonl", run_id=f"t-{os.getpid()}")
+    sink = EventSink(tmp_path / "events", "t")
     ctx = FaultContext(
-        platform=_Platform(),  # type: ignore[arg-type]
-        ledger=Ledger(tmp_path / "ledger.jsonl", run_id=f"t-{os.getpid()}"),
-        sink=EventSink(tmp_path / "events", "t"),
+        platform=LocalPlatform(Resources(), tmp_path, ledger, sink),
+        ledger=ledger,
+        sink=sink,
         scenario_id="s",
         ckpt_dir=ckpt,
         latest_file="latest",
@@ -116,9 +107,9 @@ def _errno(fn: object) -> int | None:
 
 
 def test_local_platform_declares_fuse_only_with_its_prerequisites() -> None:
-    assert ABILITY_CHECKPOINT_FUSE in ROUND3_ABILITIES
-    have = ABILITY_CHECKPOINT_FUSE in round3_abilities()
-    assert have == (os.geteuid() == 0 and not fuse_missing())
+    assert Ability.STORAGE_UNREACHABLE in LocalPlatform.abilities_for(Resources())
+    lacks = LocalPlatform.machine_lacks(frozenset({Ability.STORAGE_UNREACHABLE}))
+    assert (not lacks) == (os.geteuid() == 0 and not fuse_missing())
 
 
 @fuse

@@ -215,7 +215,7 @@ def test_validator_refuses_bad_link_faults(fault: dict[str, Any], message: str) 
 def test_validator_refuses_link_faults_without_namespaces() -> None:
     with pytest.raises(
         PlanError,
-        match="needs network-links, which platform 'local' with isolation 'none' cannot do",
+        match="needs ability link-cut, which platform 'local' with isolation 'none' cannot do",
     ):
         _plan({"kind": "partition", "target": N2, "for_s": 1}, isolation="none")
 

@@ -122,7 +122,8 @@ def test_node_drain_needs_a_running_agent(cluster: NetnsPlatform) -> None:
         (
             {"kind": "node-freeze", "target": N2, "for_s": 3},
             "none",
-            "needs node-control, which platform 'local' with isolation 'none' cannot do",
+            "scenario x: fault 'node-freeze' needs ability node-freeze, which platform 'local' "
+            "with isolation 'none' cannot do; set resources.isolation: netns (as root)",
         ),
         ({"kind": "node-drain", "target": {"node": "x"}}, "netns", "should match pattern"),
     ],

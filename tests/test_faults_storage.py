@@ -12,33 +12,25 @@ import pytest
 
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
-from faultdrill.faults.storage import (
-    ABILITY_CHECKPOINT_MOUNTS,
-    FILLER,
-    StorageOutageSpec,
-    is_mount_point,
-    mounts_at,
-    observe_pointer,
-)
+from faultdrill.faults.storage import StorageOutageSpec, observe_pointer
 from faultdrill.ledger import UNDOERS, Ledger
-from faultdrill.platforms.local.platform import ROUND3_ABILITIES
+from faultdrill.plan import Resources
+from faultdrill.platforms.api import Ability
+from faultdrill.platforms.local.mounts import FILLER, is_mount_point, mounts_at
+from faultdrill.platforms.local.platform import LocalPlatform
 from tests.round3kit import Harness
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
 
 
-class _Platform:
-    name = "stub"
-
-    def replicas(self) -> list[object]:
-        return []
-
-
 def _ctx(tmp_path: Path, ckpt: Path) -> FaultContext:
+    """The local platform without a job: its storage actions act on ``ckpt`` for real."""
+    ledger = Ledger(tmp_path / "ledger.jsonl", run_id=f"t-{os.getpid()}")
+    sink = EventSink(tmp_path / "events", "t")
     return FaultContext(
-        platform=_Platform(),  # type: ignore[arg-type]
-        ledger=Ledger(tmp_path / "ledger.jsonl", run_id=f"t-{os.getpid()}"),
-        sink=EventSink(tmp_path / "events", "t"),
+        platform=LocalPlatform(Resources(), tmp_path, ledger, sink),
+        ledger=ledger,
+        sink=sink,
         scenario_id="s",
         ckpt_dir=ckpt,
         latest_file="latest",
@@ -56,7 +48,8 @@ def _write(path: Path, size: int) -> int | None:
 
 
 def test_local_platform_declares_the_ability() -> None:
-    assert ABILITY_CHECKPOINT_MOUNTS in ROUND3_ABILITIES
+    have = LocalPlatform.abilities_for(Resources())
+    assert {Ability.STORAGE_READ_ONLY, Ability.STORAGE_FULL, Ability.CHECKPOINT_FILES} <= have
 
 
 @root

@@ -39,7 +39,7 @@ def test_the_full_demo_passes_every_scenario_and_catches_every_control(tmp_path:
     report = json.loads((out / "report.json").read_text())
     scenarios = [s for s in report["scenarios"] if not s["control"]]
     controls = [s for s in report["scenarios"] if s["control"]]
-    assert len(scenarios) == 8 and len(controls) == 9
+    assert len(scenarios) == 8 and len(controls) == 10
     assert {s["id"]: s["verdict"] for s in scenarios} == {s["id"]: "pass" for s in scenarios}
     assert all(c["caught"] for c in controls), [c["id"] for c in controls if not c["caught"]]
     assert re.search(r"^wall time: [\d.]+ s \(18 items drilled\)$", proc.stdout, re.M), proc.stdout

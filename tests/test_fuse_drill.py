@@ -27,12 +27,13 @@ import pytest
 import yaml
 
 from faultdrill.engine.run import run_plan
-from faultdrill.faults.storage import MIRROR_FSTYPE, mounts_at
 from faultdrill.judge.inventory import verify_dir
 from faultdrill.plan import load_plan
 from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.platform import fuse_missing
+from faultdrill.platforms.local.mounts import MIRROR_FSTYPE, mounts_at
+from faultdrill.platforms.local.storage import fuse_missing
 from faultdrill.report.markdown import render_markdown
+from faultdrill.report.model import Report
 from tests.drillkit import demo_raw, kill_task, wait_for
 from tests.round3kit import Harness
 
@@ -143,7 +144,7 @@ def test_hung_server_blocks_the_save_until_the_fault_ends(hang: dict[str, Any]) 
     assert d["window"]["training_affected"] is True and d["window"]["restart"] is None
     assert s["goodput"]["incarnations"] == 1
     assert s["goodput"]["seconds"]["checkpoint_save"] >= HANG_S - 0.6
-    text = render_markdown(hang)
+    text = render_markdown(Report.from_json(hang))
     assert "storage-unreachable-hang" in text and "STALL" in text.upper()
 
 

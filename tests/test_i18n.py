@@ -14,7 +14,7 @@ from faultdrill.report.html import render_html
 from faultdrill.report.i18n import CATALOG, CHECK_NAMES, translator
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.runbook import render_runbook
-from tests.report_data import synthetic_report
+from tests.report_data import report_of, synthetic_report
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -77,15 +77,15 @@ METHOD_TERMS = [
 
 def test_chinese_reports_use_the_methodology_terms() -> None:
     rep = synthetic_report()
-    md = render_markdown(rep, "zh")
-    html = render_html(rep, None, "zh")
+    md = render_markdown(report_of(rep), "zh")
+    html = render_html(report_of(rep), None, "zh")
     for term in METHOD_TERMS:
         assert term in html, term
     for term in ("前置条件", "注入动作", "预期状态", "恢复动作", "待验证", "结论签收人"):
         assert term in md, term
     for dossier in ("任务档案", "资源档案", "责任档案"):
         assert dossier in html
-    assert "需人工确认" in render_markdown(_with_confirmation(rep), "zh")
+    assert "需人工确认" in render_markdown(report_of(_with_confirmation(rep)), "zh")
     assert "补测" in md  # the retest findings of node-loss
 
 
@@ -96,7 +96,7 @@ def _with_confirmation(rep: dict[str, Any]) -> dict[str, Any]:
 
 def test_english_reports_have_no_chinese_of_their_own() -> None:
     rep = synthetic_report()
-    for text in (render_markdown(rep, "en"), render_html(rep, None, "en")):
+    for text in (render_markdown(report_of(rep), "en"), render_html(report_of(rep), None, "en")):
         assert not CJK.search(text)
 
 
@@ -115,12 +115,16 @@ def _shape(md: str) -> list[str]:
 
 def test_markdown_structure_is_the_same_in_both_languages() -> None:
     rep = synthetic_report()
-    assert _shape(render_markdown(rep, "en")) == _shape(render_markdown(rep, "zh"))
-    assert _shape(render_runbook(rep, None, "en")) == _shape(render_runbook(rep, None, "zh"))
+    assert _shape(render_markdown(report_of(rep), "en")) == _shape(
+        render_markdown(report_of(rep), "zh")
+    )
+    assert _shape(render_runbook(report_of(rep), None, "en")) == _shape(
+        render_runbook(report_of(rep), None, "zh")
+    )
 
 
 def test_findings_stay_as_recorded_and_json_stays_neutral() -> None:
     rep = synthetic_report()
-    md = render_markdown(rep, "zh")
+    md = render_markdown(report_of(rep), "zh")
     assert "pid 77 of incarnation 0 alive" in md  # a check's message is data
     assert "`resources.no-stale-replica`" in md

@@ -37,9 +37,17 @@ def shapes_plan(flags: list[str], controls: list[dict[str, Any]]) -> dict[str, A
     raw = netns_raw()
     raw["task"]["entrypoint"] = {
         "script": str(JOB),
-        "args": ["--ckpt-dir={ckpt_dir}", "--steps=24", "--ckpt-every=8", *flags],
+        "args": [
+            "--ckpt-dir={ckpt_dir}",
+            "--steps=24",
+            "--ckpt-every=8",
+            "--step-sleep=0.05",
+            *flags,
+        ],
     }
     raw["task"]["workload"] = {}
+    # spawn workers import torch each epoch: generous limits, so a busy machine is not a stall
+    raw["stop"] = {"max_wall_s": 600, "max_no_progress_s": 240}
     raw["rounds"] = [
         {
             "round": 1,

@@ -30,11 +30,11 @@ def normal_user(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_demo_plan_loads_as_a_normal_user(normal_user: None) -> None:
     plan = load_plan(DEMO)
-    assert len(plan.items()) == 17
+    assert len(plan.items()) == 18
     problems = machine_problems(plan, [i.id for i in plan.items()])
     assert set(problems) == ROOT_ONLY
     assert problems["storage-full"] == {
-        "checkpoint-mounts": "root (storage faults mount over the checkpoint directory)"
+        "storage-full": "root (storage faults mount over the checkpoint directory)"
     }
 
 
@@ -47,7 +47,7 @@ def test_a_run_needing_root_is_refused_before_anything_runs(
         run_plan(plan, out, only={"kill-worker", "storage-full"})
     msg = str(err.value)
     assert "cannot run 1 selected item(s)" in msg
-    assert "storage-full: needs 'checkpoint-mounts', which this machine lacks: root" in msg
+    assert "storage-full: needs 'storage-full', which this machine lacks: root" in msg
     assert "--only" in msg
     assert not out.exists() or not any(out.iterdir())  # no baseline, no plan copy
 
@@ -70,7 +70,7 @@ def test_a_run_needing_fuse_names_each_missing_part_and_its_fix(
     with pytest.raises(DrillError) as err:
         run_plan(plan, tmp_path / "run")
     msg = str(err.value)
-    assert "storage-unreachable: needs 'checkpoint-fuse', which this machine lacks:" in msg
+    assert "storage-unreachable: needs 'storage-unreachable', which this machine lacks:" in msg
     assert "fusermount (apt-get install -y --no-install-recommends fuse libfuse2)" in msg
     assert "fusepy (pip install 'faultdrill[storage]')" in msg
 
@@ -83,8 +83,12 @@ def test_a_fault_the_platform_cannot_do_is_still_refused_at_load(tmp_path: Path)
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     from faultdrill.errors import PlanError
 
-    with pytest.raises(PlanError, match="link-jitter: fault 'link-loss' needs network-links"):
+    with pytest.raises(PlanError) as err:
         load_plan(path)
+    assert (
+        "scenario link-jitter: fault 'link-loss' needs ability link-loss, which platform "
+        "'local' with isolation 'none' cannot do; set resources.isolation: netns (as root)"
+    ) in str(err.value)
 
 
 def test_the_demo_as_a_normal_user_runs_what_it_can_and_says_why(
@@ -110,8 +114,9 @@ def test_the_demo_as_a_normal_user_runs_what_it_can_and_says_why(
         "ctl-load-unverified",
         "ctl-stale-replica",
         "ctl-corrupt-loaded",
+        "ctl-stale-eval",
         "ctl-control-plane-resume-ignored",
-    }  # 4 scenarios and 8 controls, as the README says
+    }  # 4 scenarios and 9 controls, as the README says
 
 
 def test_a_recorded_plan_is_read_back_as_a_normal_user(normal_user: None, tmp_path: Path) -> None:
@@ -136,6 +141,25 @@ def test_validate_says_what_this_machine_cannot_run(
 ) -> None:
     assert main(["validate", str(DEMO)]) == 0
     out = capsys.readouterr().out
-    assert "valid plan for task demo-lm: 3 round(s), 8 scenario(s), 9 control(s)" in out
-    assert "this machine cannot run storage-full: it needs 'checkpoint-mounts', missing root" in out
+    assert "valid plan for task demo-lm: 3 round(s), 8 scenario(s), 10 control(s)" in out
+    assert "this machine cannot run storage-full: it needs 'storage-full', missing root" in out
     assert "cannot run kill-worker" not in out
+
+
+def test_a_netns_run_as_a_normal_user_is_refused_before_out_is_written(
+    normal_user: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert main(["run", str(DEMO), "--out", str(out), "--quiet", "--only", "kill-worker"]) == 2
+    err = capsys.readouterr().err
+    assert "this machine cannot run this plan at all: isolation netns: network namespaces " in err
+    assert "run faultdrill as root, or set resources.isolation: none" in err
+    assert not out.exists()  # nothing written: no plan copy, no baseline
+
+
+def test_validate_says_a_netns_plan_needs_root(
+    normal_user: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", str(DEMO)]) == 0
+    out = capsys.readouterr().out
+    assert "this machine cannot run this plan at all: isolation netns: network namespaces " in out

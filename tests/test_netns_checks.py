@@ -11,8 +11,10 @@ from faultdrill.checks import Verdict
 from faultdrill.checks.network import placement
 from faultdrill.faults.network import LinkTarget, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeTarget
-from faultdrill.judge.network import network_lines, network_summary
+from faultdrill.judge.network import network_summary
 from faultdrill.plan import Scenario
+from faultdrill.report.details import network_lines
+from faultdrill.report.model import NetworkTrack
 from tests.timelines import NEW, OLD, TL, Judge, baseline, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -233,7 +235,7 @@ def test_network_summary_splits_before_during_after() -> None:
         {"rule": "fd-1", "node": "n1", "fault": "link-loss", "rule_kind": "iptables",
          "chain": "INPUT", "packets": 7, "bytes": 700}
     ]  # fmt: skip
-    md = "\n".join(network_lines({"network": summ}))
+    md = "\n".join(network_lines(NetworkTrack.model_validate(summ)))
     assert "| n1 | 0.20 | 5.00 | 0.20 | 1/2 | 1200 |" in md and "7 packets" in md
 
 

@@ -17,7 +17,7 @@ from faultdrill.events import read_jsonl
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources, load_plan
 from faultdrill.platforms import PLATFORMS
-from faultdrill.platforms.api import ABILITY_NETWORK_LINKS, ABILITY_NODE_CONTROL
+from faultdrill.platforms.api import Ability
 from faultdrill.platforms.local import netns as netns_mod
 from faultdrill.platforms.local import procfs
 from faultdrill.platforms.local.linux import link_exists, netns_exists, ns_run, run_in_netns
@@ -38,8 +38,8 @@ def test_names_fit_ifnamsiz_and_differ_per_run(tmp_path: Path) -> None:
 
 def test_plan_abilities_follow_isolation() -> None:
     assert PLATFORMS["local"].variant_for(Resources()) is LocalPlatform
-    assert ABILITY_NETWORK_LINKS in LocalPlatform.abilities_for(RES)
-    assert ABILITY_NODE_CONTROL not in LocalPlatform.abilities_for(Resources())
+    assert Ability.LINK_LOSS in LocalPlatform.abilities_for(RES)
+    assert Ability.NODE_DOWN not in LocalPlatform.abilities_for(Resources())
 
 
 @pytest.mark.root

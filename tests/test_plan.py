@@ -80,16 +80,16 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
         (
             "rounds.0.scenarios.0.fault.target",
             {"rank": 7},
-            "(top level)",
+            "rounds[0].scenarios[0].fault",
             "target rank 7 does not exist (world size 2)",
         ),
         (
             "controls.0.expected_check",
             "progress.nope",
-            "(top level)",
+            "controls[0].expected_check",
             "'progress.nope' is not a check",
         ),
-        ("resources.platform", "slurmish", "(top level)", "'slurmish' is unknown"),
+        ("resources.platform", "slurmish", "resources.platform", "'slurmish' is unknown"),
         (
             "rounds.0.scenarios.0.expected.recovery",
             "magic",
@@ -109,40 +109,54 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
         (
             "task.workload.steps",
             0,
-            "(top level)",
+            "task.workload",
             "task.workload: field 'steps': must be >= 1 (got 0); the fields are those of the "
             "reference workload's LMConfig",
         ),
         (
             "task.workload.stepz",
             10,
-            "(top level)",
+            "task.workload",
             "task.workload: unknown field 'stepz' (known: ",
         ),
         (
             "controls.0.workload",
             {"bad_mode": "resume-ignord"},
-            "(top level)",
+            "controls[0].workload",
             "controls[ctl-resume-ignored].workload: field 'bad_mode': must be null or one of ",
         ),
         (
             "rounds.0.scenarios.0.fault.target",
             {"node": "n9"},
-            "(top level)",
+            "rounds[0].scenarios[0].fault",
             "kill-worker: kill-worker target node 'n9' does not exist in this layout (nodes: "
             "n1, n2, n3); use one of those",
         ),
         (
             "controls.0.expected_check",
             "expectation.restart",
-            "(top level)",
+            "controls[0].expected_check",
             "'expectation.restart' is an expectation check, which a known-bad workload cannot "
             "fail; name a progress, resources or results check",
         ),
         (
+            "ownership.spare_nodes",
+            "the vendor",
+            "ownership.spare_nodes",
+            "'platform', 'enterprise-operations' or 'vendor-support'",
+        ),
+        ("ownership.on_call", "platform", "ownership.on_call", "unknown key 'on_call'"),
+        ("observation.post_s", -1, "observation.post_s", "greater than or equal to 0"),
+        (
+            "rounds.0.scenarios.0.recovery",
+            {"steps": "resubmit the job"},
+            "rounds[0].scenarios[0].recovery.steps",
+            "valid tuple",
+        ),
+        (
             "resources.isolation",
             "none",
-            "resources",
+            "resources.spares",
             "spares (1) are used only with isolation: netns (the local platform without "
             "isolation never places work on a spare); set spares: 0 or isolation: netns",
         ),

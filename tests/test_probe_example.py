@@ -8,6 +8,7 @@ and once as a real baseline under the engine: torchrun, sampler, inventory, clea
 
 from __future__ import annotations
 
+import hashlib
 import os
 import runpy
 import shutil
@@ -21,6 +22,7 @@ import yaml
 from faultdrill.checks import CHECKS, CheckContext, Verdict, run_checks
 from faultdrill.engine.item import execute_item
 from faultdrill.events import read_jsonl
+from faultdrill.judge.artifacts import verify_artifacts
 from faultdrill.judge.evaluate import evaluate_item
 from faultdrill.judge.inventory import pointer_id, read_pointer, take_inventory
 from faultdrill.judge.reference import Reference
@@ -64,6 +66,16 @@ def test_a_healthy_run_of_the_example_passes_the_real_checks(
         | rec
         for rec in records
     ]
+    [art] = verify_artifacts(tl, tmp_path)
+    assert (art["path"], art["present"], art["matches"]) == (
+        str(ckpt / "model-final.pt"),
+        True,
+        True,
+    )
+    extra.append(
+        {"ts": 0.0, "mono": 1e9, "src": "harness", "kind": "artifact_verified", "task": "example"}
+        | art
+    )
     raw = [r for path in sorted(events.glob("*.jsonl")) for r in read_jsonl(path)]
     tl = Timeline.from_records(raw + extra)
     plan = load_plan(ROOT / "src" / "faultdrill" / "plans" / "demo.yaml")
@@ -79,6 +91,26 @@ def test_a_healthy_run_of_the_example_passes_the_real_checks(
     assert judged["results.final-checkpoint-verifies"][1] == (
         "latest checkpoint step-000030.pt (step 30) verifies against its manifest"
     )
+    assert judged["results.evaluation-matches-baseline"][1].startswith(
+        "all 3 evaluated value(s) of committed progress (steps 10, 20, 30) bitwise equal"
+    )
+
+
+def test_artifacts_are_hashed_again_and_a_changed_file_says_so(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "model.pt").write_bytes(b"weights")
+    good = hashlib.sha256(b"weights").hexdigest()
+    recs = [
+        {"ts": 1.0, "mono": 1.0, "src": "probe", "kind": "artifact", "task": "t", "rank": 0}
+        | {"pid": 1, "name": "final-model", "path": path, "sha256": sha, "bytes": 7}
+        for path, sha in (("out/model.pt", good), ("out/gone.pt", good), ("out/model.pt", "x"))
+    ]
+    found = verify_artifacts(Timeline.from_records(recs), tmp_path)
+    assert [(r["path"], r["present"], r["matches"], r["problem"]) for r in found] == [
+        ("out/model.pt", True, False, "content differs from what the job reported"),
+        ("out/gone.pt", False, False, "no such file"),
+    ]
+    assert found[0]["sha256"] == good and found[0]["bytes"] == 7
 
 
 def example_plan(tmp_path: Path) -> Path:

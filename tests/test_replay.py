@@ -19,10 +19,16 @@ from typing import Any
 import pytest
 
 from faultdrill.archive.diff import Band
-from faultdrill.archive.replay import compare_item, replay_bundle
+from faultdrill.archive.replay import compare_item as compare_models
+from faultdrill.archive.replay import replay_bundle
 from faultdrill.errors import DrillError
+from faultdrill.report.model import Item
 from tests.recorded_run import RecordedDemo
 from tests.report_data import synthetic_report
+
+
+def compare_item(a: dict[str, Any], b: dict[str, Any], band: Band) -> dict[str, Any]:
+    return compare_models(Item.model_validate(a), Item.model_validate(b), band)
 
 
 def _kill() -> dict[str, Any]:

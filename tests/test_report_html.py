@@ -30,7 +30,7 @@ import pytest
 
 from faultdrill.report.html import render_html
 from tests.recorded_run import ONLY, RecordedDemo
-from tests.report_data import synthetic_report
+from tests.report_data import report_of, synthetic_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -38,7 +38,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def test_html_has_every_part_of_the_deliverable() -> None:
-    html = render_html(synthetic_report(), None, "en")
+    html = render_html(report_of(synthetic_report()), None, "en")
     for sid in ("kill-worker", "node-loss", "ctl-optimizer-lost", "ctl-skip-ahead"):
         assert f"data-scenario='{sid}'" in html and f'id="item-{sid}"' in html
     assert "data-skipped='link-flap'" in html
@@ -61,7 +61,7 @@ def test_html_has_every_part_of_the_deliverable() -> None:
 
 
 def test_unknown_keys_are_shown_not_dropped() -> None:
-    html = render_html(synthetic_report(), None, "en")
+    html = render_html(report_of(synthetic_report()), None, "en")
     assert "data-extra='future_probe'" in html and "48.0" in html  # a list of records: a table
     assert "data-extra='future_flag'" in html and "rdzv_join_s" in html
     assert "data-extra='future_summary'" in html and "lost_s" in html
@@ -74,12 +74,12 @@ def test_absent_optional_keys_do_not_break_rendering() -> None:
             s.pop(k, None)
     rep.pop("skipped")
     rep["baseline"]["dossier"] = None
-    html = render_html(rep, None, "zh")
+    html = render_html(report_of(rep), None, "zh")
     assert "kill-worker" in html and "<html lang='zh-CN'>" in html
 
 
 def test_html_needs_no_network() -> None:
-    html = render_html(synthetic_report(), None, "en")
+    html = render_html(report_of(synthetic_report()), None, "en")
     assert "default-src 'none'" in html  # the CSP forbids loading anything
     # no src/href to anything but in-page anchors; the only URL is SVG's XML namespace
     assert not re.search(r"""(src|href)\s*=\s*["'](?!#)""", html)
@@ -91,7 +91,7 @@ def test_html_needs_no_network() -> None:
 def test_values_are_escaped() -> None:
     rep = synthetic_report()
     rep["scenarios"][0]["title"] = "<script>alert(1)</script>"
-    html = render_html(rep, None, "en")
+    html = render_html(report_of(rep), None, "en")
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
 
 
@@ -402,7 +402,7 @@ def test_serve_renders_the_same_report(tmp_path: Path) -> None:
 def test_a_picture_that_cannot_be_drawn_is_said_not_fatal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import faultdrill.report.html as html_mod
+    import faultdrill.report.html.item as html_mod
 
     events = tmp_path / "scenarios" / "kill-worker" / "events"
     events.mkdir(parents=True)
@@ -414,7 +414,7 @@ def test_a_picture_that_cannot_be_drawn_is_said_not_fatal(
         raise RuntimeError("unknown event shape")
 
     monkeypatch.setattr(html_mod, "timeline_svg", broken)
-    html = render_html(synthetic_report(), tmp_path, "en")
+    html = render_html(report_of(synthetic_report()), tmp_path, "en")
     assert "could not be drawn (RuntimeError: unknown event shape)" in html
     assert "Loss curve not available" in html  # no step events recorded
     assert "data-scenario='kill-worker'" in html

@@ -19,6 +19,7 @@ import pytest
 from faultdrill.engine.run import run_plan
 from faultdrill.plan import load_plan
 from faultdrill.report.markdown import render_markdown
+from faultdrill.report.model import Report
 from tests.drillkit import DEMO, item, kill_task
 
 pytestmark = [
@@ -149,7 +150,7 @@ def test_unverified_load_of_a_damaged_checkpoint_is_caught(report: dict[str, Any
 
 
 def test_report_shows_inventory_goodput_and_how_it_ended(report: dict[str, Any]) -> None:
-    text = render_markdown(report)
+    text = render_markdown(Report.from_json(report))
     assert "**How the fault ended: HANG**" in text
     assert "**Checkpoint inventory**" in text and "damaged by corrupt-checkpoint" in text
     assert "WASTED_PROGRESS_FROM_DISRUPTION" in text

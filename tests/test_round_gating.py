@@ -48,15 +48,18 @@ def _run(
 
     def evaluate(plan: Plan, kind: str, item: Any, work: Path, *a: Any, **k: Any) -> Any:
         name = item.id if item is not None else "baseline"
-        return SimpleNamespace(id=name, verdict=Verdict.FAIL if name in failing else Verdict.PASS)
+        return SimpleNamespace(
+            id=name, verdict=Verdict.FAIL if name in failing else Verdict.PASS, timeline=None
+        )
 
     monkeypatch.setattr(runner, "execute_item", execute)
     monkeypatch.setattr(runner, "evaluate_item", evaluate)
-    monkeypatch.setattr(runner, "write_dossier", lambda *a: None)
+    monkeypatch.setattr(runner, "write_dossier", lambda *a, **k: None)
     monkeypatch.setattr(Timeline, "load", staticmethod(lambda *a, **k: None))
     monkeypatch.setattr(Reference, "from_timeline", staticmethod(lambda *a: None))
     monkeypatch.setattr(runner, "write_reports", lambda result: None)
     monkeypatch.setattr(runner, "machine_problems", lambda plan, ids: {})
+    monkeypatch.setattr(runner, "host_problem", lambda plan: None)
     run_dir = tmp_path / "run"
     runner.run_plan(plan, run_dir, controls=controls)
     return ran, json.loads((run_dir / "skipped.json").read_text())

@@ -450,3 +450,10 @@ def test_a_reader_that_fails_leaves_the_load_to_this_process(
     assert reader._read_in_parallel(sorted(tmp_path.glob("*.jsonl")), 2) is None
     tl = Timeline.load(tmp_path, readers=2)
     assert len(tl.steps) == 2 and tl.task_id == "t"
+
+
+def test_committed_chain_follows_the_save_a_load_read_not_a_later_resave() -> None:
+    # Lightning writes the checkpoint it resumed from again right after the resume: the
+    # chain must still lead to the incarnation whose save the load read.
+    tl = restart().save(0, NEW[0], "ckpt-4", 4, 7.5).build()
+    assert tl.committed_chain() == ([Segment(0, 1, 4), Segment(1, 5, 6)], [])

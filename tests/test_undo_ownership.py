@@ -17,11 +17,16 @@ from pathlib import Path
 import pytest
 
 from faultdrill.errors import FaultError
-from faultdrill.faults.process import _escalate
-from faultdrill.faults.storage import bind_entry, mounts_at, tmpfs_entry
+from faultdrill.events import EventSink
+from faultdrill.faults.process import escalate
 from faultdrill.ledger import UNDOERS, Ledger
+from faultdrill.plan import Resources
+from faultdrill.platforms.api import Replica
 from faultdrill.platforms.local import procfs
 from faultdrill.platforms.local.linux import netns_exists, ns_inode
+from faultdrill.platforms.local.mounts import bind_entry, mounts_at, tmpfs_entry
+from faultdrill.platforms.local.owned import net_prefix
+from faultdrill.platforms.local.platform import LocalPlatform, describe_process
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts and namespaces need root")
 
@@ -153,12 +158,13 @@ def test_each_tmpfs_entry_has_its_own_tag(tmp_path: Path) -> None:
 def test_namespace_with_another_inode_is_left_alone(tmp_path: Path) -> None:
     from faultdrill.platforms.local import linux as _linux  # noqa: F401  (registers the undo)
 
-    name = f"fdt-{uuid.uuid4().hex[:8]}"
+    run_id = f"t-ns-{uuid.uuid4().hex[:8]}"
+    name = f"{net_prefix(run_id)}-n1"  # named as this run names its nodes
     subprocess.run(["ip", "netns", "add", name], check=True, timeout=30)
     try:
         inode = ns_inode(name)
         assert inode is not None
-        ledger = Ledger(tmp_path / "ledger.jsonl", run_id="t-ns")
+        ledger = Ledger(tmp_path / "ledger.jsonl", run_id=run_id)
         eid = ledger.record("netns", {"name": name, "inode": inode + 1}, f"namespace {name}")
         ledger.revert(eid)  # not ours: left alone, the entry closed, and said
         assert netns_exists(name)
@@ -181,19 +187,28 @@ _STUBBORN = (
 )
 
 
+def _platform(tmp_path: Path, ledger: Ledger) -> LocalPlatform:
+    """The local platform without a job: its signal actions act on real processes."""
+    return LocalPlatform(Resources(), tmp_path, ledger, EventSink(tmp_path / "events", "t"))
+
+
 def test_escalation_sigkill_is_recorded_before_it_is_sent(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _STUBBORN], stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         start = procfs.start_time(proc.pid)
         ledger = Ledger(tmp_path / "ledger.jsonl", run_id="t-esc")
-        _escalate(ledger, proc.pid, start, 0.1)
+        victim = describe_process(proc.pid, "n1")
+        assert victim is not None
+        escalate(ledger, _platform(tmp_path, ledger), victim, 0.1)
         assert proc.wait(10) == -9
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
     recs = [json.loads(line) for line in ledger.path.read_text().splitlines()]
+    assert recs[0] == {"op": "run", "run_id": "t-esc", "ts": recs[0]["ts"]}
+    recs = recs[1:]
     assert [r["op"] for r in recs] == ["record", "applied", "reverted"]
     assert recs[0]["kind"] == "signal"
     assert recs[0]["data"] == {
@@ -209,6 +224,8 @@ def test_no_escalation_for_a_worker_that_exited(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     start = procfs.start_time(proc.pid)
     proc.wait(10)
+    assert start is not None
     ledger = Ledger(tmp_path / "ledger.jsonl", run_id="t-esc")
-    _escalate(ledger, proc.pid, start, 0.05)
+    gone = Replica(proc.pid, start, "worker", "n1", rank=1)
+    escalate(ledger, _platform(tmp_path, ledger), gone, 0.05)
     assert not ledger.path.exists() and ledger.entries == {}

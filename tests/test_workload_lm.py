@@ -6,6 +6,7 @@ start real torchrun jobs (2 workers, gloo, CPU) and clean up every process they 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -327,13 +328,13 @@ def test_crash_right_after_latest_moves(
 ) -> None:
     ck = tmp_path / "ck"
     save(ck, 10)
-    real = _ckpt._publish_latest
+    real = _ckpt.publish_latest
 
     def publish_then_die(ckpt_dir: str, cid: str) -> None:
         real(ckpt_dir, cid)
         raise SimulatedCrashError
 
-    monkeypatch.setattr(_ckpt, "_publish_latest", publish_then_die)
+    monkeypatch.setattr(_ckpt, "publish_latest", publish_then_die)
     with pytest.raises(SimulatedCrashError):
         save(ck, 20, publish_before_durable=publish_before_durable)
     assert _ckpt.read_latest(str(ck)) == "step-000020"
@@ -403,7 +404,8 @@ def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Local]:
 
 def test_local_run_events(local: Local) -> None:
     ev = local.run()
-    assert kinds(ev) == ["run_start", "ckpt_none", "ckpt_save", "ckpt_save", "run_end"]
+    saved = ["ckpt_save", "evaluation"]
+    assert kinds(ev) == ["run_start", "ckpt_none", *saved, *saved, "run_end"]
     assert [(s, r) for s, r, _ in steps(ev)] == [(s, [[(s - 1) * 8, s * 8]]) for s in range(1, 7)]
     losses = [loss for _, _, loss in steps(ev)]
     assert losses[-1] < losses[0]
@@ -434,7 +436,7 @@ def test_save_error_skip_and_crash(
 
     monkeypatch.setattr(_ckpt, "save", read_only)
     ev = local.run(save_error="skip")
-    failed = ["ckpt_save_failed", "ckpt_save_failed"]
+    failed = ["ckpt_save_failed", "evaluation"] * 2  # a failed save is still evaluated
     assert kinds(ev) == ["run_start", "ckpt_none", *failed, "run_end"]
     first = next(e for e in ev if e["kind"] == "ckpt_save_failed")
     assert (first["step"], first["errno"]) == (3, 30) and first["duration_s"] >= 0
@@ -488,6 +490,60 @@ def test_bad_mode_load_unverified(local: Local) -> None:
     local.restart_from(3)  # step-000003 is still the damaged one: the good loader refuses it
     rejected = one(local.run(), "ckpt_none")["rejected"]
     assert [r["id"] for r in rejected] == ["step-000003"]
+
+
+def evaluations(ev: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    return {e["step"]: e["metrics"] for e in ev if e["kind"] == "evaluation"}
+
+
+def test_held_out_evaluation_export_and_data_identity(local: Local) -> None:
+    export = local.tmp / "out" / "model.pt"
+    ev = local.run(export_path=str(export))
+    evals = evaluations(ev)
+    assert sorted(evals) == [3, 6]  # at every checkpoint, the last step included
+    for metrics in evals.values():
+        assert set(metrics) == {"loss", "accuracy"} and 0.0 <= metrics["accuracy"] <= 1.0
+    assert evals[6]["loss"] < evals[3]["loss"]  # it learns what it never trained on
+    art = one(ev, "artifact")
+    assert (art["name"], art["path"], art["step"]) == ("final-model", str(export), 6)
+    assert hashlib.sha256(export.read_bytes()).hexdigest() == art["sha256"]
+    assert art["bytes"] == export.stat().st_size
+    assert kinds(ev)[-2:] == ["artifact", "run_end"]
+    start = one(ev, "run_start")
+    assert start["uid"] == os.getuid() and start["user"]
+    cfg = lm.config_from_dict(local.base)
+    assert start["data_digest"] == lm.Corpus(cfg).digest()
+    assert lm.Corpus(dataclasses.replace(cfg, eval_size=8)).digest() != start["data_digest"]
+    assert lm.config_digest(dataclasses.replace(cfg, eval_size=8)) != lm.config_digest(cfg)
+    assert not list(export.parent.glob(".tmp-*"))  # written durably, nothing left behind
+    # without export_path nothing is exported
+    assert "artifact" not in kinds(local.run())
+
+
+def test_resumed_evaluation_is_bitwise_identical(local: Local) -> None:
+    good = evaluations(local.run())
+    local.restart_from(3)
+    assert evaluations(local.run()) == {6: good[6]}
+
+
+def test_bad_mode_stale_eval_model(local: Local) -> None:
+    good_ev = local.run()
+    good = evaluations(good_ev)
+    local.restart_from(3)
+    ev = local.run(bad_mode="stale-eval-model")
+    # training, its losses and the final model are exactly right ...
+    assert steps(ev) == steps(good_ev)[3:]
+    assert one(ev, "run_end")["model_digest"] == one(good_ev, "run_end")["model_digest"]
+    # ... but the evaluation after the restart is of the model as loaded at step 3
+    assert evaluations(ev) == {6: good[3]} and good[3] != good[6]
+
+
+def test_bad_mode_stale_eval_model_is_harmless_without_a_restore(local: Local) -> None:
+    good = evaluations(local.run())
+    (Path(local.base["ckpt_dir"]) / "latest").unlink()
+    for cid in _ckpt.list_checkpoints(local.base["ckpt_dir"]):
+        shutil.rmtree(Path(local.base["ckpt_dir"]) / cid)
+    assert evaluations(local.run(bad_mode="stale-eval-model")) == good
 
 
 def test_bad_mode_publish_before_durable_is_harmless_without_a_fault(local: Local) -> None:
@@ -614,13 +670,18 @@ def test_example_runs_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         return read_events(tmp_path / events, 0)
 
     first = run_example("ev1")
-    assert kinds(first) == ["run_start", "ckpt_none", *["ckpt_save"] * 3, "run_end"]
+    saved = ["ckpt_save", "evaluation"] * 3
+    assert kinds(first) == ["run_start", "ckpt_none", *saved, "artifact", "run_end"]
+    art = one(first, "artifact")
+    assert hashlib.sha256(Path(art["path"]).read_bytes()).hexdigest() == art["sha256"]
     sha = hashlib.sha256((tmp_path / "ck" / "step-000020.pt").read_bytes()).hexdigest()
     (tmp_path / "ck" / "latest").write_text(f"step-000020.pt {sha}")  # as if killed at 25
     again = run_example("ev2")
     assert one(again, "ckpt_load")["data_position"] == 320
     assert steps(again) == steps(first)[20:]
     assert one(again, "run_end")["model_digest"] == one(first, "run_end")["model_digest"]
+    evals = {e["step"]: e["metrics"] for e in first if e["kind"] == "evaluation"}
+    assert [e["metrics"] for e in again if e["kind"] == "evaluation"] == [evals[30]]
 
 
 # --- (c) real torchrun runs ----------------------------------------------------------

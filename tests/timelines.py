@@ -10,7 +10,9 @@ The stock drill (:func:`restart`) is the demo plan's ``kill-worker`` scenario in
 2 ranks, a checkpoint every 2 steps, rank 1 killed after step 5 at t=5.5, the platform
 notices at 6.0, the old replicas are gone at 6.5, incarnation 1 announces itself at 7.0,
 loads ``ckpt-4`` and runs steps 5-6 (t=8, 9) to a clean end. :func:`baseline` is the same
-job without the fault.
+job without the fault. Like the reference workload, every rank evaluates on held-out data
+after each checkpoint (:func:`eval_at`), and rank 0 exports the final model (``artifact``),
+which the harness hashes again at the end (``artifact_verified``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ LossFn = Callable[[int, int], float]
 def loss_at(step: int, rank: int) -> float:
     """The loss every healthy run (baseline included) reports."""
     return 3.0 - 0.1 * step + 0.001 * rank
+
+
+def eval_at(step: int) -> dict[str, float]:
+    """The held-out metrics every healthy run reports for the model after ``step``."""
+    return {"loss": 2.5 - 0.05 * step, "accuracy": 0.05 * step}
+
+
+MODEL_FILE = "export/model.pt"
+MODEL_SHA = "sha-model-file-1"
 
 
 def ids(step: int, rank: int, world: int = WORLD, sps: int = SPS) -> list[int]:
@@ -170,6 +181,66 @@ class TL:
             sha256=f"sha-{ckpt_id}",
             bytes=1024,
             data_position=step * WORLD * SPS,
+        )
+
+    def evaluation(
+        self,
+        rank: int,
+        pid: int,
+        step: int,
+        t: float,
+        metrics: dict[str, float] | None = None,
+        *,
+        split: str = "heldout",
+    ) -> TL:
+        return self.add(
+            "probe",
+            "evaluation",
+            t,
+            rank=rank,
+            pid=pid,
+            step=step,
+            split=split,
+            metrics=eval_at(step) if metrics is None else metrics,
+        )
+
+    def artifact(
+        self, rank: int, pid: int, t: float, *, path: str = MODEL_FILE, sha256: str = MODEL_SHA
+    ) -> TL:
+        return self.add(
+            "probe",
+            "artifact",
+            t,
+            rank=rank,
+            pid=pid,
+            name="final-model",
+            path=path,
+            sha256=sha256,
+            bytes=4096,
+            step=None,
+        )
+
+    def artifact_verified(
+        self,
+        t: float,
+        *,
+        path: str = MODEL_FILE,
+        sha256: str | None = MODEL_SHA,
+        reported: str = MODEL_SHA,
+        problem: str | None = None,
+    ) -> TL:
+        """The harness's second hash of an exported file (``sha256`` None: it is gone)."""
+        return self.harness(
+            "artifact_verified",
+            t,
+            name="final-model",
+            path=path,
+            reported_sha256=reported,
+            present=sha256 is not None,
+            sha256=sha256,
+            bytes=4096 if sha256 is not None else None,
+            matches=sha256 == reported,
+            problem=problem,
         )
 
     def end(
@@ -346,16 +417,21 @@ def first_run(tl: TL, last: int, *, every: int = 2, master: str | None = A) -> T
         tl.steps(pid, rank, range(1, last + 1), t0=1.0)
     for s in range(every, last + 1, every):
         tl.save(0, OLD[0], f"ckpt-{s}", s, s + 0.5)
+        for rank, pid in enumerate(OLD):
+            tl.evaluation(rank, pid, s, s + 0.6)
     return tl
 
 
 def finish(tl: TL, last: int, t: float, pids: Iterable[int], *, latest: str | None) -> TL:
-    """Clean end at ``t``: run_end per rank, job succeeded, nothing left, inventory, a
-    cleanup that took everything back."""
+    """Clean end at ``t``: rank 0 exports the final model, run_end per rank, job
+    succeeded, nothing left, inventory and the exported file hashed again, a cleanup that
+    took everything back."""
+    pids = list(pids)
+    tl.artifact(0, pids[0], t - 0.1)
     for rank, pid in enumerate(pids):
         tl.end(rank, pid, last, t)
     tl.job("succeeded", t + 0.5).procs_final(t + 1.5).inventory(t + 1.6, latest)
-    return tl.cleanup(t + 1.7)
+    return tl.artifact_verified(t + 1.65).cleanup(t + 1.7)
 
 
 def baseline(last: int = 6) -> TL:
@@ -401,6 +477,8 @@ def restart(
     for s in range(first, last + 1):
         if s % 2 == 0:
             tl.save(0, NEW[0], f"ckpt-{s}", s, 8.0 + (s - first) + 0.5)
+            for rank, pid in enumerate(NEW):
+                tl.evaluation(rank, pid, s, 8.0 + (s - first) + 0.6)
     return finish(tl, last, t_end, NEW, latest=f"ckpt-{last - last % 2}")
 
 

@@ -2,7 +2,8 @@
 
 Exit status: 0 the drill proved what it should (every scenario passed, every control was
 caught); 1 it did not; 2 bad input or an environment that cannot host the drill (one clear
-message, no traceback); 130 interrupted (after reverting every fault).
+message, no traceback); 130 interrupted (after reverting every fault); 141 the reader of
+its output went away (``faultdrill schema | head``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +24,7 @@ from faultdrill import __version__
 from faultdrill.errors import DrillError
 
 if TYPE_CHECKING:
+    from faultdrill.judge.evaluate import ItemResult
     from faultdrill.plan import Plan
 
 __all__ = ["main"]
@@ -31,38 +34,116 @@ def _demo_plan_path() -> Path:
     return Path(str(resources.files("faultdrill") / "plans" / "demo.yaml"))
 
 
+def _elapsed(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
+def _label(kind: str, item: str) -> str:
+    return item if item == kind else f"{kind} {item}"
+
+
 class _Console:
-    """Progress while a drill runs (rich), or nothing but the final lines (--quiet)."""
+    """What a person sees while a drill runs, on standard error.
+
+    On a terminal: a live status line ("item 3 of 17, 1:05 elapsed: step 12, job running")
+    and one line per finished item. Without a terminal (CI, a pipe, a log file): one line
+    when each item starts and one when it ends, with the same count and elapsed time.
+    ``--quiet``: only the end lines. Whatever the mode, an item whose job failed gets the
+    failing command, the exit status, the worker's last output lines and the log's path."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
+        self.live_line = not quiet and sys.stderr.isatty()
+        self.t0 = time.monotonic()
+        self.run_dir: Path | None = None
         self._status: Any = None
         self._last = 0.0
-        if not quiet:
+        self._count = ""  # "item 3 of 17", of the item running now
+        if self.live_line:
             from rich.console import Console
 
             self.rich = Console(stderr=True)
 
     def live(self) -> AbstractContextManager[Any]:
-        if self.quiet:
+        if not self.live_line:
             return nullcontext()
         status: AbstractContextManager[Any] = self.rich.status("starting...")
         self._status = status
         return status
 
+    def _now(self) -> str:
+        return f"{self._count}, {_elapsed(time.monotonic() - self.t0)} elapsed"
+
     def progress(self, item: str, line: str) -> None:
         now = time.monotonic()
         if self._status is not None and now - self._last > 0.2:
             self._last = now
-            self._status.update(line)
+            self._status.update(f"{self._now()}: {line}")
+
+    def started(self, item: str, kind: str, index: int, total: int) -> None:
+        self._count = f"item {index} of {total}"
+        if self._status is not None:
+            self._status.update(f"{self._now()}: {_label(kind, item)} starting")
+        elif not self.quiet:
+            print(
+                f"faultdrill: {self._now()}: {_label(kind, item)} started",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def finished(
+        self,
+        item: str,
+        kind: str,
+        index: int,
+        total: int,
+        result: ItemResult | None,
+        reason: str | None,
+    ) -> None:
+        text = result.verdict.value if result is not None else (reason or "not run")
+        self._count = f"item {index} of {total}"
+        if self.live_line:
+            colour = {"pass": "green", "fail": "red", "retest": "yellow"}.get(text, "white")
+            self.rich.print(
+                f"  {self._count:<13} {kind:<8} {item:<32} [{colour}]{text}[/{colour}]",
+                highlight=False,
+            )
+        else:
+            print(
+                f"faultdrill: {self._now()}: {_label(kind, item)}: {text}",
+                file=sys.stderr,
+                flush=True,
+            )
+        if result is not None:
+            self._why(result)
+
+    def _why(self, result: ItemResult) -> None:
+        """Why the job failed, or why nothing could be judged, for a person to act on."""
+        from faultdrill.engine.failure import describe
+
+        lines: list[str] = []
+        if result.failure is not None:
+            facts = dict(result.failure)
+            if facts.get("log") and self.run_dir is not None:
+                facts["log"] = str(self.run_dir / str(facts["log"]))
+            lines += describe(facts)
+        if result.no_probe_events:
+            lines += [
+                f.message
+                for f in result.evidence["expectation"].findings
+                if f.check == "expectation.probe"
+            ]
+        for line in lines:
+            print(f"    {line}", file=sys.stderr, flush=True)
 
     def item_done(self, item: str, kind: str, verdict: Any) -> None:
         text = verdict.value if verdict is not None else "not run"
-        if self.quiet:
-            print(f"{kind} {item}: {text}", file=sys.stderr)
-        else:
+        if self.live_line:
             colour = {"pass": "green", "fail": "red", "retest": "yellow"}.get(text, "white")
             self.rich.print(f"  {kind:<8} {item:<32} [{colour}]{text}[/{colour}]")
+        else:
+            print(f"{kind} {item}: {text}", file=sys.stderr)
 
     def say(self, text: str) -> None:
         print(text)
@@ -115,7 +196,8 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
                 f"known: {', '.join(sorted(known))}"
             )
     if not args.quiet:
-        con.rich.print(f"faultdrill {__version__}: plan [bold]{plan_path}[/bold] -> {out}")
+        print(f"faultdrill {__version__}: plan {plan_path} -> {out}", file=sys.stderr)
+    con.run_dir = out
     with con.live():
         result = run_plan(
             plan,
@@ -124,7 +206,7 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
             only=only,
             controls=not getattr(args, "no_controls", False),
             report=con.progress,
-            on_item=con.item_done,
+            progress=con,
         )
     summ = result.to_json()["summary"]
     con.say(
@@ -156,9 +238,9 @@ def _deliverables(
     )
     if junit and getattr(args, "junit", None):
         from faultdrill.archive.junit import report_suite, write_junit
+        from faultdrill.report.model import read_report
 
-        report = json.loads((run_dir / "report.json").read_text())
-        say(f"junit: {write_junit(args.junit, report_suite(report))}")
+        say(f"junit: {write_junit(args.junit, report_suite(read_report(run_dir)))}")
     if bundle:
         from faultdrill.archive.bundle import make_bundle
 
@@ -195,6 +277,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
     target = args.target
     if target[0] == "verify" and len(target) == 2:
+        if args.sign is not None:
+            raise DrillError("--sign makes a signed bundle; to check one: bundle verify --key PUB")
         archive = Path(target[1])
         if archive.is_dir():
             raise DrillError(
@@ -203,20 +287,45 @@ def cmd_bundle(args: argparse.Namespace) -> int:
             )
         if not archive.exists():
             raise DrillError(f"{archive}: no such file; name a bundle archive (.tar.gz)")
-        res = verify_bundle(archive)
+        res = verify_bundle(archive, args.key)
         print("\n".join(res.lines()))
         return 0 if res.ok else 1
     if len(target) != 1 or target == ["verify"]:
-        raise DrillError("usage: faultdrill bundle RUN_DIR [--out FILE] | bundle verify ARCHIVE")
+        raise DrillError(
+            "usage: faultdrill bundle RUN_DIR [--out FILE] [--sign KEY] | "
+            "bundle verify ARCHIVE [--key PUB]"
+        )
+    if args.key is not None:
+        raise DrillError("--key checks a signature: faultdrill bundle verify ARCHIVE --key PUB")
     run_dir = Path(target[0])
     if not run_dir.is_dir():
         raise DrillError(f"{run_dir}: no such run directory")
     archive, manifest = make_bundle(
-        run_dir, args.out, lang=args.lang, with_checkpoints=args.with_checkpoints
+        run_dir,
+        args.out,
+        lang=args.lang,
+        with_checkpoints=args.with_checkpoints,
+        sign=args.sign,
     )
+    signed = manifest.get("signature")
     print(
         f"bundle: {archive}\n{len(manifest['files'])} file(s); manifest sha256 "
-        f"{manifest['manifest_sha256']}\nverify with: faultdrill bundle verify {archive}"
+        f"{manifest['manifest_sha256']}"
+        + (f"\nsigned by key {signed['key_id']}" if signed else "\nnot signed (--sign KEY)")
+        + f"\nverify with: faultdrill bundle verify {archive}"
+        + (" --key PUB" if signed else "")
+    )
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from faultdrill.archive.signing import keygen
+
+    private, public, kid = keygen(args.out)
+    print(
+        f"private key: {private} (mode 600: keep it to yourself; sign with "
+        f"`faultdrill bundle RUN_DIR --sign {private}`)\npublic key: {public} (give it to "
+        f"whoever verifies: `faultdrill bundle verify ARCHIVE --key {public}`)\nkey id: {kid}"
     )
     return 0
 
@@ -253,9 +362,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     _deliverables(out, args, bundle=False, say=print, junit=False)
     if args.junit:
         from faultdrill.archive.junit import replay_suite, report_suite, write_junit
+        from faultdrill.report.model import read_report
 
-        report = json.loads((out / "report.json").read_text())
-        print(f"junit: {write_junit(args.junit, replay_suite(rr), report_suite(report))}")
+        suites = (replay_suite(rr), report_suite(read_report(out)))
+        print(f"junit: {write_junit(args.junit, *suites)}")
     return 0 if rr.matches else 1
 
 
@@ -268,7 +378,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     res = diff_reports(a, b, label_a=la, label_b=lb, band=band, gate_times=args.gate_times)
     print("\n".join(res.lines()))
     if args.json:
-        args.json.write_text(json.dumps(res.to_json(), indent=2, default=str) + "\n")
+        from faultdrill.safepath import write_file
+
+        write_file(args.json, json.dumps(res.to_json(), indent=2, default=str) + "\n", within=None)
     if args.junit:
         from faultdrill.archive.junit import diff_suite, write_junit
 
@@ -294,9 +406,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     targets: list[tuple[Path, str | None]] = []  # (ledger file, run id when known)
     for p in args.paths:
         if p.is_dir():
-            targets += [(f, None) for f in sorted(p.rglob("ledger.jsonl"))]
-        elif p.is_file():
-            targets.append((p, None))
+            targets += [(f, None) for f in _ledgers_below(p)]
+        elif p.is_file() or p.is_symlink():
+            targets.append((p, None))  # a link is refused when opened, and said
         else:
             raise DrillError(f"{p}: no such run directory or ledger file")
     failed = skipped = removed = 0
@@ -337,11 +449,27 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _ledgers_below(run_dir: Path) -> list[Path]:
+    """The ledger files under ``run_dir``, none reached through a symbolic link."""
+    from faultdrill.safepath import escape
+
+    base = run_dir.resolve()
+    found = []
+    for f in sorted(run_dir.rglob("ledger.jsonl")):
+        why = escape(base, base / f.relative_to(run_dir))
+        if why is None:
+            found.append(f)
+        else:
+            print(f"{f}: not cleaned up: {why}", file=sys.stderr)
+    return found
+
+
 def _clean_ledger(path: Path, run_id: str | None) -> int:
-    """Undo what one ledger left pending; 1 if anything could not be undone or read."""
+    """Undo what one ledger left pending; 1 if anything could not be undone or read, or
+    was refused (an entry naming what this run could not have made: never acted on)."""
     from faultdrill.ledger import Ledger
 
-    if not path.exists():
+    if not os.path.lexists(path):
         print(f"{path}: ledger file is gone; nothing recorded to undo")
         return 0
     ledger = Ledger(path, run_id=run_id or _run_id_of(path))
@@ -357,35 +485,60 @@ def _clean_ledger(path: Path, run_id: str | None) -> int:
         print(f"  could not undo: {e}", file=sys.stderr)
     for note in ledger.notes:
         print(f"  left alone, not ours: {note}")
+    for why in ledger.refused:
+        print(
+            f"  refused, not of this run's making (nothing done): {why}; this ledger was "
+            "edited or does not belong here: check it by hand",
+            file=sys.stderr,
+        )
     if not ledger.pending():
         ledger.deactivate()
-    undone = len(pending) - len(ledger.pending())
+    undone = len(pending) - len(ledger.pending()) - len(ledger.refused)
     print(f"{path}: {undone} of {len(pending)} pending change(s) undone")
-    return int(bool(errors or ledger.problems))
+    return int(bool(errors or ledger.problems or ledger.refused))
 
 
 def _run_id_of(path: Path) -> str:
-    """The run id the ledger was opened with, from its index entry or its first record."""
-    from faultdrill.ledger import active_entries
+    """The run id the ledger was opened with: its header line, its index entry, its first
+    ``run-processes`` record, else its directory's name (ledgers of older versions).
+    DrillError when the file is a symbolic link or the id is not a plain name."""
+    from faultdrill.ledger import active_entries, check_run_id
 
-    resolved = path.resolve()
-    for entry in active_entries():
-        if entry.ledger is not None and entry.ledger == resolved:
-            return entry.run_id
-    for line in path.read_text(errors="replace").splitlines():
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "a symbolic link, not a ledger" if path.is_symlink() else exc.strerror
+        raise DrillError(f"{path}: {why}; refusing to read or write it") from exc
+    with os.fdopen(fd, "rb") as f:
+        lines = f.read(64 << 20).decode(errors="replace").splitlines()
+    records = []
+    for line in lines:
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(rec, dict):
-            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+    header = next((r for r in records if r.get("op") == "run"), None)
+    if header is not None:
+        return check_run_id(header.get("run_id"))
+    resolved = path.resolve()
+    for entry in active_entries():
+        if entry.ledger is not None and entry.ledger == resolved:
+            return check_run_id(entry.run_id)
+    for rec in records:
         data = rec.get("data")
         if rec.get("kind") == "run-processes" and isinstance(data, dict) and data.get("run_id"):
-            return str(data["run_id"])
-    return path.parent.name
+            return check_run_id(str(data["run_id"]))
+    return check_run_id(path.parent.name)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    if args.report:
+        from faultdrill.report.model import report_schema
+
+        print(json.dumps(report_schema(), indent=2))
+        return 0
     from faultdrill.plan import plan_schema
 
     print(json.dumps(plan_schema(), indent=2))
@@ -393,7 +546,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from faultdrill.engine.run import machine_problems
+    from faultdrill.engine.run import host_problem, machine_problems
     from faultdrill.plan import load_plan
 
     plan = load_plan(args.plan)
@@ -402,6 +555,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"{len(plan.scenarios())} scenario(s), {len(plan.controls)} control(s)"
     )
     # Valid is about the plan; whether this machine can drill it is said, not judged.
+    host = host_problem(plan)
+    if host is not None:
+        print(f"  this machine cannot run this plan at all: {host}")
     for item, lacks in machine_problems(plan, [i.id for i in plan.items()]).items():
         for ability, why in lacks.items():
             print(f"  this machine cannot run {item}: it needs {ability!r}, missing {why}")
@@ -410,12 +566,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _lang(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
-        "--lang", choices=("en", "zh"), default="en", help="language of report.md/report.html"
+        "--lang",
+        choices=("en", "zh"),
+        default="en",
+        help="language of report.md and report.html (default: en; report.json is language-neutral)",
     )
 
 
 def _junit(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML for CI")
+    sp.add_argument(
+        "--junit",
+        type=Path,
+        metavar="FILE",
+        help="also write the verdicts as JUnit XML to FILE, for CI (default: none)",
+    )
 
 
 def _band_args(sp: argparse.ArgumentParser) -> None:
@@ -430,12 +594,62 @@ def _band_args(sp: argparse.ArgumentParser) -> None:
     )
 
 
+DESCRIPTION = """\
+Prove whether a distributed training platform really recovers from faults.
+
+faultdrill runs a real PyTorch distributed job (torchrun) under a plan: a fault-free
+baseline, then scenarios that each inject one fault (a worker killed, a link lossy or cut,
+a node lost, the control plane or checkpoint storage away, a checkpoint damaged) and
+negative controls (known-bad workloads a named check must catch). Every event lands on
+one timeline; checks judge progress, resources and results evidence: pass, retest or fail.
+
+typical use:
+  faultdrill demo                       the built-in plan (about 6 minutes, as root)
+  faultdrill validate PLAN.yaml         check a plan, and what this machine can drill
+  faultdrill run PLAN.yaml --out DIR    drill it; reports and evidence in DIR
+  faultdrill check DIR                  judge a recorded run again, offline
+  faultdrill bundle DIR                 pack it for someone else to verify and replay
+
+exit status: 0 proven, 1 not proven, 2 bad input (one message naming file, field and
+fix), 130 interrupted (every fault reverted), 141 output cut off by a closed pipe.
+"""
+
+
+def _drill_options(sp: argparse.ArgumentParser, default_out: str) -> None:
+    """The options ``demo`` and ``run`` share, each with its default."""
+    sp.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help=f"run directory to create; must not exist or be empty (default: {default_out})",
+    )
+    sp.add_argument(
+        "--quiet",
+        action="store_true",
+        help="only one line per finished item and the summary, no live status line (default: "
+        "a live status line on a terminal, else one line per item start and end)",
+    )
+    sp.add_argument(
+        "--only",
+        metavar="IDS",
+        help="comma-separated scenario/control ids to drill, besides the baseline (default: "
+        "every scenario and control of the plan)",
+    )
+    sp.add_argument(
+        "--no-controls",
+        action="store_true",
+        help="skip the negative controls (default: they run after the scenarios)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="faultdrill", description=__doc__.split("\n")[0] if __doc__ else ""
+        prog="faultdrill",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"faultdrill {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
         name: str, fn: Callable[[argparse.Namespace], int], help_: str
@@ -447,23 +661,27 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "demo",
         cmd_demo,
-        "the built-in plan on the reference workload: baseline, three rounds of faults and every negative control",
+        "the built-in plan on the reference workload: baseline, three rounds of faults and "
+        "every negative control; writes the reports and the evidence bundle",
     )
-    sp.add_argument(
-        "--out", type=Path, help="run directory to create (default: ./faultdrill-demo-TIME)"
-    )
-    sp.add_argument("--quiet", action="store_true", help="no live progress (for CI)")
-    sp.add_argument("--only", help="comma-separated scenario/control ids to run")
-    sp.add_argument("--no-controls", action="store_true", help="skip the negative controls")
+    _drill_options(sp, "./faultdrill-demo-YYYYmmdd-HHMMSS")
     _lang(sp)
     _junit(sp)
-    sp = add("run", cmd_run, "run the drills of a plan file")
-    sp.add_argument("plan", type=Path)
-    sp.add_argument("--out", type=Path)
-    sp.add_argument("--quiet", action="store_true")
-    sp.add_argument("--only", help="comma-separated scenario/control ids to run")
-    sp.add_argument("--no-controls", action="store_true")
-    sp.add_argument("--bundle", action="store_true", help="also write the evidence bundle")
+    sp = add(
+        "run",
+        cmd_run,
+        "drill a plan: its baseline, then its scenarios round by round (a round runs only if "
+        "the earlier ones passed), then its negative controls; writes report.html, "
+        "report.md and report.json into the run directory",
+    )
+    sp.add_argument("plan", type=Path, metavar="PLAN", help="the plan file (YAML or JSON)")
+    _drill_options(sp, "./faultdrill-TASK_ID-YYYYmmdd-HHMMSS")
+    sp.add_argument(
+        "--bundle",
+        action="store_true",
+        help="also pack the run into DIR.bundle.tar.gz for verify/replay (default: off; "
+        "`faultdrill bundle DIR` does it later)",
+    )
     _lang(sp)
     _junit(sp)
     sp = add("check", cmd_check, "re-run the checks offline on a recorded run directory")
@@ -480,7 +698,30 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--with-checkpoints", action="store_true", help="include checkpoint files (large)"
     )
+    sp.add_argument(
+        "--sign",
+        type=Path,
+        metavar="KEY",
+        help="sign the manifest with this Ed25519 private key (`faultdrill keygen`); the "
+        "key id is recorded in the manifest and the bundled responsibility dossier "
+        "(default: not signed)",
+    )
+    sp.add_argument(
+        "--key",
+        type=Path,
+        metavar="PUB",
+        help="with verify: also check the signature against this public key (default: "
+        "integrity only; origin is then not checked, and said)",
+    )
     _lang(sp)
+    sp = add(
+        "keygen",
+        cmd_keygen,
+        "make an Ed25519 key pair to sign bundles: NAME (private, mode 600) and NAME.pub",
+    )
+    sp.add_argument(
+        "--out", type=Path, required=True, metavar="NAME", help="private key file to create"
+    )
     sp = add(
         "replay",
         cmd_replay,
@@ -527,9 +768,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="without paths: also revert the ledgers of drills that are still running",
     )
-    add("schema", cmd_schema, "print the plan's JSON Schema")
-    sp = add("validate", cmd_validate, "validate a plan file")
-    sp.add_argument("plan", type=Path)
+    sp = add("schema", cmd_schema, "print the plan's JSON Schema (or report.json's)")
+    sp.add_argument(
+        "--report",
+        action="store_true",
+        help="print the JSON Schema of report.json (its schema_version) instead",
+    )
+    sp = add(
+        "validate",
+        cmd_validate,
+        "validate a plan file, and say what this machine cannot drill of it (root, FUSE)",
+    )
+    sp.add_argument("plan", type=Path, metavar="PLAN", help="the plan file (YAML or JSON)")
     return p
 
 
@@ -544,6 +794,19 @@ def _interrupted_message(exc: Any) -> str:
     )
 
 
+def _reader_went_away() -> int:
+    """Our output's reader closed the pipe (``faultdrill schema | head``): stop quietly,
+    as a tool killed by SIGPIPE would, with its status (128 + 13). Standard output is
+    pointed at /dev/null so that the interpreter's last flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (captured): nothing left to protect
+        pass
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -554,6 +817,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("faultdrill: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
     except BaseException as exc:
         from faultdrill.engine.item import DrillInterrupted
 

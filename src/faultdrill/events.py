@@ -23,15 +23,111 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SOURCES", "Event", "EventSink", "read_jsonl"]
+__all__ = ["SHAPES", "SOURCES", "Event", "EventSink", "malformed", "read_jsonl"]
 
 SOURCES = ("probe", "platform", "fault", "sampler", "net", "harness")
 _RESERVED = frozenset({"ts", "mono", "src", "kind", "task"})
+
+#: The fields the timeline and the judge rely on, by (source, kind): name -> type, where
+#: a type is ``int``, ``num`` (a finite number), ``str``, ``bool``, ``list``, ``dict`` or
+#: ``rtts`` (a mapping of peer -> number or null), with ``?`` when null is allowed and a
+#: leading ``!`` when the field is required. An event breaking its shape is malformed
+#: (:func:`malformed`): the reader skips it and counts it against its file, and the
+#: evidence it feeds is judged retest, never read with a wrong value. Other fields and
+#: kinds are free-form.
+_PROBE = {"pid": "!int", "rank": "!int"}
+SHAPES: dict[tuple[str, str], dict[str, str]] = {
+    ("probe", "run_start"): {
+        **_PROBE,
+        "world_size": "int",
+        "local_rank": "int",
+        "restart_count": "int?",
+        "master": "str?",
+        "node": "str",
+    },
+    ("probe", "ckpt_load"): {
+        **_PROBE,
+        "id": "!str",
+        "step": "!int",
+        "data_position": "int",
+        "rejected": "list",
+        "duration_s": "num?",
+    },
+    ("probe", "ckpt_none"): {**_PROBE, "rejected": "list"},
+    ("probe", "ckpt_save"): {
+        **_PROBE,
+        "id": "!str",
+        "step": "!int",
+        "bytes": "int?",
+        "data_position": "int",
+        "duration_s": "num?",
+    },
+    ("probe", "ckpt_save_failed"): {**_PROBE, "step": "!int", "duration_s": "num?"},
+    ("probe", "run_end"): {**_PROBE, "status": "str", "final_step": "int"},
+    ("sampler", "proc_seen"): {
+        "pid": "!int",
+        "start_time": "!int",
+        "role": "str",
+        "rank": "int?",
+        "node": "str",
+        "ppid": "int?",
+        "owner": "int?",
+    },
+    ("sampler", "proc_gone"): {
+        "pid": "!int",
+        "start_time": "!int",
+        "rank": "int?",
+        "last_seen_mono": "num",
+    },
+    ("platform", "job_state"): {"state": "!str"},
+    ("net", "net_sample"): {"node": "!str", "rtt_ms": "rtts", "probed_mono": "num"},
+    ("fault", "injected"): {"fault": "str", "at_step": "int?", "duration_s": "num?"},
+    ("harness", "stop_condition"): {"condition": "!str"},
+}
+
+
+def _finite(v: Any) -> bool:
+    return type(v) in (int, float) and v - v == 0  # not bool; inf - inf and nan are nan
+
+
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: type(v) is int,
+    "num": _finite,
+    "str": lambda v: type(v) is str,
+    "bool": lambda v: type(v) is bool,
+    "list": lambda v: type(v) is list,
+    "dict": lambda v: type(v) is dict,
+    "rtts": lambda v: type(v) is dict and all(x is None or _finite(x) for x in v.values()),
+}
+
+
+def malformed(raw: dict[str, Any]) -> str | None:
+    """Why the decoded event ``raw`` breaks the event contract (no ``mono``, a time that
+    is not a finite number, its source, kind or task not strings, a field of :data:`SHAPES` missing or of
+    the wrong type), or None when it keeps it."""
+    if not (_finite(raw.get("mono")) and _finite(raw.get("ts", 0.0))):
+        return "mono (and ts) must be finite numbers"
+    if not all(type(raw.get(k, "")) is str for k in ("src", "kind", "task")):
+        return "src, kind and task must be strings"
+    shape = SHAPES.get((raw["src"], raw["kind"]))
+    if shape is None:
+        return None
+    for name, spec in shape.items():
+        value = raw.get(name)
+        if value is None:
+            if spec.startswith("!"):
+                return f"{name} is missing"
+            if name not in raw or spec.endswith("?"):
+                continue
+            return f"{name} is null"
+        if not _TYPES[spec.strip("!?")](value):
+            return f"{name} is not {spec.strip('!?')}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,16 +169,22 @@ class Event:
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the JSON objects of one events file, skipping torn or foreign lines."""
-    with open(path, "rb") as f:
+    """Yield the events of one events file, skipping torn lines and anything that is not an
+    event (not JSON, nested too deep, not an object, :func:`malformed`); nothing from a
+    file that cannot be read. The timeline counts what was skipped (``Timeline.bad_lines``)."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115  (kept open for the loop below)
+    except OSError:
+        return
+    with f:
         for raw in f:
             if not raw.endswith(b"\n"):
                 return  # torn last line: the writer died mid-write
             try:
                 obj = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
-            if isinstance(obj, dict):
+            if isinstance(obj, dict) and malformed(obj) is None:
                 yield obj
 
 

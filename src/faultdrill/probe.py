@@ -17,7 +17,8 @@ Contract
 
   ============  ===============================================================
   run_start     world_size, local_rank, node, host, restart_count, master,
-                config_digest  (call after the process group is initialised)
+                config_digest, uid, user (the identity the process runs as: the
+                data access identity)  (call after the process group is initialised)
   step          step, loss (``null``: not reported this step), samples:
                 ``[[start, end), ...]`` global sample ids
   ckpt_save     id, step, path, sha256, bytes, data_position  (after it is durable);
@@ -26,6 +27,10 @@ Contract
   ckpt_load     id, step, path, verified, data_position, rejected ``[{id, reason}]``;
                 optional duration_s (seconds spent finding, verifying and restoring)
   ckpt_none     rejected: nothing valid to load; training starts from scratch
+  evaluation    step, split, metrics ``{name: value}``: held-out metrics of the model
+                after that step (at checkpoints and at the end)
+  artifact      name, path, sha256, bytes, step: a file the job exported (the final
+                model), once it is durable; the harness re-hashes it at the end
   run_end       status, final_step, model_digest
   ============  ===============================================================
 
@@ -129,7 +134,7 @@ class Probe:
         )
         os.write(self._fd, line.encode())
 
-    # --- the six calls a training script makes -------------------------------------
+    # --- the calls a training script makes ------------------------------------------
 
     def run_start(
         self,
@@ -157,7 +162,7 @@ class Probe:
             restart_count=restart_count,
             master=master,
             config_digest=config_digest,
-            **extra,
+            **{**_identity(), **extra},  # a launcher may know the identity better
         )
 
     def step(self, step: int, loss: float | None, samples: SampleIds | Iterable[int] = ()) -> None:
@@ -223,11 +228,14 @@ class Probe:
         data_position: int,
         rejected: Sequence[dict[str, str]] = (),
         duration_s: float | None = None,
+        **extra: Any,
     ) -> None:
         """Call after restoring; ``verified`` says whether its digest was checked first.
 
-        ``duration_s`` (optional): how long finding, verifying and restoring took."""
-        extra = {} if duration_s is None else {"duration_s": round(float(duration_s), 6)}
+        ``duration_s`` (optional): how long finding, verifying and restoring took. ``extra``:
+        flat fields a platform adds (e.g. ``handed_over``: the checkpoint it handed over)."""
+        if duration_s is not None:
+            extra["duration_s"] = round(float(duration_s), 6)
         self.emit(
             "ckpt_load",
             id=ckpt_id,
@@ -239,9 +247,31 @@ class Probe:
             **extra,
         )
 
-    def no_checkpoint(self, rejected: Sequence[dict[str, str]] = ()) -> None:
+    def no_checkpoint(self, rejected: Sequence[dict[str, str]] = (), **extra: Any) -> None:
         """Call when starting from scratch, with any checkpoints found but refused."""
-        self.emit("ckpt_none", rejected=list(rejected))
+        self.emit("ckpt_none", rejected=list(rejected), **extra)
+
+    def evaluation(self, step: int, metrics: dict[str, float], split: str = "heldout") -> None:
+        """Record held-out metrics of the model as it is after ``step`` (e.g. at every
+        checkpoint and at the end). ``metrics``: name -> number (``loss``, ``accuracy``...);
+        a result check compares them with the baseline's at the same step and split."""
+        values = {str(k): float(v) for k, v in metrics.items()}
+        self.emit("evaluation", step=step, split=split, metrics=values)
+
+    def artifact(
+        self,
+        *,
+        path: str,
+        sha256: str,
+        size_bytes: int | None = None,
+        name: str = "final-model",
+        step: int | None = None,
+    ) -> None:
+        """Call once an exported file (the final model) is durable: its path and sha256.
+
+        The harness hashes the file again after the job ended; a result check fails when
+        it is gone or its content differs."""
+        self.emit("artifact", name=name, path=path, sha256=sha256, bytes=size_bytes, step=step)
 
     def run_end(self, *, final_step: int, model_digest: str = "", status: str = "ok") -> None:
         self.emit("run_end", status=status, final_step=final_step, model_digest=model_digest)
@@ -250,6 +280,18 @@ class Probe:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _identity() -> dict[str, Any]:
+    """The user this process runs as: the identity its data and checkpoints are read with."""
+    uid = os.getuid()
+    try:
+        import pwd
+
+        user: str | None = pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):  # no passwd entry (a container's arbitrary uid)
+        user = None
+    return {"uid": uid, "user": user}
 
 
 def probe_from_env(rank: int | None = None) -> Probe:

@@ -13,6 +13,7 @@ Run under torchrun (gloo, CPU). What each option adds to the job's shape:
                        goes on (the next save, and the end, wait for the previous one)
 --grad-accum K         K micro-batches per optimizer step (DDP no_sync for the first K-1)
 --log-every N          the loss is computed and reported only every N steps (others: None)
+--step-sleep S         S more seconds per step (a step of a real model takes time)
 
 Known-bad shapes (``--bad``), which faultdrill must catch:
 
@@ -25,7 +26,9 @@ Data: item ``p`` of an endless stream is dataset row ``p % rows``; optimizer ste
 (from 1) consumes positions ``[(s-1)*G, s*G)`` with ``G = world * accum * micro``, rank
 ``r`` micro-batch ``m`` taking ``micro`` contiguous positions; the sample ids reported are
 the positions the loader handed out. Checkpoints: ``ckpt-<step>/state.pt`` + ``manifest.json``
-(sha256), published by rewriting ``latest`` atomically, all written with fsync.
+(sha256), published by rewriting ``latest`` atomically, all written with fsync. Rank 0 alone
+evaluates on a held-out set at every checkpoint and exports the final model
+(``model-final.pt`` in the checkpoint directory).
 """
 
 from __future__ import annotations
@@ -222,8 +225,31 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--async-ckpt", action="store_true")
     ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument("--log-every", type=int, default=1)
+    ap.add_argument(
+        "--step-sleep", type=float, default=0.0, help="seconds per step, besides compute"
+    )
     ap.add_argument("--bad", choices=["detached-stepper", "leaky-children"], default=None)
     return ap.parse_args(argv)
+
+
+def heldout_metrics(model: nn.Module, seed: int) -> dict[str, float]:
+    """Loss and accuracy on 32 rows drawn apart from the training rows."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(32, FEATURES, generator=gen)
+    y = torch.randint(CLASSES, (32,), generator=gen)
+    with torch.no_grad():
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits, y).item()
+        accuracy = (logits.argmax(dim=1) == y).double().mean().item()
+    return {"loss": loss, "accuracy": accuracy}
+
+
+def export(model: nn.Module, path: str, probe: Probe, step: int) -> None:
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    write_durably(path, buf.getvalue())
+    digest = hashlib.sha256(buf.getvalue()).hexdigest()
+    probe.artifact(path=path, sha256=digest, size_bytes=len(buf.getvalue()), step=step)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                     loss.backward()
                 total += loss.detach()
             optimizer.step()
+            time.sleep(args.step_sleep)
             report = total.item() if step % args.log_every == 0 else None
             probe.step(step, report, seen)
             if bad == "detached-stepper" and rank == 1:
@@ -307,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 if rank == 0:
                     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
                     ckpts.save(state, step, step * g, background=args.async_ckpt)
+                    probe.evaluation(step, heldout_metrics(model, args.seed))
                 if args.helper:
                     subprocess.run([sys.executable, "-c", "pass"], check=True)
                 if not args.async_ckpt:
@@ -322,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     del batches, ddp, loader
     gc.collect()
     dist.destroy_process_group()
+    if rank == 0:
+        export(model, os.path.join(args.ckpt_dir, "model-final.pt"), probe, step)
     if helper is not None:
         assert helper.stdin is not None
         helper.stdin.close()

@@ -13,17 +13,18 @@ findings that are new in B. A *regression* is anything that makes B prove less t
 * with ``gate_times``: a detection/recovery time outside the band.
 
 ``faultdrill diff A B`` exits 1 when there is a regression, so it can gate a pipeline.
-Both sides are read from their ``report.json`` (a bundle is verified first).
+Both sides are read from their ``report.json`` as a :class:`~faultdrill.report.model.Report`
+(a bundle is verified first).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from faultdrill.errors import RunDirError
+from faultdrill.report.model import Item, Report, read_report
 
 __all__ = ["Band", "DiffResult", "ItemDiff", "diff_reports", "load_report"]
 
@@ -48,17 +49,11 @@ class Band:
         return f"±{self.abs_s:g} s or ±{self.rel * 100:g}%, whichever is larger"
 
 
-def load_report(path: Path, *, verify: bool = True) -> tuple[dict[str, Any], str]:
-    """(report.json data, a label) of a run directory, a bundle archive or a report.json."""
+def load_report(path: Path, *, verify: bool = True) -> tuple[Report, str]:
+    """(the report, a label) of a run directory, a bundle archive or a report.json."""
     if path.is_dir():
-        rp = path / "report.json"
-        if not rp.exists():
-            raise RunDirError(
-                f"{path}: no report.json; is this a faultdrill run directory? "
-                f"(`faultdrill check {path}` judges a recorded run)"
-            )
-        text = rp.read_bytes()
-    elif path.is_file() and path.name.endswith((".tar.gz", ".tgz", ".tar")):
+        return read_report(path), str(path)
+    if path.is_file() and path.name.endswith((".tar.gz", ".tgz", ".tar")):
         from faultdrill.archive.bundle import read_member, verify_bundle
 
         if verify:
@@ -68,41 +63,18 @@ def load_report(path: Path, *, verify: bool = True) -> tuple[dict[str, Any], str
                     "bundle failed verification; refusing to compare it "
                     "(--no-verify to compare anyway):\n" + "\n".join(res.lines())
                 )
-        text = read_member(path, "report.json")
-    elif path.is_file():
-        text = path.read_bytes()
-    else:
-        raise RunDirError(f"{path}: no such run directory, bundle or report.json")
-    try:
-        data = json.loads(text)
-    except ValueError as exc:  # also not UTF-8: a binary file given by mistake
-        raise RunDirError(
-            f"{path}: report.json is not valid JSON ({exc}); give a run directory, a bundle "
-            "or the report.json a run wrote"
-        ) from exc
-    if not isinstance(data, dict) or "scenarios" not in data or "summary" not in data:
-        raise RunDirError(f"{path}: not a faultdrill report (no 'scenarios'/'summary')")
-    return data, str(path)
+        return Report.from_text(read_member(path, "report.json"), source=str(path)), str(path)
+    if path.is_file():
+        return read_report(path), str(path)
+    raise RunDirError(f"{path}: no such run directory, bundle or report.json")
 
 
-def _resume(s: dict[str, Any]) -> dict[str, Any] | None:
-    r = (s.get("questions") or {}).get("resumed_from")
-    if not r:
-        return None
-    return {k: r.get(k) for k in ("checkpoint", "step", "data_position")}
-
-
-def _bad_findings(s: dict[str, Any]) -> dict[str, str]:
+def _bad_findings(s: Item) -> dict[str, str]:
     """check name -> worst non-pass verdict, over every kind of evidence."""
     out: dict[str, str] = {}
-    groups = [*(s.get("evidence") or {}).values(), s.get("expectation") or {}]
-    for ev in groups:
-        for f in ev.get("findings", []):
-            v = f.get("verdict")
-            if v in ("fail", "retest"):
-                name = str(f.get("check"))
-                if _VERDICT_RANK[v] > _VERDICT_RANK.get(out.get(name, "pass"), 0):
-                    out[name] = v
+    for _cat, f in s.findings():
+        if _VERDICT_RANK[f.verdict] > _VERDICT_RANK[out.get(f.check, "pass")]:
+            out[f.check] = f.verdict
     return out
 
 
@@ -199,115 +171,132 @@ class DiffResult:
         return out
 
 
-def _diff_item(
-    sid: str, a: dict[str, Any] | None, b: dict[str, Any] | None, band: Band, gate_times: bool
-) -> ItemDiff:
-    control = bool((a or b or {}).get("control"))
+def _compare_control(d: ItemDiff, a: Item, b: Item) -> None:
+    d.caught = (a.caught, b.caught)
+    if a.caught and not b.caught:
+        d.regressions.append(
+            f"negative control no longer caught by {b.expected_check} "
+            "(the drill can no longer see this bug)"
+        )
+    elif not a.caught and b.caught:
+        d.changes.append("negative control now caught")
+
+
+def _compare_scenario(d: ItemDiff, a: Item, b: Item) -> None:
+    va, vb = a.verdict, b.verdict
+    if _VERDICT_RANK[vb] > _VERDICT_RANK[va]:
+        d.regressions.append(f"verdict {va} -> {vb}")
+    elif vb != va:
+        d.changes.append(f"verdict improved {va} -> {vb}")
+    ca, cb = a.recovery_class, b.recovery_class
+    if _CLASS_RANK[cb] > _CLASS_RANK[ca]:
+        d.regressions.append(f"recovery class {ca} -> {cb}")
+    elif cb != ca:
+        d.changes.append(f"recovery class {ca} -> {cb}")
+
+
+def _compare_resume(d: ItemDiff, a: Item, b: Item) -> None:
+    ra, rb = a.resume_key(), b.resume_key()
+    d.resume = (ra, rb)
+    if ra == rb:
+        return
+    text = f"resume point {ra} -> {rb}"
+    from_ckpt = a.questions.resumed_from is not None and a.questions.resumed_from.checkpoint
+    scratch = b.questions.resumed_from is not None and b.questions.resumed_from.checkpoint is None
+    if not d.control and from_ckpt and scratch:
+        d.regressions.append(f"{text}: resumed from scratch where A resumed from a checkpoint")
+    else:
+        d.changes.append(text)
+
+
+def _compare_times(d: ItemDiff, a: Item, b: Item, band: Band, gate_times: bool) -> None:
+    for k in TIME_KEYS:
+        x, y = getattr(a.times, k), getattr(b.times, k)
+        ok = band.within(x, y)
+        d.times[k] = (x, y, ok)
+        if not ok:
+            text = f"{k} {x} -> {y} s (outside {band.describe()})"
+            if gate_times and not d.control:
+                d.regressions.append(text)
+            else:
+                d.changes.append(text)
+    rca, rcb = a.times.recomputed_steps, b.times.recomputed_steps
+    if rca != rcb:
+        d.changes.append(f"recomputed steps {rca} -> {rcb}")
+
+
+def _compare_findings(d: ItemDiff, a: Item, b: Item) -> None:
+    fa, fb = _bad_findings(a), _bad_findings(b)
+    d.new_findings = {
+        k: v for k, v in fb.items() if _VERDICT_RANK[v] > _VERDICT_RANK[fa.get(k, "pass")]
+    }
+    d.resolved_findings = sorted(k for k in fa if k not in fb)
+    for k, v in d.new_findings.items():
+        msg = next((f.message for _c, f in b.findings() if f.check == k and f.verdict == v), "")
+        d.changes.append(f"new finding {v} {k}: {msg}")
+    for k in d.resolved_findings:
+        d.changes.append(f"resolved finding {k}")
+
+
+def _diff_item(sid: str, a: Item | None, b: Item | None, band: Band, gate_times: bool) -> ItemDiff:
     if a is None or b is None:
-        d = ItemDiff(sid, control, "only-a" if b is None else "only-b")
+        present = a or b
+        d = ItemDiff(sid, bool(present and present.control), "only-a" if b is None else "only-b")
         if b is None:
             d.regressions.append("run in A but not in B (lost coverage)")
         else:
             d.changes.append("new in B")
         return d
-    d = ItemDiff(sid, control, "both")
-    d.verdict = (a.get("verdict"), b.get("verdict"))
-    d.recovery_class = (a.get("recovery_class"), b.get("recovery_class"))
-    if control:
-        d.caught = (a.get("caught"), b.get("caught"))
-        if a.get("caught") and not b.get("caught"):
-            d.regressions.append(
-                f"negative control no longer caught by {b.get('expected_check')} "
-                "(the drill can no longer see this bug)"
-            )
-        elif not a.get("caught") and b.get("caught"):
-            d.changes.append("negative control now caught")
+    d = ItemDiff(sid, a.control, "both")
+    d.verdict = (a.verdict, b.verdict)
+    d.recovery_class = (a.recovery_class, b.recovery_class)
+    if d.control:
+        _compare_control(d, a, b)
     else:
-        va, vb = d.verdict
-        if _VERDICT_RANK.get(str(vb), 1) > _VERDICT_RANK.get(str(va), 1):
-            d.regressions.append(f"verdict {va} -> {vb}")
-        elif vb != va:
-            d.changes.append(f"verdict improved {va} -> {vb}")
-        ca, cb = d.recovery_class
-        if _CLASS_RANK.get(str(cb), 3) > _CLASS_RANK.get(str(ca), 3):
-            d.regressions.append(f"recovery class {ca} -> {cb}")
-        elif cb != ca:
-            d.changes.append(f"recovery class {ca} -> {cb}")
-    ra, rb = _resume(a), _resume(b)
-    d.resume = (ra, rb)
-    if ra != rb:
-        text = f"resume point {ra} -> {rb}"
-        if not control and ra and ra.get("checkpoint") and rb and rb.get("checkpoint") is None:
-            d.regressions.append(f"{text}: resumed from scratch where A resumed from a checkpoint")
-        else:
-            d.changes.append(text)
-    ta, tb = a.get("times") or {}, b.get("times") or {}
-    for k in TIME_KEYS:
-        x, y = ta.get(k), tb.get(k)
-        ok = band.within(x, y)
-        d.times[k] = (x, y, ok)
-        if not ok:
-            text = f"{k} {x} -> {y} s (outside {band.describe()})"
-            if gate_times and not control:
-                d.regressions.append(text)
-            else:
-                d.changes.append(text)
-    rca, rcb = ta.get("recomputed_steps"), tb.get("recomputed_steps")
-    if rca != rcb:
-        d.changes.append(f"recomputed steps {rca} -> {rcb}")
-    fa, fb = _bad_findings(a), _bad_findings(b)
-    d.new_findings = {
-        k: v for k, v in fb.items() if _VERDICT_RANK[v] > _VERDICT_RANK.get(fa.get(k, "pass"), 0)
-    }
-    d.resolved_findings = sorted(k for k in fa if k not in fb)
-    for k, v in d.new_findings.items():
-        msg = next(
-            (
-                f.get("message")
-                for ev in [*(b.get("evidence") or {}).values(), b.get("expectation") or {}]
-                for f in ev.get("findings", [])
-                if f.get("check") == k and f.get("verdict") == v
-            ),
-            "",
-        )
-        d.changes.append(f"new finding {v} {k}: {msg}")
-    for k in d.resolved_findings:
-        d.changes.append(f"resolved finding {k}")
+        _compare_scenario(d, a, b)
+    _compare_resume(d, a, b)
+    _compare_times(d, a, b, band, gate_times)
+    _compare_findings(d, a, b)
     return d
 
 
+def _run_changes(a: Report, b: Report) -> tuple[list[str], list[str]]:
+    """(regressions, changes) of the runs as wholes: plan, version, environment, baseline."""
+    reg: list[str] = []
+    chg: list[str] = []
+    if a.plan_digest != b.plan_digest:
+        chg.append(
+            f"plan digest {a.plan_digest[:19]} -> {b.plan_digest[:19]} "
+            "(the plans differ: compare with care)"
+        )
+    if a.faultdrill_version != b.faultdrill_version:
+        chg.append(f"faultdrill {a.faultdrill_version} -> {b.faultdrill_version}")
+    ea, eb = a.environment.to_json(), b.environment.to_json()
+    for k in sorted(set(ea) | set(eb)):
+        if ea.get(k) != eb.get(k):
+            chg.append(f"environment {k}: {ea.get(k)} -> {eb.get(k)}")
+    ba, bb = a.baseline.verdict, b.baseline.verdict
+    if _VERDICT_RANK[bb] > _VERDICT_RANK[ba]:
+        reg.append(f"baseline verdict {ba} -> {bb}")
+    elif ba != bb:
+        chg.append(f"baseline verdict {ba} -> {bb}")
+    return reg, chg
+
+
 def diff_reports(
-    a: dict[str, Any],
-    b: dict[str, Any],
+    a: Report,
+    b: Report,
     *,
     label_a: str = "A",
     label_b: str = "B",
     band: Band | None = None,
     gate_times: bool = False,
 ) -> DiffResult:
+    """What changed from run A to run B, and which changes are regressions."""
     band = band or Band()
-    run_reg: list[str] = []
-    run_chg: list[str] = []
-    if a.get("plan_digest") != b.get("plan_digest"):
-        run_chg.append(
-            f"plan digest {str(a.get('plan_digest'))[:19]} -> {str(b.get('plan_digest'))[:19]} "
-            "(the plans differ: compare with care)"
-        )
-    if a.get("faultdrill_version") != b.get("faultdrill_version"):
-        run_chg.append(f"faultdrill {a.get('faultdrill_version')} -> {b.get('faultdrill_version')}")
-    from faultdrill.report.scope import recorded_environment
-
-    ea, eb = recorded_environment(a), recorded_environment(b)
-    for k in sorted(set(ea) | set(eb)):
-        if ea.get(k) != eb.get(k):
-            run_chg.append(f"environment {k}: {ea.get(k)} -> {eb.get(k)}")
-    ba, bb = (a.get("baseline") or {}).get("verdict"), (b.get("baseline") or {}).get("verdict")
-    if _VERDICT_RANK.get(str(bb), 1) > _VERDICT_RANK.get(str(ba), 1):
-        run_reg.append(f"baseline verdict {ba} -> {bb}")
-    elif ba != bb:
-        run_chg.append(f"baseline verdict {ba} -> {bb}")
-    ia = {s["id"]: s for s in a.get("scenarios") or []}
-    ib = {s["id"]: s for s in b.get("scenarios") or []}
+    run_reg, run_chg = _run_changes(a, b)
+    ia = {s.id: s for s in a.scenarios}
+    ib = {s.id: s for s in b.scenarios}
     order = list(ia) + [k for k in ib if k not in ia]
     items = [_diff_item(k, ia.get(k), ib.get(k), band, gate_times) for k in order]
     return DiffResult(label_a, label_b, band, gate_times, items, run_reg, run_chg)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from faultdrill.report.model import Item, Report
+from faultdrill.safepath import replacing
 
 if TYPE_CHECKING:
     from faultdrill.archive.diff import DiffResult
@@ -34,59 +37,44 @@ def _finish(suite: ET.Element) -> ET.Element:
     return suite
 
 
-def _not_pass(s: dict[str, Any]) -> str:
-    lines = []
-    for cat, ev in [
-        *(s.get("evidence") or {}).items(),
-        ("expectation", s.get("expectation") or {}),
-    ]:
-        for f in ev.get("findings", []):
-            if f.get("verdict") != "pass":
-                lines.append(f"[{f.get('verdict')}] {cat} {f.get('check')}: {f.get('message')}")
-    return "\n".join(lines)
+def _not_pass(s: Item) -> str:
+    return "\n".join(
+        f"[{f.verdict}] {cat} {f.check}: {f.message}"
+        for cat, f in s.findings()
+        if f.verdict != "pass"
+    )
 
 
-def report_suite(report: dict[str, Any], name: str | None = None) -> ET.Element:
-    """A run's report.json as one test suite."""
-    suite = ET.Element("testsuite", name=name or f"faultdrill.{report.get('task_id')}")
-    base = report.get("baseline") or {}
+def _item_outcome(case: ET.Element, s: Item) -> None:
+    """The item's failure or error (retest) under its test case; nothing when it passed."""
+    detail = _not_pass(s)
+    if s.control:
+        if s.caught is None:
+            message = f"negative control not proven: {s.not_proven_why}"
+            ET.SubElement(case, "error", type="retest", message=message).text = detail
+        elif not s.caught:
+            message = f"negative control not caught by {s.expected_check}"
+            ET.SubElement(case, "failure", message=message).text = detail
+    elif s.verdict == "fail":
+        ET.SubElement(case, "failure", message=f"fail ({s.recovery_class})").text = detail
+    elif s.verdict != "pass":
+        ET.SubElement(case, "error", type="retest", message="retest").text = detail
+
+
+def report_suite(report: Report, name: str | None = None) -> ET.Element:
+    """A run's report as one test suite."""
+    suite = ET.Element("testsuite", name=name or f"faultdrill.{report.task_id}")
     case = _case(suite, "baseline", "baseline")
-    if base.get("verdict") == "fail":
+    if report.baseline.verdict == "fail":
         ET.SubElement(case, "failure", message="the baseline failed its own checks")
-    elif base.get("verdict") != "pass":
+    elif report.baseline.verdict != "pass":
         ET.SubElement(case, "error", message="the baseline could not be judged (retest)")
-    for s in report.get("scenarios") or []:
-        control = bool(s.get("control"))
-        case = _case(
-            suite,
-            "control" if control else f"scenario.round{s.get('round')}",
-            s["id"],
-            (s.get("times") or {}).get("recover_s"),
-        )
-        detail = _not_pass(s)
-        if control:
-            if s.get("caught") is None:
-                ET.SubElement(
-                    case,
-                    "error",
-                    type="retest",
-                    message=f"negative control not proven: {s.get('not_proven_why')}",
-                ).text = detail
-            elif not s.get("caught"):
-                ET.SubElement(
-                    case,
-                    "failure",
-                    message=f"negative control not caught by {s.get('expected_check')}",
-                ).text = detail
-        elif s.get("verdict") == "fail":
-            ET.SubElement(
-                case, "failure", message=f"fail ({s.get('recovery_class')})"
-            ).text = detail
-        elif s.get("verdict") != "pass":
-            ET.SubElement(case, "error", type="retest", message="retest").text = detail
-    for sk in report.get("skipped") or []:
-        case = _case(suite, str(sk.get("kind", "scenario")), str(sk.get("id")))
-        ET.SubElement(case, "skipped", message=str(sk.get("reason")))
+    for s in report.scenarios:
+        classname = "control" if s.control else f"scenario.round{s.round}"
+        _item_outcome(_case(suite, classname, s.id, s.times.recover_s), s)
+    for sk in report.skipped:
+        case = _case(suite, sk.kind, sk.id)
+        ET.SubElement(case, "skipped", message=sk.reason)
     return _finish(suite)
 
 
@@ -126,6 +114,6 @@ def write_junit(path: Path, *suites: ET.Element) -> Path:
     for attr in ("tests", "failures", "errors", "skipped"):
         root.set(attr, str(sum(int(s.get(attr, "0")) for s in suites)))
     ET.indent(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    with replacing(path, within=None) as f:
+        ET.ElementTree(root).write(f, encoding="utf-8", xml_declaration=True)
     return path

@@ -22,40 +22,36 @@ from typing import Any
 
 from faultdrill.archive.diff import Band, load_report
 from faultdrill.errors import DrillError
+from faultdrill.report.model import Item, Report
+from faultdrill.safepath import escape, read_bytes, write_file
 
-__all__ = ["ReplayResult", "compare_item", "replay_bundle"]
-
-
-def _resume(s: dict[str, Any]) -> dict[str, Any] | None:
-    r = (s.get("questions") or {}).get("resumed_from")
-    return None if not r else {k: r.get(k) for k in ("checkpoint", "step", "data_position")}
+__all__ = ["ReplayResult", "compare_item", "finish_replay", "replay_bundle"]
 
 
-def compare_item(orig: dict[str, Any], new: dict[str, Any], band: Band) -> dict[str, Any]:
+def compare_item(orig: Item, new: Item, band: Band) -> dict[str, Any]:
     """Does the replayed item reproduce the original? Each difference in words."""
     diffs: list[str] = []
-    for key in ("verdict", "recovery_class"):
-        if orig.get(key) != new.get(key):
-            diffs.append(f"{key}: original {orig.get(key)}, replay {new.get(key)}")
-    if orig.get("control") and orig.get("caught") != new.get("caught"):
-        diffs.append(f"caught: original {orig.get('caught')}, replay {new.get('caught')}")
-    ro, rn = _resume(orig), _resume(new)
+    if orig.verdict != new.verdict:
+        diffs.append(f"verdict: original {orig.verdict}, replay {new.verdict}")
+    if orig.recovery_class != new.recovery_class:
+        diffs.append(f"recovery_class: original {orig.recovery_class}, replay {new.recovery_class}")
+    if orig.control and orig.caught != new.caught:
+        diffs.append(f"caught: original {orig.caught}, replay {new.caught}")
+    ro, rn = orig.resume_key(), new.resume_key()
     if ro != rn:
         diffs.append(f"resume point: original {ro}, replay {rn}")
-    to, tn = orig.get("times") or {}, new.get("times") or {}
     times = {}
     for key in ("detect_s", "recover_s"):
-        ok = band.within(to.get(key), tn.get(key))
-        times[key] = {"original": to.get(key), "replay": tn.get(key), "within_band": ok}
+        a, b = getattr(orig.times, key), getattr(new.times, key)
+        ok = band.within(a, b)
+        times[key] = {"original": a, "replay": b, "within_band": ok}
         if not ok:
-            diffs.append(
-                f"{key}: original {to.get(key)}, replay {tn.get(key)} (outside {band.describe()})"
-            )
+            diffs.append(f"{key}: original {a}, replay {b} (outside {band.describe()})")
     return {
-        "id": orig.get("id"),
-        "control": bool(orig.get("control")),
-        "verdict": [orig.get("verdict"), new.get("verdict")],
-        "recovery_class": [orig.get("recovery_class"), new.get("recovery_class")],
+        "id": orig.id,
+        "control": orig.control,
+        "verdict": [orig.verdict, new.verdict],
+        "recovery_class": [orig.recovery_class, new.recovery_class],
         "resume": [ro, rn],
         "times": times,
         "matches": not diffs,
@@ -109,10 +105,13 @@ class ReplayResult:
 
 
 def _record_operator(
-    run_dir: Path, operator: str, bundle: str, manifest: dict[str, Any], original: dict[str, Any]
+    run_dir: Path, operator: str, bundle: str, manifest: dict[str, Any], original: Report
 ) -> None:
     path = run_dir / "baseline" / "dossier.json"
-    dossier = json.loads(path.read_text()) if path.exists() else {}
+    try:
+        dossier = json.loads(read_bytes(path, within=run_dir))
+    except FileNotFoundError:
+        dossier = {}
     resp = dict(dossier.get("responsibility") or {})
     resp["replay_operator"] = operator
     dossier["responsibility"] = resp
@@ -121,20 +120,82 @@ def _record_operator(
         "bundle": bundle,
         "bundle_manifest_sha256": manifest.get("manifest_sha256"),
         "original_run": manifest.get("source_run"),
-        "original_plan_digest": original.get("plan_digest"),
-        "original_responsibility": (original.get("plan") or {}).get("responsibility"),
+        "original_plan_digest": original.plan_digest,
+        "original_responsibility": original.plan.responsibility.to_json(),
         "replayed_at": dt.datetime.now(tz=dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dossier, indent=2) + "\n")
+    write_file(path, json.dumps(dossier, indent=2) + "\n", within=run_dir)
 
 
-def _recorded(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The report's scenario entries that name an id (others cannot be replayed)."""
-    items = report.get("scenarios")
-    if not isinstance(items, list):
-        return []
-    return [s for s in items if isinstance(s, dict) and isinstance(s.get("id"), str)]
+def finish_replay(out: Path, rr: ReplayResult, manifest: dict[str, Any], original: Report) -> None:
+    """Record the replay in the new run: the operator in its responsibility dossier, the
+    comparison in ``replay.json`` (neither written through a link: UnsafePathError)."""
+    _record_operator(out, rr.operator, rr.bundle, manifest, original)
+    write_file(
+        out / "replay.json", json.dumps(rr.to_json(), indent=2, default=str) + "\n", within=out
+    )
+
+
+def _open_source(source: Path, tmp: Path, verify: bool) -> tuple[Path, dict[str, Any]]:
+    """(the original run directory, the bundle's manifest) of a bundle or run directory."""
+    from faultdrill.archive.bundle import extract_bundle, verify_bundle
+
+    if not source.exists():
+        raise DrillError(
+            f"{source}: no such bundle or run directory; give an archive made by "
+            "`faultdrill bundle` or a run directory"
+        )
+    if source.is_dir():
+        # Replay copies the source's plan.yaml into the new run: never through a link.
+        why = escape(source.resolve(), source.resolve() / "plan.yaml")
+        if why is not None:
+            raise DrillError(f"{source}: {why}; refusing to copy the plan from it")
+        return source, {"source_run": str(source.resolve())}
+    manifest: dict[str, Any] = {}
+    if verify:
+        res = verify_bundle(source)
+        manifest = dict(res.manifest)
+        manifest["manifest_sha256"] = res.manifest_sha256
+    return extract_bundle(source, tmp, verify=verify), manifest
+
+
+def _wanted(
+    source: Path, known: set[str], original: Report, scenarios: list[str] | None
+) -> list[str]:
+    """The ids to replay: those asked for (each must be in the plan), else every recorded one."""
+    wanted = list(scenarios) if scenarios else [s.id for s in original.scenarios]
+    unknown = sorted(set(wanted) - known)
+    if unknown:
+        raise DrillError(
+            f"--scenario: unknown id(s) {', '.join(unknown)}; the bundle's plan has: "
+            f"{', '.join(sorted(known))}"
+        )
+    if not wanted:
+        raise DrillError(f"{source}: the original run recorded no scenario to replay")
+    return wanted
+
+
+def _compare(sid: str, original: Report, new: Report, band: Band) -> dict[str, Any]:
+    """How replayed item ``sid`` compares with the original (also when one side lacks it)."""
+    o, n = original.item(sid), new.item(sid)
+    if o is None:
+        return {
+            "id": sid,
+            "matches": False,
+            "differences": ["not in the original run"],
+            "verdict": [None, n.verdict if n else None],
+            "recovery_class": [None, None],
+        }
+    if n is None:
+        skipped = {s.id: s.reason for s in new.skipped}
+        return {
+            "id": sid,
+            "matches": False,
+            "differences": [f"not run in the replay: {skipped.get(sid, 'unknown reason')}"],
+            "verdict": [o.verdict, None],
+            "recovery_class": [o.recovery_class, None],
+        }
+    return compare_item(o, n, band)
 
 
 def replay_bundle(
@@ -155,7 +216,6 @@ def replay_bundle(
     the original run recorded is replayed. Raises DrillError on bad input (unknown id, a
     bundle that fails verification, an empty operator name).
     """
-    from faultdrill.archive.bundle import extract_bundle, verify_bundle
     from faultdrill.engine.run import run_plan
     from faultdrill.judge.evaluate import load_run_plan
     from faultdrill.report import write_reports
@@ -165,37 +225,14 @@ def replay_bundle(
     band = band or Band()
     if not operator.strip():
         raise DrillError("--operator: name the person replaying the drill")
-    if not source.exists():
-        raise DrillError(
-            f"{source}: no such bundle or run directory; give an archive made by "
-            "`faultdrill bundle` or a run directory"
-        )
     with tempfile.TemporaryDirectory(prefix="faultdrill-replay-") as tmp:
-        manifest: dict[str, Any] = {}
-        if source.is_dir():
-            orig_dir = source
-            manifest = {"source_run": str(source.resolve())}
-        else:
-            if verify:
-                res = verify_bundle(source)
-                manifest = dict(res.manifest)
-                manifest["manifest_sha256"] = res.manifest_sha256
-            orig_dir = extract_bundle(source, Path(tmp), verify=verify)
+        orig_dir, manifest = _open_source(source, Path(tmp), verify)
         if not (orig_dir / "report.json").exists():
             raise DrillError(f"{source}: no report.json; not a faultdrill run or bundle")
         original, _ = load_report(orig_dir, verify=False)  # RunDirError if it is not one
         plan = load_run_plan(orig_dir)
         known = {s.id for s in plan.scenarios()} | {c.id for c in plan.controls}
-        recorded = [s["id"] for s in _recorded(original)]
-        wanted = list(scenarios) if scenarios else recorded
-        unknown = sorted(set(wanted) - known)
-        if unknown:
-            raise DrillError(
-                f"--scenario: unknown id(s) {', '.join(unknown)}; the bundle's plan has: "
-                f"{', '.join(sorted(known))}"
-            )
-        if not wanted:
-            raise DrillError(f"{source}: the original run recorded no scenario to replay")
+        wanted = _wanted(source, known, original, scenarios)
         plan_src = orig_dir / "plan.yaml"
         result = run_plan(
             plan,
@@ -206,45 +243,11 @@ def replay_bundle(
             report=report,
             on_item=on_item,
         )
-    _record_operator(out, operator, str(source), manifest, original)
-    new = json.loads(json.dumps(result.to_json(), default=str))
-    by_id = {s["id"]: s for s in new.get("scenarios") or []}
-    orig_by_id = {s["id"]: s for s in _recorded(original)}
+    new = result.to_report()
     rr = ReplayResult(
-        out,
-        operator,
-        str(source),
-        band,
-        baseline=[
-            (original.get("baseline") or {}).get("verdict"),
-            (new.get("baseline") or {}).get("verdict"),
-        ],
+        out, operator, str(source), band, baseline=[original.baseline.verdict, new.baseline.verdict]
     )
-    for sid in wanted:
-        o, n = orig_by_id.get(sid), by_id.get(sid)
-        if o is None:
-            rr.items.append(
-                {
-                    "id": sid,
-                    "matches": False,
-                    "differences": ["not in the original run"],
-                    "verdict": [None, (n or {}).get("verdict")],
-                    "recovery_class": [None, None],
-                }
-            )
-        elif n is None:
-            skipped = {s["id"]: s.get("reason") for s in new.get("skipped") or []}
-            rr.items.append(
-                {
-                    "id": sid,
-                    "matches": False,
-                    "differences": [f"not run in the replay: {skipped.get(sid, 'unknown reason')}"],
-                    "verdict": [o.get("verdict"), None],
-                    "recovery_class": [o.get("recovery_class"), None],
-                }
-            )
-        else:
-            rr.items.append(compare_item(o, n, band))
-    (out / "replay.json").write_text(json.dumps(rr.to_json(), indent=2, default=str) + "\n")
+    rr.items = [_compare(sid, original, new, band) for sid in wanted]
+    finish_replay(out, rr, manifest, original)
     write_reports(result, lang)
     return rr

@@ -61,10 +61,16 @@ def combine(verdicts: list[Verdict]) -> Verdict:
 
 @dataclass(frozen=True)
 class Finding:
+    """``message``: the English sentence a person acts on. ``message_id`` and ``params``
+    (optional) name that sentence and the values in it, so that a report can say it in
+    another language; a finding without them is shown as recorded."""
+
     check: str
     verdict: Verdict
     message: str
     data: dict[str, Any] = field(default_factory=dict)
+    message_id: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -74,6 +80,10 @@ class Finding:
         }
         if self.data:
             out["data"] = self.data
+        if self.message_id is not None:
+            out["message_id"] = self.message_id
+        if self.params:
+            out["params"] = self.params
         return out
 
 

@@ -265,7 +265,25 @@ def checkpoint_verified(ctx: CheckContext) -> list[Finding]:
     """Every checkpoint load verified the checkpoint's digest before using it."""
     tl, name = ctx.timeline, "progress.checkpoint-verified"
     loads = tl.of("probe", "ckpt_load")
-    unverified = [e for e in loads if e.get("verified") is not True]
+    # verified null: the load could not say (a job's log line without a verified group),
+    # which is unknown; a load that leaves the field out claims nothing, which is a fail
+    unsaid = [e for e in loads if "verified" in e.fields and e.fields["verified"] is None]
+    unverified = [
+        e for e in loads if e.get("verified") is not True and e.get("verified", 0) is not None
+    ]
+    if unsaid and not unverified:
+        e = unsaid[0]
+        return [
+            ctx.finding(
+                name,
+                R,
+                f"{len(unsaid)} load(s) did not say whether the checkpoint was verified before "
+                f"it was used; first: rank {e.get('rank')} loaded {e.get('id')} (step "
+                f"{e.get('step')})"
+                + (" (read from the job's log line)" if e.get("via") == "log" else ""),
+                count=len(unsaid),
+            )
+        ]
     if unverified:
         e = unverified[0]
         return [
@@ -297,6 +315,60 @@ def checkpoint_verified(ctx: CheckContext) -> list[Finding]:
     ]
 
 
+def _why_unobserved(tl: Timeline) -> str:
+    """What the replicas said about their sample ids (``run_start``'s optional
+    ``sample_ids`` field, e.g. "not observed: ..."), as a clause; '' when none said."""
+    notes = sorted(
+        {
+            str(e.get("sample_ids"))
+            for e in tl.of("probe", "run_start")
+            if e.get("sample_ids") not in (None, "", "observed")
+        }
+    )
+    return f" (the job said: {'; '.join(notes)})" if notes else ""
+
+
+def _rows_without_ids(tl: Timeline, rows: np.ndarray) -> int:
+    """How many of the selected step rows carry no sample range at all."""
+    if tl.steps.one_range_each:  # implicit offsets: every row has its range
+        return 0
+    counts = tl.steps.rng_off[1:] - tl.steps.rng_off[:-1]
+    return int((rows & (counts == 0)).sum())
+
+
+def _partly_observed(
+    ctx: CheckContext, name: str, s: np.ndarray, e: np.ndarray, blind: int, n: int, why: str
+) -> list[Finding]:
+    """Some committed steps carry ids, some none: a replay among the observed ones is
+    still a replay (fail); anything else cannot be decided (retest)."""
+    out = []
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    ms, me = merge(s, e)
+    if length(s, e) != length(ms, me):
+        dup, first = overlaps(s, e)
+        where = f"; first: [{first[0]}, {first[1]})" if first else ""
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                f"{dup} sample(s) consumed more than once among the committed steps that "
+                f"carry ids (replayed){where}",
+                duplicated=dup,
+            )
+        )
+    out.append(
+        ctx.finding(
+            name,
+            R,
+            f"sample ids not observable for {blind} of {n} committed (rank, step) records: "
+            f"the ledger cannot be checked for them{why}",
+            unobserved=blind,
+        )
+    )
+    return out
+
+
 @check("progress.sample-ledger", "progress")
 def sample_ledger(ctx: CheckContext) -> list[Finding]:
     """Every sample of committed progress was consumed exactly once: none replayed, none
@@ -311,8 +383,16 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
     # Only the committed rows' ranges are copied, and each union is merged once: at 10 M
     # steps a copy of the whole table would double the memory the checks need.
     s, e = _sorted_ranges(*tl.steps.ranges(rows))
+    why = _why_unobserved(tl)
     if s.size == 0:
-        return [ctx.finding(name, R, "steps carry no sample ids; the ledger cannot be checked")]
+        return [
+            ctx.finding(name, R, "steps carry no sample ids; the ledger cannot be checked" + why)
+        ]
+    blind = _rows_without_ids(tl, rows)
+    if blind:
+        # Judging only the observed part would pass whatever the blind steps consumed, and
+        # the baseline comparison would count their samples as skipped: neither is evidence.
+        return _partly_observed(ctx, name, s, e, blind, int(rows.sum()), why)
     out = []
     total = length(s, e)
     ms, me = merge(s, e)
@@ -424,7 +504,7 @@ def completed(ctx: CheckContext) -> list[Finding]:
     ref = ctx.reference
     target = ref.last_step if ref is not None and ref.rows else None
     ended_ok = final is not None and any(e.get("status") == "ok" for e in final.ends)
-    reached = final.last_step if final is not None else None
+    reached = final.reached_step if final is not None else None
     if expects_failure:
         return [
             ctx.finding(

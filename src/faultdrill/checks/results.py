@@ -1,17 +1,26 @@
-"""Results evidence: after recovery the run computes what the baseline computed, and its
-artifacts are intact.
+"""Results evidence: after recovery the run computes what the baseline computed, evaluates
+the same on held-out data, and its artifacts are intact.
 
 Comparison mode (plan ``pass_criteria.results``): ``bitwise`` when world size and config
 are unchanged from the baseline (``auto`` picks it then), else ``tolerance`` on the mean
-loss per step with the plan's ``rtol``/``atol``.
+loss per step (and the mean held-out metric per step) with the plan's ``rtol``/``atol``.
 """
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
+
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
-from faultdrill.judge.reference import LossLookup, mean_loss_by_step
+from faultdrill.judge.reference import (
+    EvalKey,
+    LossLookup,
+    committed_evaluations,
+    evaluation_values,
+    mean_loss_by_step,
+)
 from faultdrill.timeline import StepTable
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -178,7 +187,7 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
 def final_model_digest(ctx: CheckContext) -> list[Finding]:
     """Where bitwise applies, the final model is identical to the baseline's."""
     name, ref, tl = "results.final-model-digest", ctx.reference, ctx.timeline
-    if getattr(getattr(ctx.item, "expected", None), "job", "completes") == "fails":
+    if _expects_failure(ctx):
         return [ctx.finding(name, P, "not applicable: the plan expects this job to fail")]
     if ref is None or ref.rows == 0:
         return [ctx.finding(name, R, "no baseline to compare the final model with")]
@@ -244,5 +253,221 @@ def final_checkpoint_verifies(ctx: CheckContext) -> list[Finding]:
             F,
             f"latest checkpoint {e.get('id')} does not verify: {e.get('reason')}",
             id=e.get("id"),
+        )
+    ]
+
+
+def _expects_failure(ctx: CheckContext) -> bool:
+    return getattr(getattr(ctx.item, "expected", None), "job", "completes") == "fails"
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _mean_over_ranks(values: list[tuple[EvalKey, float]]) -> dict[tuple[int, str, str], float]:
+    """(step, split, metric) -> mean over the ranks that evaluated it."""
+    acc: dict[tuple[int, str, str], list[float]] = defaultdict(list)
+    for (step, split, _rank, metric), v in values:
+        acc[(step, split, metric)].append(v)
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+def _compare_evaluations(
+    ctx: CheckContext, got: list[tuple[EvalKey, float]], mode: str
+) -> tuple[int, list[tuple[tuple[object, ...], float, float]]]:
+    """(values compared, the differing ones as (key, drill, baseline)), lowest step first."""
+    assert ctx.reference is not None
+    ref = ctx.reference.evaluations
+    pairs: list[tuple[tuple[object, ...], float, float]]
+    if mode == "bitwise":
+        pairs = [(k, v, ref[k]) for k, v in got if k in ref]
+        differ = [(k, v, b) for k, v, b in pairs if not _same(v, b)]
+    else:
+        tol = ctx.plan.tolerance
+        mine, theirs = _mean_over_ranks(got), _mean_over_ranks(list(ref.items()))
+        pairs = [(k, v, theirs[k]) for k, v in mine.items() if k in theirs]
+        differ = [
+            (k, v, b)
+            for k, v, b in pairs
+            if not (_same(v, b) or math.isclose(v, b, rel_tol=tol.rtol, abs_tol=tol.atol))
+        ]
+    differ.sort(key=lambda d: (d[0][0], str(d[0][1:])))
+    return len(pairs), [(tuple(k), v, b) for k, v, b in differ]
+
+
+def _evaluation_differs(
+    ctx: CheckContext,
+    name: str,
+    mode: str,
+    why: str,
+    compared: int,
+    differ: list[tuple[tuple[object, ...], float, float]],
+) -> Finding:
+    (step, split, *rest), got, base = differ[0]
+    where = f"{split} {rest[-1]}" + (f", rank {rest[0]}" if len(rest) == 2 else "")
+    tol = ctx.plan.tolerance
+    rule = "bitwise" if mode == "bitwise" else f"within rtol={tol.rtol}, atol={tol.atol}"
+    return ctx.finding(
+        name,
+        F,
+        f"{len(differ)} of {compared} evaluated value(s) differ from the baseline "
+        f"({rule}; {why}); first at step {step} ({where}): {got!r} vs baseline {base!r}",
+        first_step=step,
+        differing=len(differ),
+        mode=mode,
+    )
+
+
+@check("results.evaluation-matches-baseline", "results")
+def evaluation_matches_baseline(ctx: CheckContext) -> list[Finding]:
+    """The held-out evaluation of committed progress equals the baseline's at the same step,
+    split and metric: bitwise where the loss is compared bitwise, else the mean over ranks
+    within the plan's tolerance; the baseline's last evaluated step must be among them. A
+    job that evaluated in its baseline but not after recovery is retest; a job that reports
+    no evaluation at all (``probe.evaluation``) is outside this check: its held-out results
+    stay to be verified, and the finding says so."""
+    name, ref, tl = "results.evaluation-matches-baseline", ctx.reference, ctx.timeline
+    if _expects_failure(ctx):
+        return [ctx.finding(name, P, "not applicable: the plan expects this job to fail")]
+    if ref is None:
+        return [ctx.finding(name, R, "no baseline to compare the held-out evaluation with")]
+    if not ref.evaluations:
+        if tl.of("probe", "evaluation"):
+            return [
+                ctx.finding(
+                    name,
+                    R,
+                    "the job evaluated here but not in its baseline: nothing to compare with",
+                )
+            ]
+        return [
+            ctx.finding(
+                name,
+                P,
+                "not applicable: the job reports no held-out evaluation (probe.evaluation), "
+                "in its baseline or here; its held-out results stay to be verified",
+                to_be_verified="held-out evaluation",
+            )
+        ]
+    events = committed_evaluations(tl)
+    if not events:
+        n = len(tl.of("probe", "evaluation"))
+        extra = f" ({n} evaluation(s) of recomputed or unknown steps only)" if n else ""
+        return [
+            ctx.finding(
+                name,
+                R,
+                "the job reported no evaluation of its committed progress"
+                f"{extra}: its results rest on the training loss alone",
+            )
+        ]
+    mode, why = comparison_mode(ctx)
+    compared, differ = _compare_evaluations(ctx, evaluation_values(events), mode)
+    steps = sorted({int(e.get("step", -1)) for e in events})
+    if differ:
+        return [_evaluation_differs(ctx, name, mode, why, compared, differ)]
+    if not compared:
+        return [
+            ctx.finding(
+                name,
+                R,
+                f"no evaluation at a step, split and metric the baseline also evaluated "
+                f"(drill steps {steps})",
+                mode=mode,
+            )
+        ]
+    last = max(k[0] for k in ref.evaluations)
+    if last not in steps:
+        return [
+            ctx.finding(
+                name,
+                R,
+                f"{compared} evaluated value(s) equal the baseline's, but the final "
+                f"evaluation (step {last}) is missing: the end result was not evaluated",
+                mode=mode,
+            )
+        ]
+    return [
+        ctx.finding(
+            name,
+            P,
+            f"all {compared} evaluated value(s) of committed progress (steps "
+            f"{', '.join(map(str, steps))}) "
+            + ("bitwise equal to" if mode == "bitwise" else "within tolerance of")
+            + f" the baseline's ({why})",
+            mode=mode,
+            compared=compared,
+            steps=steps,
+        )
+    ]
+
+
+@check("results.artifact-intact", "results")
+def artifact_intact(ctx: CheckContext) -> list[Finding]:
+    """Every file the job's final generation reported exporting (``probe.artifact``: the
+    final model) is on disk after the run with the sha256 it reported, as the harness hashed
+    it again. A job that exported in its baseline but not after recovery, or a file the
+    harness did not hash, is retest; a job that exports nothing at all is outside this
+    check (its artefacts stay to be verified, and the finding says so)."""
+    name, tl = "results.artifact-intact", ctx.timeline
+    if _expects_failure(ctx):
+        return [ctx.finding(name, P, "not applicable: the plan expects this job to fail")]
+    final = tl.final_incarnation()
+    reported = {
+        str(e.get("path")): e
+        for e in tl.of("probe", "artifact")
+        if final is not None and int(e.get("pid", -1)) in final.members
+    }
+    if not reported and ctx.reference is not None and not ctx.reference.artifacts:
+        return [
+            ctx.finding(
+                name,
+                P,
+                "not applicable: the job exports no final artefact (probe.artifact), in its "
+                "baseline or here; the exported model stays to be verified",
+                to_be_verified="exported artefact",
+            )
+        ]
+    if not reported:
+        return [
+            ctx.finding(
+                name,
+                R,
+                "the job's final generation reported no exported artefact (probe.artifact): "
+                "its final model file was not verified",
+            )
+        ]
+    checked = {str(e.get("path")): e for e in tl.of("harness", "artifact_verified")}
+    out = []
+    for path, art in sorted(reported.items()):
+        what = f"{art.get('name')} {path}"
+        seen = checked.get(path)
+        if seen is None:
+            out.append(ctx.finding(name, R, f"{what} was not hashed again after the run"))
+        elif not seen.get("present"):
+            out.append(ctx.finding(name, F, f"{what} is gone after the run: {seen.get('problem')}"))
+        elif seen.get("sha256") != art.get("sha256"):
+            out.append(
+                ctx.finding(
+                    name,
+                    F,
+                    f"{what} differs from what the job exported: sha256 "
+                    f"{str(seen.get('sha256'))[:16]}... on disk, "
+                    f"{str(art.get('sha256'))[:16]}... reported",
+                    path=path,
+                )
+            )
+    if out:
+        return out
+    return [
+        ctx.finding(
+            name,
+            P,
+            "; ".join(
+                f"{art.get('name')} intact ({str(art.get('sha256'))[:16]}..., "
+                f"{checked[p].get('bytes')} bytes)"
+                for p, art in sorted(reported.items())
+            ),
         )
     ]

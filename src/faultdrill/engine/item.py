@@ -30,12 +30,15 @@ from typing import Any
 import yaml
 
 from faultdrill import __version__
+from faultdrill.engine.failure import failure_facts
 from faultdrill.engine.phases import PhaseClock
 from faultdrill.engine.samplers import ProcessSampler, end_snapshot
 from faultdrill.engine.watch import Watch, stop_reason
 from faultdrill.errors import DrillError, FaultError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import Fault, FaultContext, make_fault
+from faultdrill.joblogs.tail import LogTail
+from faultdrill.judge.artifacts import verify_artifacts
 from faultdrill.judge.inventory import take_inventory
 from faultdrill.ledger import Ledger
 from faultdrill.plan import (
@@ -48,6 +51,7 @@ from faultdrill.plan import (
 )
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
+from faultdrill.safepath import write_file
 from faultdrill.timeline import Timeline
 from faultdrill.timeline.store import StepStoreWriter
 
@@ -124,8 +128,14 @@ def item_dir(run_dir: Path, kind: ItemKind, item_id: str) -> Path:
 # --- job construction ------------------------------------------------------------------
 
 
-def _workload_config(plan: Plan, item: Scenario | Control | None, ckpt_dir: Path) -> dict[str, Any]:
-    return plan.workload_config(item, str(ckpt_dir))  # the same config the plan validated
+def _workload_config(
+    plan: Plan, item: Scenario | Control | None, ckpt_dir: Path, work: Path
+) -> dict[str, Any]:
+    cfg = plan.workload_config(item, str(ckpt_dir))  # the same config the plan validated
+    if plan.task.entrypoint.module == REFERENCE_WORKLOAD:
+        # The exported final model, outside the checkpoint directory that faults damage.
+        cfg.setdefault("export_path", str(work / "export" / "model.pt"))
+    return cfg
 
 
 def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: str) -> JobSpec:
@@ -133,7 +143,7 @@ def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: s
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     events_dir = work / "events"
     wl_path = work / "workload.json"
-    wl_path.write_text(json.dumps(_workload_config(plan, item, ckpt_dir), indent=2) + "\n")
+    wl_path.write_text(json.dumps(_workload_config(plan, item, ckpt_dir, work), indent=2) + "\n")
     ep = plan.task.entrypoint
     args = list(ep.args)
     if ep.module == REFERENCE_WORKLOAD and not args:
@@ -240,6 +250,16 @@ def execute_item(
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
     # the probe files, tailed while the job runs, into the columnar step store
     watch = Watch(work / "events", StepStoreWriter(work / "events"))
+    tail = None  # a job that cannot be changed: its progress read from its log lines
+    if plan.logs is not None:
+        tail = LogTail(
+            plan.logs,
+            work / "logs",
+            sink,
+            platform.replicas,
+            world_size=plan.resources.world_size,
+            ckpt_dir=work / plan.checkpoint.dir,
+        )
     sink.emit(
         "harness",
         "item_start",
@@ -266,14 +286,23 @@ def execute_item(
                 with phase("job"):
                     platform.submit(job)
                     sampler.start()
+                    if tail is not None:
+                        tail.start()
                     if isinstance(platform, NetworkTrack):
                         platform.start_network_track(plan.observation.net_hz)
                     outcome, natural_end = _watch_job(
                         plan, kind, item, fault, ctx, platform, stop, watch, report
                     )
+                if outcome == JobState.FAILED.value:  # say why, from the launcher's logs
+                    with phase("sampling", part="why the job failed"):
+                        facts = failure_facts(work, job.argv, run_dir.resolve())
+                        sink.emit("harness", "job_failed", **facts)
                 if natural_end:
                     with phase("settle"):
                         _settle(platform, sampler, sink, plan.observation.settle_s)
+                    if plan.observation.post_s > 0:
+                        with phase("post-window"):
+                            _observe_after_end(plan.observation.post_s, platform, sampler, sink)
             except DrillInterrupted as exc:
                 outcome = "interrupted"
                 sink.emit("harness", "interrupted", signal=signal.Signals(exc.signum).name)
@@ -282,7 +311,17 @@ def execute_item(
             finally:
                 guard.cleaning = True  # from here on signals are noted, never raised
                 pending[:] = _finish(
-                    plan, fault, ctx, platform, sampler, watch, ledger, work, natural_end, phase
+                    plan,
+                    fault,
+                    ctx,
+                    platform,
+                    sampler,
+                    watch,
+                    ledger,
+                    work,
+                    natural_end,
+                    phase,
+                    tail,
                 )
         finally:
             if guard.late is not None:  # the job's outcome stands; the run stops after it
@@ -389,6 +428,25 @@ def _watch_job(
             return f"stopped: {reason[0]}", False
 
 
+def _observe_after_end(
+    post_s: float, platform: Platform, sampler: ProcessSampler, sink: EventSink
+) -> None:
+    """``observation.post_s``: keep the samplers (processes, ports, network) running this
+    much longer after the settle snapshot, then snapshot again (``post_window`` events), so
+    that a replica that lingers or comes back is on the timeline. 0: nothing."""
+    if post_s <= 0:
+        return
+    sink.emit("harness", "post_window", phase="start", post_s=post_s)
+    time.sleep(post_s)
+    sink.emit(
+        "harness",
+        "post_window",
+        phase="end",
+        post_s=post_s,
+        **end_snapshot(platform, sampler, settle_s=post_s, after_stop=False),
+    )
+
+
 def _prepare_fault(fault: Fault, ctx: FaultContext) -> None:
     """What the fault needs in place before the job starts (most faults: nothing)."""
     try:
@@ -464,6 +522,7 @@ def _finish(
     work: Path,
     natural_end: bool,
     phase: PhaseClock,
+    tail: LogTail | None = None,
 ) -> list[str]:
     """The cleanup path: runs on every exit, with signals noted and ignored (the caller
     sets ``signal_guard.cleaning``). Every step is attempted even if an earlier one raised:
@@ -485,6 +544,8 @@ def _finish(
             attempt("revert the fault", lambda: fault.revert(ctx))
         attempt("stop the job", lambda: platform.stop(reason="end of drill"))
     with phase("sampling"):
+        if tail is not None:  # before the inventory: it hashes what the last lines saved
+            attempt("read the job's last log lines", tail.stop)
         _close_observation(plan, platform, sampler, watch, work, natural_end, attempt)
     with phase("teardown", part="release the platform, replay the ledger"):
         attempt("tear the platform down", platform.teardown)
@@ -492,6 +553,7 @@ def _finish(
         def revert_ledger() -> None:
             problems.extend(ledger.revert_all())
             problems.extend(f"left alone, not ours: {note}" for note in ledger.notes)
+            problems.extend(f"refused, not of this run's making: {why}" for why in ledger.refused)
 
         attempt("revert the ledger", revert_ledger)
         pending = [f"{e.kind} {e.label}".strip() for e in ledger.pending()]
@@ -513,7 +575,8 @@ def _close_observation(
     attempt: Callable[[str, Callable[[], object]], None],
 ) -> None:
     """The closing observations: the snapshot after a stop, the last sample, the rest of
-    the probe files into the step store, the checkpoint inventory."""
+    the probe files into the step store, the checkpoint inventory and the exported
+    artefacts hashed again."""
     sink = sampler.sink
     if not natural_end and sampler.running:
         attempt(
@@ -535,16 +598,20 @@ def _close_observation(
         sink.emit("harness", "ckpt_latest", **pointer)
         for rec in records:
             sink.emit("harness", "ckpt_inventory", **rec)
+        # the exported artefacts, hashed again now that nothing of the job writes any more
+        for rec in verify_artifacts(tl, work):
+            sink.emit("harness", "artifact_verified", **rec)
 
     attempt("checkpoint inventory failed", inventory)
 
 
 def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "plan.json").write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
+    as_json = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
+    write_file(run_dir / "plan.json", as_json, within=run_dir)
     text = (
         source.read_text()
         if source
         else yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False)
     )
-    (run_dir / "plan.yaml").write_text(text)
+    write_file(run_dir / "plan.yaml", text, within=run_dir)

@@ -8,7 +8,10 @@ bring-up      prepare the platform (groups, namespaces), write the job, prepare 
 job           submit, watch, inject; ends when the harness notices the job ended
 settle        after a natural end: wait (at most ``observation.settle_s``) until nothing
               of the job is left, then take the end-of-job snapshot
-sampling      the closing observations: last sample, exit watch closed, checkpoint inventory
+post-window   ``observation.post_s`` > 0 only: the samplers kept running after the settle
+              snapshot, to see a replica that lingers or comes back
+sampling      the closing observations: last sample, exit watch closed, checkpoint inventory,
+              the job's last log lines (log-line mode), why a failed job failed
 teardown      revert the fault, stop the job, release the platform, replay the ledger
 checks        judge the item (every check, the four questions, goodput...)
 report        the run's reports, shared equally by its items
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PHASES", "STREAM", "PhaseClock", "harness_overhead", "record_phase"]
 
-PHASES = ("bring-up", "job", "settle", "sampling", "teardown", "checks", "report")
+PHASES = ("bring-up", "job", "settle", "post-window", "sampling", "teardown", "checks", "report")
 STREAM = "phases"
 
 

@@ -9,9 +9,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from faultdrill.checks import Verdict
+from faultdrill.engine.dossier import (
+    amend_change_record,
+    data_dossier,
+    resource_extras,
+    snapshot_record,
+)
 from faultdrill.engine.item import (
     Reporter,
     environment_facts,
@@ -27,11 +35,24 @@ from faultdrill.plan import Plan
 from faultdrill.report import write_reports
 from faultdrill.timeline import Timeline
 
-__all__ = ["run_plan", "write_dossier"]
+__all__ = ["Progress", "host_problem", "machine_problems", "run_plan", "write_dossier"]
 
 
-def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> None:
-    """The baseline's frozen dossiers: task, data, resources, recovery, responsibility."""
+def write_dossier(
+    plan: Plan,
+    run_dir: Path,
+    started: float,
+    ended: float,
+    *,
+    timeline: Timeline | None = None,
+    data_before: dict[str, Any] | None = None,
+) -> None:
+    """The baseline's frozen dossiers: task, data, resources, recovery, responsibility.
+
+    ``timeline``: the baseline's, for what only the run shows (the identity the replicas ran
+    as, which node got which rank); ``data_before``: the data snapshot's state before the
+    baseline (:func:`~faultdrill.engine.dossier.snapshot_record`). The change record gets
+    the state after the baseline now, and after the last item from :func:`run_plan`."""
     res = plan.resources
     dossier = {
         "task": {
@@ -42,13 +63,16 @@ def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> No
             "entrypoint": plan.task.entrypoint.model_dump(mode="json"),
             "workload": plan.task.workload,
         },
-        "data": plan.data.model_dump(mode="json"),
+        "data": data_dossier(
+            plan, timeline, data_before, snapshot_record(plan, "after the baseline")
+        ),
         "resources": {
             **res.model_dump(mode="json"),
             "world_size": res.world_size,
             "topology": f"{res.nodes} node(s) x {res.procs_per_node} process(es), "
             f"{res.spares} spare(s), isolation {res.isolation}",
             "timeouts_note": "these timeouts decide detection time",
+            **resource_extras(plan, timeline),
         },
         "recovery": {
             "checkpoint": plan.checkpoint.model_dump(mode="json"),
@@ -56,12 +80,20 @@ def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> No
         },
         "seeds": plan.seeds,
         "responsibility": plan.responsibility.model_dump(mode="json"),
+        "ownership": {d: plan.ownership.owner_of(d) for d in type(plan.ownership).model_fields},
         "observation": {
             **plan.observation.model_dump(mode="json"),
             "baseline_window": {
                 "start": started,
                 "end": ended,
                 "seconds": round(ended - started, 3),
+            },
+            "post_window": {
+                "post_s": plan.observation.post_s,
+                "post_steps": plan.observation.post_steps,
+                "note": "post_s: sampling goes on this long after each item's job ended "
+                "(0: only the settle snapshot); post_steps: the trend window after recovery "
+                "(0: every step after it)",
             },
         },
         "environment": environment_facts(),
@@ -73,20 +105,100 @@ def write_dossier(plan: Plan, run_dir: Path, started: float, ended: float) -> No
 def machine_problems(plan: Plan, ids: Iterable[str]) -> dict[str, dict[str, str]]:
     """For each item of ``ids`` whose fault needs abilities this machine lacks now (root,
     FUSE...): per ability, what is missing and its fix. A plan is validated against its
-    platform alone (so a recorded run can be judged anywhere); this is checked before a run."""
+    platform alone (so a recorded run can be judged anywhere); this is checked before a run.
+    The machine is asked once for the whole plan, not once per item."""
     from faultdrill.faults import FAULTS
     from faultdrill.platforms import PLATFORMS
 
     platform = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
     wanted = set(ids)
+    needs = {
+        item.id: FAULTS[item.fault.kind].requires_for(item.fault)
+        for item in plan.items()
+        if item.id in wanted
+    }
+    # One question to the machine for all items: each ability is judged on its own.
+    lacks = platform.machine_lacks(frozenset().union(*needs.values()))
     out: dict[str, dict[str, str]] = {}
-    for item in plan.items():
-        if item.id not in wanted:
-            continue
-        lacks = platform.machine_lacks(FAULTS[item.fault.kind].requires_for(item.fault))
-        if lacks:
-            out[item.id] = lacks
+    for item_id, need in needs.items():
+        missing = {str(a): why for a, why in lacks.items() if a in need}
+        if missing:
+            out[item_id] = missing
     return out
+
+
+def host_problem(plan: Plan) -> str | None:
+    """What this machine lacks to host the plan's layout at all (``isolation: netns``
+    without root...), with its fix; None when nothing is missing."""
+    from faultdrill.platforms import PLATFORMS
+
+    return PLATFORMS[plan.resources.platform].variant_for(plan.resources).host_lacks(plan.resources)
+
+
+def _refuse_what_this_machine_cannot_run(plan: Plan, selected: list[str]) -> None:
+    """Raise one DrillError naming everything this machine lacks for the selection (the
+    layout itself, then each item), with the fixes; nothing when it lacks nothing."""
+    host = host_problem(plan)
+    problems = machine_problems(plan, selected)
+    if host is None and not problems:
+        return
+    parts = [f"this machine cannot run this plan at all: {host}"] if host else []
+    if problems:
+        lines = "".join(
+            f"\n  {item}: needs {ability!r}, which this machine lacks: {why}"
+            for item, lacks in problems.items()
+            for ability, why in lacks.items()
+        )
+        parts.append(
+            f"this machine cannot run {len(problems)} selected item(s):{lines}\n"
+            "provide what is named, or leave these items out with --only"
+        )
+    raise DrillError("\n".join(parts))
+
+
+class Progress(Protocol):
+    """What a caller is told as a run goes: each item's start and end, with its number
+    (``index`` of ``total``: the baseline, then every selected scenario and control)."""
+
+    def started(self, item: str, kind: str, index: int, total: int) -> None: ...
+
+    def finished(
+        self,
+        item: str,
+        kind: str,
+        index: int,
+        total: int,
+        result: ItemResult | None,
+        reason: str | None,
+    ) -> None:
+        """``result``: the item judged; None when it was not run (``reason`` says why)."""
+
+
+@dataclass
+class _Announcer:
+    """Numbers the items as they run and tells ``on_item`` and ``progress`` of each."""
+
+    total: int
+    on_item: Callable[[str, str, Verdict | None], None]
+    progress: Progress | None
+    index: int = 0
+
+    def start(self, item: str, kind: str) -> None:
+        self.index += 1
+        if self.progress is not None:
+            self.progress.started(item, kind, self.index, self.total)
+
+    def skip(self, item: str, kind: str, reason: str) -> None:
+        """An item not run: it is counted and its end said, it never starts."""
+        self.index += 1
+        self.done(item, kind, None, reason)
+
+    def done(
+        self, item: str, kind: str, result: ItemResult | None, reason: str | None = None
+    ) -> None:
+        self.on_item(item, kind, result.verdict if result is not None else None)
+        if self.progress is not None:
+            self.progress.finished(item, kind, self.index, self.total, result, reason)
 
 
 def run_plan(
@@ -98,6 +210,7 @@ def run_plan(
     controls: bool = True,
     report: Reporter = lambda _i, _s: None,
     on_item: Callable[[str, str, Verdict | None], None] = lambda _i, _k, _v: None,
+    progress: Progress | None = None,
 ) -> RunResult:
     """Execute and judge a plan into ``run_dir``. ``only`` limits scenarios/controls by id."""
     run_dir = run_dir.resolve()  # a relative --out must not depend on a job's working dir
@@ -106,29 +219,24 @@ def run_plan(
     selected = [s.id for s in plan.scenarios() if only is None or s.id in only]
     if controls:
         selected += [c.id for c in plan.controls if only is None or c.id in only]
-    problems = machine_problems(plan, selected)
-    if problems:
-        lines = "".join(
-            f"\n  {item}: needs {ability!r}, which this machine lacks: {why}"
-            for item, lacks in problems.items()
-            for ability, why in lacks.items()
-        )
-        raise DrillError(
-            f"this machine cannot run {len(problems)} selected item(s):{lines}\n"
-            "provide what is named, or leave these items out with --only"
-        )
+    _refuse_what_this_machine_cannot_run(plan, selected)  # before anything is written
     write_plan_copy(plan, source, run_dir)
-    (run_dir / "selection.json").write_text(json.dumps({"selected": selected}, indent=2) + "\n")
+    chosen = {"selected": selected, "no_controls": not controls}
+    (run_dir / "selection.json").write_text(json.dumps(chosen, indent=2) + "\n")
+    say = _Announcer(1 + len(selected), on_item, progress)
     skipped: dict[str, str] = {}
+    data_before = snapshot_record(plan, "before the baseline")
     started = time.time()
+    say.start("baseline", "baseline")
     base_work = execute_item(plan, "baseline", None, run_dir, report)
-    write_dossier(plan, run_dir, started, time.time())
-    t = time.monotonic()
+    ended = time.time()
+    t = time.monotonic()  # the baseline's checks: its load, dossier and reference included
     base_tl = Timeline.load(base_work / "events")
+    write_dossier(plan, run_dir, started, ended, timeline=base_tl, data_before=data_before)
     reference = Reference.from_timeline(base_tl)
     base = evaluate_item(plan, "baseline", None, base_work, reference, timeline=base_tl)
     _timed(plan, base_work, "checks", t)
-    on_item("baseline", "baseline", base.verdict)
+    say.done("baseline", "baseline", base)
     works = [base_work]
     items: list[ItemResult] = []
     blocked_by: str | None = None
@@ -141,30 +249,36 @@ def run_plan(
                 continue
             if blocked_by:
                 skipped[sc.id] = f"not run: {blocked_by}"
-                on_item(sc.id, "scenario", None)
+                say.skip(sc.id, "scenario", skipped[sc.id])
                 continue
+            say.start(sc.id, "scenario")
             work = execute_item(plan, "scenario", sc, run_dir, report)
             t = time.monotonic()
             res = evaluate_item(plan, "scenario", sc, work, reference, base.verdict)
             _timed(plan, work, "checks", t)
             works.append(work)
             items.append(res)
-            on_item(sc.id, "scenario", res.verdict)
+            say.done(sc.id, "scenario", res)
             round_ok &= res.verdict == Verdict.PASS
         if not round_ok and not rnd.continue_on_failure and blocked_by is None:
             blocked_by = f"round {rnd.round} did not pass (set continue_on_failure to go on)"
-    if controls:
-        for ctl in plan.controls:
-            if only is not None and ctl.id not in only:
-                continue
-            work = execute_item(plan, "control", ctl, run_dir, report)
-            t = time.monotonic()
-            res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
-            _timed(plan, work, "checks", t)
-            works.append(work)
-            items.append(res)
-            on_item(ctl.id, "control", res.verdict)
+    for ctl in plan.controls if controls else ():
+        if only is not None and ctl.id not in only:
+            continue
+        say.start(ctl.id, "control")
+        work = execute_item(plan, "control", ctl, run_dir, report)
+        t = time.monotonic()
+        res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
+        _timed(plan, work, "checks", t)
+        works.append(work)
+        items.append(res)
+        say.done(ctl.id, "control", res)
     (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
+    amend_change_record(
+        plan,
+        item_dir(run_dir, "baseline", "baseline") / "dossier.json",
+        {"baseline": base_tl, **{i.id: i.timeline for i in items}},
+    )
     result = RunResult(
         plan,
         run_dir,
@@ -172,6 +286,7 @@ def run_plan(
         reference,
         items,
         [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
+        controls_waived=not controls,
     )
     t = time.monotonic()
     write_reports(result)

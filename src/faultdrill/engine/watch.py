@@ -1,4 +1,5 @@
-"""Watching a job: its progress from the probe files, its trigger, its stop conditions.
+"""Watching a job: its progress from the probe files (and the events read from its log
+lines), its trigger, its stop conditions.
 
 :class:`Watch` tails the ranks' probe files as they grow and keeps what the engine decides
 on: the highest step, checkpoint saves, the time of the first and the last step, and the
@@ -45,7 +46,12 @@ class Watch:
     _synced: float = 0.0
 
     def poll(self) -> None:
-        for path in sorted(self.events_dir.glob("probe-rank*.jsonl")):
+        # joblog-*: probe events the harness read from a job's log lines (faultdrill.joblogs)
+        paths = [
+            *sorted(self.events_dir.glob("probe-rank*.jsonl")),
+            *sorted(self.events_dir.glob("joblog-*.jsonl")),
+        ]
+        for path in paths:
             off = self.offsets.get(path, 0)
             try:
                 with open(path, "rb") as f:

@@ -3,40 +3,57 @@
 A *fault* is one plug-in per kind (``kill-worker``, ``link-loss``...). Its *spec* is frozen
 plan data (a pydantic model with a ``kind`` literal); its implementation has two verbs:
 
-* ``inject(ctx)`` applies the fault. It must record every change in the ledger
-  (``ctx.ledger.record``) BEFORE applying it, so that a crash between the two leaves an
-  entry that cleanup can still undo.
-* the change's *undo* is registered with the ledger by kind (``faultdrill.ledger.undoer``),
-  so the same code reverts it in-process, on a signal, or from ``faultdrill cleanup`` after
-  the harness died. Undo is safe to repeat and safe when nothing was applied.
+* ``inject(ctx)`` checks the spec against the moment, asks the platform for an *action*
+  (``faultdrill.platforms.api``: ``node_freeze``, ``link_loss``...), which returns the
+  :class:`~faultdrill.platforms.api.Change` objects it would make, and applies each through
+  :meth:`Fault.apply_change`: recorded in the ledger BEFORE it is made, so that a crash
+  between the two leaves an entry that cleanup can still undo. It returns the facts of the
+  ``fault``/``injected`` event, among them the ``command`` an operator would type.
+* ``revert(ctx)`` undoes what ``inject`` applied, through the ledger: the undo of each
+  change is registered by kind (``faultdrill.ledger.undoer``) in the platform's modules, so
+  the same code reverts it in-process, on a signal, or from ``faultdrill cleanup`` after
+  the harness died. Revert is safe to repeat and safe when nothing was injected.
 
-A fault states the platform abilities it needs (``requires``); the plan validator refuses a
-plan that asks a platform for a fault it cannot do, before any drill starts.
+A fault never touches the machine itself and imports no concrete platform. It states the
+abilities it needs (``requires``, :class:`~faultdrill.platforms.api.Ability`); the plan
+validator refuses a plan that asks a platform for a fault it cannot do, before any drill.
 """
 
 from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
-from faultdrill.errors import DrillError, FaultError
+from faultdrill.errors import DrillError, FaultError, PlatformError
+from faultdrill.frozen import Frozen
+from faultdrill.platforms.api import Ability, Change
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
     from faultdrill.ledger import Ledger
     from faultdrill.platforms.api import Platform
 
+__all__ = [
+    "FAULTS",
+    "Fault",
+    "FaultContext",
+    "FaultSpec",
+    "cannot",
+    "command_of",
+    "is_single_name",
+    "make_fault",
+    "register",
+]
 
-class FaultSpec(BaseModel):
-    """Base of every fault's plan data. Subclasses add ``kind: Literal[...]`` and params."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class FaultSpec(Frozen):
+    """Base of every fault's plan data. Subclasses add ``kind: Literal[...]`` and params
+    (each number with both bounds: :mod:`faultdrill.frozen`)."""
+
     kind: str
 
     def target_label(self) -> str:
@@ -97,22 +114,25 @@ class Fault(ABC):
 
     kind: ClassVar[str]
     spec_model: ClassVar[type[FaultSpec]]
-    #: Platform abilities (``faultdrill.platforms.api`` protocol names) this fault needs.
-    requires: ClassVar[frozenset[str]] = frozenset()
+    #: Platform abilities this fault needs (whatever its spec says).
+    requires: ClassVar[frozenset[Ability]] = frozenset()
 
     def __init__(self, spec: FaultSpec) -> None:
         self.spec = spec
+        #: Ledger entries of the changes ``inject`` applied, in order (``revert`` undoes them).
         self.entry_ids: list[str] = []
+        self._changes: dict[str, Change] = {}
 
     @abstractmethod
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
-        """Apply the fault; return flat facts for the injection event (pids hit, rule...).
+        """Apply the fault; return flat facts for the injection event (pids hit, rule...,
+        and ``command``: what an operator would type to do the same).
 
         Blocks only as long as applying takes (not for ``duration_s``). Raises FaultError.
         """
 
     @classmethod
-    def requires_for(cls, spec: FaultSpec) -> frozenset[str]:
+    def requires_for(cls, spec: FaultSpec) -> frozenset[Ability]:
         """The abilities this spec needs (``requires``, plus what a mode may add)."""
         return cls.requires
 
@@ -128,32 +148,71 @@ class Fault(ABC):
         ledger like ``inject``; undone at the end of the item. Raises FaultError."""
         return {}
 
-    def _apply(
-        self,
-        ctx: FaultContext,
-        kind: str,
-        data: dict[str, Any],
-        label: str,
-        action: Callable[[], object],
-        what: str,
-    ) -> str:
-        """Record a change in the ledger (entry kept for ``revert``), make it (``action``),
-        then mark it applied; returns the entry id. An OSError from ``action`` becomes a
-        FaultError ``"<kind>: cannot <what>: <error>"``; a FaultError passes unchanged. Either
-        way the entry stays recorded but not applied, so revert still undoes it."""
-        eid = ctx.ledger.record(kind, data, label)
-        self.entry_ids.append(eid)
+    def apply_change(
+        self, ctx: FaultContext, change: Change, *, revert: bool = True
+    ) -> dict[str, Any]:
+        """Record ``change`` in the ledger, make it (``change.apply``), then mark it
+        applied; returns its facts. ``revert``: whether :meth:`revert` undoes it (False for
+        what ``prepare`` puts in place for the whole item: the end of the item undoes it).
+
+        An OSError or PlatformError from applying becomes a FaultError ``"<kind>: could not
+        make '<label>': <error>"`` (a FaultError passes unchanged); either way the entry stays
+        recorded but not applied, so revert (or cleanup) still undoes what part was made.
+        An irreversible change (a signal) is closed in the ledger at once, applied or not.
+        """
+        eid = ctx.ledger.record(change.kind, change.data, change.label)
+        if change.reversible and revert:
+            self.entry_ids.append(eid)
+            self._changes[eid] = change
         try:
-            action()
-        except OSError as exc:
-            raise FaultError(f"{self.spec.kind}: cannot {what}: {exc}") from exc
-        ctx.ledger.mark_applied(eid)
-        return eid
+            facts = change.apply(partial(ctx.ledger.update, eid)) or {}
+        except (OSError, PlatformError) as exc:
+            raise FaultError(f"{self.spec.kind}: could not make {change.label!r}: {exc}") from exc
+        else:
+            ctx.ledger.mark_applied(eid)
+        finally:
+            if not change.reversible:
+                ctx.ledger.revert(eid)  # nothing to take back: closes the entry
+        return facts
+
+    def apply_changes(
+        self, ctx: FaultContext, changes: list[Change], *, revert: bool = True
+    ) -> list[dict[str, Any]]:
+        """:meth:`apply_change` each, in order; stops at the first that fails."""
+        return [self.apply_change(ctx, c, revert=revert) for c in changes]
+
+    def undo_change(self, ctx: FaultContext, entry_id: str) -> None:
+        """Undo one change this fault applied, through the ledger, with the platform's
+        in-process steps around it (:class:`~faultdrill.platforms.api.Change`). Idempotent:
+        an entry already reverted is left alone, and so are its steps."""
+        entry = ctx.ledger.entries.get(entry_id)
+        if entry is None or entry.reverted:
+            return
+        change = self._changes.get(entry_id)
+        if change is not None and change.before_undo is not None:
+            change.before_undo()
+        ctx.ledger.revert(entry_id)
+        if change is not None and change.after_undo is not None:
+            change.after_undo()
 
     def revert(self, ctx: FaultContext) -> None:
-        """Undo what ``inject`` applied. Idempotent; a no-op for one-shot faults."""
+        """Undo what ``inject`` applied, newest first. Idempotent; a no-op for one-shot
+        faults and when nothing was injected. Raises FaultError when an undo fails (the
+        entry stays pending for ``faultdrill cleanup``)."""
         for entry_id in reversed(self.entry_ids):
-            ctx.ledger.revert(entry_id)
+            self.undo_change(ctx, entry_id)
+
+
+def cannot(ctx: FaultContext, ability: Ability) -> FaultError:
+    """The error for a platform without the actions behind ``ability`` (plan validation
+    refuses such a plan before any drill, so this is a platform that declared an ability
+    it does not implement)."""
+    return FaultError(f"platform {ctx.platform.name!r} cannot do {ability.value}")
+
+
+def command_of(changes: list[Change]) -> str:
+    """What an operator would type to make ``changes``, in order."""
+    return "; ".join(c.command for c in changes if c.command)
 
 
 def is_single_name(name: str) -> bool:

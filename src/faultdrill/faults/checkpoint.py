@@ -13,9 +13,12 @@ latest-to-missing  move the checkpoint's directory out of the checkpoint dir, so
                    pointer names a missing directory (kept under ``faults/`` as evidence)
 =================  ======================================================================
 
+The files are reached where the platform says the harness can reach them (ability
+``checkpoint-files``); the restart is the platform's signal to a rank (``signal-rank``).
 The injection event names the damaged checkpoint (``ckpt_id``), which the progress checks
 treat as invalid from then on. Damage is not reverted: the damaged checkpoint is the
-evidence; its ledger entry only records what was done.
+evidence; its ledger entry (kind ``ckpt-damage``, registered here: it is the harness's
+own act on the job's files, not a platform's) only records what was done.
 """
 
 from __future__ import annotations
@@ -31,11 +34,18 @@ from typing import Any, Literal
 from pydantic import Field
 
 from faultdrill.errors import FaultError
-from faultdrill.faults.api import Fault, FaultContext, FaultSpec, is_single_name, register
+from faultdrill.faults.api import (
+    Fault,
+    FaultContext,
+    FaultSpec,
+    cannot,
+    is_single_name,
+    register,
+)
 from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
 from faultdrill.judge.inventory import read_pointer
-from faultdrill.ledger import undoer
-from faultdrill.platforms.api import ABILITY_SIGNAL_WORKERS
+from faultdrill.ledger import PATH, undoer
+from faultdrill.platforms.api import Ability, ReachesCheckpoints
 
 __all__ = ["CorruptCheckpointSpec", "damage_checkpoint"]
 
@@ -56,7 +66,7 @@ class CorruptCheckpointSpec(FaultSpec):
         return "the checkpoint `latest` names"
 
 
-@undoer("ckpt-damage")
+@undoer("ckpt-damage", owns={"ckpt_dir": PATH, "moved_to": PATH})
 def _undo_damage(data: dict[str, Any]) -> None:
     """Damage is not taken back: the damaged checkpoint is evidence. Recorded so the ledger
     shows what was done, and where the moved directory went."""
@@ -180,7 +190,14 @@ class CorruptCheckpoint(Fault):
 
     kind = "corrupt-checkpoint"
     spec_model = CorruptCheckpointSpec
-    requires = frozenset({ABILITY_SIGNAL_WORKERS})
+    requires = frozenset({Ability.CHECKPOINT_FILES})
+
+    @classmethod
+    def requires_for(cls, spec: FaultSpec) -> frozenset[Ability]:
+        assert isinstance(spec, CorruptCheckpointSpec)
+        if spec.restart is None:
+            return cls.requires
+        return cls.requires | {Ability.SIGNAL_RANK}
 
     @classmethod
     def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
@@ -199,8 +216,12 @@ class CorruptCheckpoint(Fault):
         if ctx.ckpt_dir is None:
             raise FaultError("corrupt-checkpoint: the drill did not say where checkpoints are")
         ckpt_dir = ctx.checked_ckpt_dir()
+        files = ctx.platform
+        if not isinstance(files, ReachesCheckpoints):
+            raise cannot(ctx, Ability.CHECKPOINT_FILES)
+        view = files.checkpoint_view(ckpt_dir)
         try:
-            cid = read_pointer(ckpt_dir / ctx.latest_file) or ""
+            cid = read_pointer(view / ctx.latest_file) or ""
         except OSError as exc:
             raise FaultError(f"no {ctx.latest_file} pointer to follow: {exc.strerror}") from exc
         if not cid:
@@ -217,7 +238,7 @@ class CorruptCheckpoint(Fault):
             f"{spec.damage} on checkpoint {cid}",
         )
         facts = damage_checkpoint(
-            ckpt_dir, cid, spec.damage, flip_count=spec.flip_count, evidence_dir=evidence
+            view, cid, spec.damage, flip_count=spec.flip_count, evidence_dir=evidence
         )
         ctx.ledger.update(eid, **{k: v for k, v in facts.items() if k == "moved_to"})
         ctx.ledger.mark_applied(eid)

@@ -1,85 +1,73 @@
 """Control-plane faults (round 3): what coordinates the job goes away for a while.
 
 ``control-plane-outage`` takes the component that coordinates the job away for ``for_s``
-seconds, in one of two modes:
+seconds, in one of three modes, each an action of the platform (``ControlPlaneActions``):
 
-* ``pause``: SIGSTOP the processes that host it, SIGCONT after (a hung controller);
-* ``cut``: drop every packet to and from its port on its node's link (a controller cut
-  off from the network; needs ``isolation: netns``). The host's own node still reaches it
-  through its loopback route, exactly as a control plane co-located with one node would.
+* ``pause``: its processes are stopped (SIGSTOP), and resumed after (a hung controller);
+* ``cut``: every packet to and from its port is dropped on its node's link (a controller
+  cut off from the network; the local platform needs ``isolation: netns``). The host's own
+  node still reaches it through its loopback route, exactly as a control plane co-located
+  with one node would;
+* ``stop``: it is stopped, and started again after (a controller restart; a scheduler's
+  controller can, the local platform's store cannot: it lives inside torchrun's agent).
 
 On the local platform that is the c10d rendezvous store, which lives in the first node's
-torchrun agent; on a scheduler it would be its controller. Running workers talk to each other directly (gloo), so the
-question the drill answers is what needed the control plane meanwhile: a restart, a
-membership change, a keep-alive.
+torchrun agent; on a scheduler it is its controller (slurmctld, the Ray GCS,
+kube-apiserver). Running workers talk to each other directly (gloo), so the question the
+drill answers is what needed the control plane meanwhile: a restart, a membership change,
+a keep-alive.
 
 To find out whether a restart *during* the outage can rendezvous, ``restart_during`` kills
 one worker ``after_s`` seconds into the outage (a ``restart_probe`` event records it).
 
-The pause (or each rule) is recorded in the ledger before it is applied, and undone
-(SIGCONT, only to the same pid with the same start time; the rule deleted by its tag) on
-revert, on a signal, or by ``faultdrill cleanup``.
+Every change is recorded in the ledger before it is applied, and undone (SIGCONT only to
+the same pid with the same start time; the rule deleted by its tag) on revert, on a
+signal, or by ``faultdrill cleanup``.
 """
 
 from __future__ import annotations
 
-import signal
 import threading
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from faultdrill.errors import FaultError
-from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
-from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
-from faultdrill.ledger import undoer
-from faultdrill.platforms.api import Replica
-from faultdrill.platforms.local import procfs
+from faultdrill.faults.api import (
+    Fault,
+    FaultContext,
+    FaultSpec,
+    cannot,
+    command_of,
+    register,
+)
+from faultdrill.faults.process import MAX_RANK, KillWorker, KillWorkerSpec, WorkerTarget
+from faultdrill.frozen import Frozen
+from faultdrill.platforms.api import Ability, ControlPlaneActions
 
-__all__ = [
-    "ABILITY_CONTROL_PLANE",
-    "ControlPlaneOutageSpec",
-    "HostsControlPlane",
-    "RestartProbe",
-]
+__all__ = ["ControlPlaneOutageSpec", "RestartProbe"]
 
-#: The platform can name the processes that host its control plane.
-ABILITY_CONTROL_PLANE = "control-plane"
-
-
-@runtime_checkable
-class HostsControlPlane(Protocol):
-    """Ability ``control-plane``: the live processes hosting the job's control plane, and
-    what that control plane is, in words."""
-
-    def control_plane_processes(self) -> list[Replica]: ...
-
-    def control_plane_label(self) -> str: ...
+_MODE_ABILITY = {
+    "pause": Ability.CONTROL_PLANE_PAUSE,
+    "cut": Ability.CONTROL_PLANE_CUT,
+    "stop": Ability.CONTROL_PLANE_STOP,
+}
 
 
-@runtime_checkable
-class ReachesControlPlane(Protocol):
-    """What mode ``cut`` needs besides: where the control plane listens."""
-
-    def control_plane_endpoint(self) -> tuple[str, int] | None:
-        """(node hosting the control plane, its TCP port), None before the job runs."""
-        ...
-
-
-class RestartProbe(BaseModel):
+class RestartProbe(Frozen):
     """Kill worker ``rank`` ``after_s`` seconds into the outage."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    rank: int = Field(ge=0)
-    after_s: float = Field(ge=0)
+    rank: int = Field(ge=0, le=MAX_RANK)
+    after_s: float = Field(ge=0, le=3600)
 
 
 class ControlPlaneOutageSpec(FaultSpec):
     kind: Literal["control-plane-outage"] = "control-plane-outage"
-    mode: Literal["pause", "cut"] = Field(
+    mode: Literal["pause", "cut", "stop"] = Field(
         "pause",
         description="pause: SIGSTOP the control plane's processes, SIGCONT after for_s; "
-        "cut: drop its traffic on its node's link for for_s (isolation: netns)",
+        "cut: drop its traffic on its node's link for for_s (isolation: netns); "
+        "stop: stop it, start it again after for_s (a scheduler's controller)",
     )
     for_s: float = Field(gt=0, le=600, description="how long the control plane is away")
     restart_during: RestartProbe | None = Field(
@@ -103,35 +91,28 @@ class ControlPlaneOutageSpec(FaultSpec):
         return self.for_s
 
 
-@undoer("sigstop")
-def _undo_sigstop(data: dict[str, Any]) -> None:
-    """Resume the paused process, only if it is still the one that was paused."""
-    pid, start = int(data["pid"]), data.get("start_time")
-    if procfs.alive(pid, None if start is None else int(start)):
-        procfs.kill_checked(pid, None if start is None else int(start), signal.SIGCONT)
-
-
 @register
 class ControlPlaneOutage(Fault):
-    """Pause the control plane's processes for ``for_s`` seconds."""
+    """Take the control plane away (pause, cut or stop) for ``for_s`` seconds."""
 
     kind = "control-plane-outage"
     spec_model = ControlPlaneOutageSpec
-    requires = frozenset({ABILITY_CONTROL_PLANE})
 
     def __init__(self, spec: FaultSpec) -> None:
         super().__init__(spec)
         self._over = threading.Event()
-        self.rules: list[Any] = []
+
+    @classmethod
+    def requires_for(cls, spec: FaultSpec) -> frozenset[Ability]:
+        assert isinstance(spec, ControlPlaneOutageSpec)
+        needs = {_MODE_ABILITY[spec.mode]}
+        if spec.restart_during is not None:
+            needs.add(Ability.SIGNAL_RANK)
+        return frozenset(needs)
 
     @classmethod
     def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
         assert isinstance(spec, ControlPlaneOutageSpec)
-        if spec.mode == "cut" and plan.resources.isolation != "netns":
-            return (
-                "control-plane-outage mode 'cut' drops traffic on a node's own link: set "
-                "resources.isolation: netns (or use mode: pause)"
-            )
         probe = spec.restart_during
         if probe is not None and probe.rank >= plan.resources.world_size:
             return (
@@ -143,10 +124,18 @@ class ControlPlaneOutage(Fault):
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
         assert isinstance(spec, ControlPlaneOutageSpec)
+        ability = _MODE_ABILITY[spec.mode]
         platform = ctx.platform
-        if not isinstance(platform, HostsControlPlane):
-            raise FaultError(f"platform {platform.name!r} cannot name its control plane")
-        facts = self._cut(ctx, platform) if spec.mode == "cut" else self._pause(ctx, platform)
+        if not isinstance(platform, ControlPlaneActions):
+            raise cannot(ctx, ability)
+        if spec.mode == "pause":
+            changes = platform.control_plane_pause()
+        elif spec.mode == "cut":
+            changes = platform.control_plane_cut()
+        else:
+            changes = platform.control_plane_stop()
+        results = self.apply_changes(ctx, changes)
+        facts = _facts(spec.mode, results)
         if spec.restart_during is not None:
             threading.Thread(
                 target=self._restart_probe, args=(ctx, spec.restart_during), daemon=True
@@ -156,64 +145,7 @@ class ControlPlaneOutage(Fault):
             "control_plane": platform.control_plane_label(),
             "restart_during": spec.restart_during.model_dump() if spec.restart_during else None,
             **facts,
-        }
-
-    def _cut(self, ctx: FaultContext, platform: object) -> dict[str, Any]:
-        from faultdrill.faults.network import add_drop_rule, links_of
-
-        if not isinstance(platform, ReachesControlPlane):
-            raise FaultError("this platform does not say where its control plane listens")
-        where = platform.control_plane_endpoint()
-        if where is None:
-            raise FaultError("the control plane has no endpoint yet (job not running)")
-        node, port = where
-        ln = links_of(ctx).link(node)
-        a = add_drop_rule(
-            ctx,
-            self,
-            self.rules,
-            ln,
-            "INPUT",
-            ["-i", ln.dev, "-p", "tcp", "--dport", str(port)],
-            "control-plane cut",
-        )
-        b = add_drop_rule(
-            ctx,
-            self,
-            self.rules,
-            ln,
-            "OUTPUT",
-            ["-o", ln.dev, "-p", "tcp", "--sport", str(port)],
-            "control-plane cut",
-        )
-        return {
-            "node": node,
-            "port": port,
-            "dev": ln.dev,
-            "rules": [a["rule"], b["rule"]],
-            "command": f"{a['command']}; {b['command']}",
-        }
-
-    def _pause(self, ctx: FaultContext, platform: HostsControlPlane) -> dict[str, Any]:
-        procs = platform.control_plane_processes()
-        if not procs:
-            raise FaultError("no live process hosts the control plane")
-        paused = []
-        for rep in procs:
-            eid = ctx.ledger.record(
-                "sigstop",
-                {"pid": rep.pid, "start_time": rep.start_time},
-                f"SIGSTOP pid {rep.pid} ({rep.role} on {rep.node}: control plane)",
-            )
-            self.entry_ids.append(eid)
-            if not procfs.kill_checked(rep.pid, rep.start_time, signal.SIGSTOP):
-                raise FaultError(f"control-plane process {rep.pid} exited before the pause")
-            ctx.ledger.mark_applied(eid)
-            paused.append(rep)
-        return {
-            "pids": [r.pid for r in paused],
-            "node": paused[0].node,
-            "command": "kill -STOP " + " ".join(str(r.pid) for r in paused),
+            "command": command_of(changes),
         }
 
     def _restart_probe(self, ctx: FaultContext, probe: RestartProbe) -> None:
@@ -228,8 +160,18 @@ class ControlPlaneOutage(Fault):
 
     def revert(self, ctx: FaultContext) -> None:
         self._over.set()
-        if self.rules:
-            from faultdrill.faults.network import forget_rules
-
-            forget_rules(ctx, self.rules)
         super().revert(ctx)
+
+
+def _facts(mode: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The injection's facts from what the platform reported applying: the processes
+    paused, or the rules of the cut, and where."""
+    first = results[0] if results else {}
+    if mode == "pause":
+        return {"pids": [r["pid"] for r in results if "pid" in r], "node": first.get("node")}
+    out: dict[str, Any] = {k: first[k] for k in ("node", "port", "dev") if k in first}
+    if mode == "cut":
+        out["rules"] = [r["rule"] for r in results if "rule" in r]
+    else:
+        out.update({k: v for r in results for k, v in r.items() if k not in out})
+    return out

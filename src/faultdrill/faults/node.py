@@ -2,44 +2,45 @@
 
 ==============  ==========================================================================
 ``node-down``   the machine is gone: its link is cut first (peers see silence, not a
-                reset), then every process of the node is killed (its cgroup). The
-                platform marks it ``down`` and never schedules on it again in this drill.
-``node-freeze`` a hang, not a crash: every process of the node is stopped with the cgroup
-                freezer for ``for_s`` seconds, then thawed. Which timeout fired (gloo,
-                rendezvous keep-alive or join, store read), or that none did, is judged
-                from the timeline (``expectation.timeout-fired``).
+                reset), then every process of the node is killed. The platform marks it
+                ``down`` and never schedules on it again in this drill.
+``node-freeze`` a hang, not a crash: every process of the node is stopped for ``for_s``
+                seconds, then thawed. Which timeout fired (gloo, rendezvous keep-alive or
+                join, store read), or that none did, is judged from the timeline
+                (``expectation.timeout-fired``).
 ``node-drain``  the node is taken out of scheduling: marked ``drained`` (excluded from
-                placement), then its agent is stopped cleanly (SIGTERM: torchrun stops its
-                workers and leaves), so it is absent from the next rendezvous.
+                placement), then its work is stopped cleanly (the local platform: its
+                agent gets SIGTERM, so torchrun stops its workers and leaves; a scheduler:
+                its drain), so it is absent from the next rendezvous.
 ==============  ==========================================================================
 
-Needs ability ``node-control`` (``local`` with ``isolation: netns``). Every change is
-recorded in the ledger before it is made: a cut link and a frozen group are undone by
-revert (or ``faultdrill cleanup``); a signal cannot be undone and is recorded as done.
+Each asks the platform (``NodeActions``; the local platform can with ``isolation: netns``,
+where a node is a network namespace and a cgroup). Every change is recorded in the ledger
+before it is made: a cut link and a frozen node are undone by revert (or ``faultdrill
+cleanup``); a killed process or a delivered signal cannot be undone and is recorded as done.
 """
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from faultdrill.errors import FaultError
-from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
-from faultdrill.faults.network import links_of
-from faultdrill.faults.process import send_signal
-from faultdrill.ledger import undoer
-from faultdrill.platforms.api import ABILITY_NODE_CONTROL, NodeControl
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import ns_run
+from faultdrill.faults.api import (
+    Fault,
+    FaultContext,
+    FaultSpec,
+    cannot,
+    command_of,
+    register,
+)
+from faultdrill.frozen import Frozen
+from faultdrill.platforms.api import Ability, NodeActions
 
 __all__ = ["NodeDownSpec", "NodeDrainSpec", "NodeFreezeSpec", "NodeTarget"]
 
 
-class NodeTarget(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class NodeTarget(Frozen):
     node: str = Field(pattern=r"^n\d{1,2}$")
 
     def label(self) -> str:
@@ -70,35 +71,7 @@ class NodeDrainSpec(_NodeSpec):
     kind: Literal["node-drain"] = "node-drain"
 
 
-@undoer("freeze")
-def _undo_freeze(data: dict[str, Any]) -> None:
-    """Thaw the recorded freezer group (gone already is fine)."""
-    group = procfs.Cgroup(Path(str(data["path"])))
-    if not group.exists():
-        return
-    group.thaw()
-    for _ in range(100):
-        if group.state() in ("THAWED", "GONE"):
-            return
-        time.sleep(0.02)
-    raise OSError(f"{group.path} is still {group.state()} after THAWED was written")
-
-
-@undoer("node-kill")
-def _undo_node_kill(data: dict[str, Any]) -> None:
-    """Killed processes cannot be revived; recorded so the ledger shows it happened."""
-
-
-def _control(ctx: FaultContext) -> NodeControl:
-    platform = ctx.platform
-    if not isinstance(platform, NodeControl):
-        raise FaultError(f"platform {platform.name!r} cannot control whole nodes")
-    return platform
-
-
 class _NodeFault(Fault):
-    requires = frozenset({ABILITY_NODE_CONTROL})
-
     @classmethod
     def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
         assert isinstance(spec, _NodeSpec)
@@ -111,12 +84,19 @@ class _NodeFault(Fault):
             )
         return None
 
-    def _group(self, ctx: FaultContext, node: str) -> procfs.Cgroup:
-        group = getattr(ctx.platform, "cgroup", lambda _n: None)(node)
-        if group is None:
-            raise FaultError(f"{self.spec.kind}: node {node} has no cgroup (needs root)")
-        assert isinstance(group, procfs.Cgroup)
-        return group
+    def _nodes(self, ctx: FaultContext) -> NodeActions:
+        platform = ctx.platform
+        if not isinstance(platform, NodeActions):
+            raise cannot(ctx, next(iter(self.requires)))
+        return platform
+
+    def _act(self, ctx: FaultContext, changes: list[Any]) -> dict[str, Any]:
+        """Apply ``changes``; the node, the platform's facts of each, and the command."""
+        facts: dict[str, Any] = {"node": self.spec.target.node}  # type: ignore[attr-defined]
+        for result in self.apply_changes(ctx, changes):
+            facts.update(result)
+        facts["command"] = command_of(changes)
+        return facts
 
 
 @register
@@ -125,109 +105,38 @@ class NodeDown(_NodeFault):
 
     kind = "node-down"
     spec_model = NodeDownSpec
+    requires = frozenset({Ability.NODE_DOWN})
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
         assert isinstance(spec, NodeDownSpec)
-        node = spec.target.node
-        control = _control(ctx)
-        ln = links_of(ctx).link(node)
-        group = self._group(ctx, node)
-        # Mark it first, so the platform never mistakes the agent's death for the job's.
-        control.set_node_state(node, "down", "node-down fault")
-        self._apply(
-            ctx,
-            "link-down",
-            {"ns": ln.ns, "dev": ln.dev, "node": node},
-            f"link {ln.dev} down in {ln.ns} (node-down)",
-            lambda: ns_run(ln.ns, ["ip", "link", "set", "dev", ln.dev, "down"]),
-            f"cut the link of {node}",
-        )
-        pids = group.pids()
-        kid = ctx.ledger.record(
-            "node-kill",
-            {"path": str(group.path), "pids": pids, "node": node},
-            f"SIGKILL every process of {node} ({len(pids)})",
-        )
-        left = group.kill_all(timeout_s=5.0)
-        ctx.ledger.mark_applied(kid)
-        ctx.ledger.revert(kid)  # nothing to undo; closes the entry
-        if left:
-            raise FaultError(f"node-down: processes {left} of {node} survived SIGKILL")
-        return {
-            "node": node,
-            "killed": pids,
-            "dev": ln.dev,
-            "command": f"ip -n {ln.ns} link set dev {ln.dev} down; "
-            f"kill -KILL $(cat {group.path}/cgroup.procs)",
-        }
+        return self._act(ctx, self._nodes(ctx).node_down(spec.target.node))
 
 
 @register
 class NodeFreeze(_NodeFault):
-    """Every process of the node stopped (cgroup freezer) for ``for_s`` seconds."""
+    """Every process of the node stopped for ``for_s`` seconds, then thawed."""
 
     kind = "node-freeze"
     spec_model = NodeFreezeSpec
+    requires = frozenset({Ability.NODE_FREEZE})
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
         assert isinstance(spec, NodeFreezeSpec)
-        node = spec.target.node
-        control = _control(ctx)
-        group = self._group(ctx, node)
-        self._apply(
-            ctx,
-            "freeze",
-            {"path": str(group.path), "node": node},
-            f"freeze {group.path}",
-            group.freeze,
-            f"freeze {group.path}",
-        )
-        deadline = time.monotonic() + 5.0
-        while group.state() == "FREEZING" and time.monotonic() < deadline:
-            time.sleep(0.01)
-        control.set_node_state(node, "frozen", "node-freeze fault")
-        return {
-            "node": node,
-            "frozen": group.pids(),
-            "freezer_state": group.state(),
-            "for_s": spec.for_s,
-            "command": f"echo FROZEN > {group.path}/freezer.state",
-        }
-
-    def revert(self, ctx: FaultContext) -> None:
-        super().revert(ctx)
-        spec = self.spec
-        assert isinstance(spec, NodeFreezeSpec)
-        platform = ctx.platform
-        if isinstance(platform, NodeControl) and self.entry_ids:
-            platform.set_node_state(spec.target.node, "up", "thawed")
+        facts = self._act(ctx, self._nodes(ctx).node_freeze(spec.target.node))
+        return {**facts, "for_s": spec.for_s}
 
 
 @register
 class NodeDrain(_NodeFault):
-    """The node is taken out of scheduling and its agent stopped cleanly (SIGTERM)."""
+    """The node is taken out of scheduling and its work stopped cleanly."""
 
     kind = "node-drain"
     spec_model = NodeDrainSpec
+    requires = frozenset({Ability.NODE_DRAIN})
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
         assert isinstance(spec, NodeDrainSpec)
-        node = spec.target.node
-        control = _control(ctx)
-        pid = control.agent_pid(node)
-        if pid is None:
-            raise FaultError(f"node-drain: node {node} runs no agent")
-        control.set_node_state(node, "drained", "node-drain fault")
-        start = procfs.start_time(pid)
-        label = f"SIGTERM agent pid {pid} of {node} (drain)"
-        if not send_signal(ctx.ledger, pid, start, "SIGTERM", label):
-            raise FaultError(f"node-drain: the agent of {node} exited before it was stopped")
-        return {
-            "node": node,
-            "agent_pid": pid,
-            "signal": "SIGTERM",
-            "command": f"kill -TERM {pid}  # torchrun agent of {node}",
-        }
+        return self._act(ctx, self._nodes(ctx).node_drain(spec.target.node))

@@ -1,26 +1,38 @@
-"""Process faults (round 1): a worker exits."""
+"""Process faults (round 1): a rank's replica exits.
+
+The platform picks the replica (never one of its children: :mod:`faultdrill.lineage`) and
+delivers the signal (``SignalsRanks``); a SIGTERM is followed by a SIGKILL after
+``grace_s`` if the replica still runs. Each signal is in the ledger before it is sent.
+"""
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
-from typing import Any, Literal
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from faultdrill.errors import FaultError
-from faultdrill.faults.api import Fault, FaultContext, FaultSpec, register
-from faultdrill.ledger import Ledger, undoer
-from faultdrill.platforms.api import ABILITY_SIGNAL_WORKERS, SignalsWorkers
-from faultdrill.platforms.local import procfs
+from faultdrill.errors import FaultError, PlatformError
+from faultdrill.faults.api import Fault, FaultContext, FaultSpec, cannot, register
+from faultdrill.platforms.api import Ability, Replica, SignalsRanks
+
+if TYPE_CHECKING:
+    from faultdrill.ledger import Ledger
+
+__all__ = ["KillWorker", "KillWorkerSpec", "WorkerTarget", "check_worker_target", "escalate"]
+from faultdrill.frozen import Frozen
+
+#: Highest rank a plan may name (the plan checks it against the world size too).
+MAX_RANK = 65_535
 
 
-class WorkerTarget(BaseModel):
+class WorkerTarget(Frozen):
     """Which worker: exactly one of a global rank or a node (all its workers' lowest rank)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    rank: int | None = Field(None, ge=0)
+    rank: int | None = Field(None, ge=0, le=MAX_RANK)
     node: str | None = None
 
     @model_validator(mode="after")
@@ -53,39 +65,21 @@ class KillWorkerSpec(FaultSpec):
     kind: Literal["kill-worker"] = "kill-worker"
     target: WorkerTarget
     signal: Literal["SIGKILL", "SIGTERM"] = "SIGKILL"
-    grace_s: float = Field(3.0, ge=0, description="with SIGTERM: wait this long, then SIGKILL")
+    grace_s: float = Field(
+        3.0, ge=0, le=600, description="with SIGTERM: wait this long, then SIGKILL"
+    )
 
     def target_label(self) -> str:
         return self.target.label()
 
 
-@undoer("signal")
-def _undo_signal(data: dict[str, Any]) -> None:
-    """A delivered signal cannot be taken back; recorded so the ledger shows it happened."""
-
-
-def send_signal(
-    ledger: Ledger, pid: int, start: int | None, sig: str, label: str, **facts: Any
-) -> bool:
-    """Send signal ``sig`` (``"SIGKILL"``...) to ``pid`` if it is still the process that
-    started at ``start``, recorded in the ledger (a ``signal`` entry with ``facts``) before it
-    is sent. A signal cannot be taken back, so the entry is closed at once, marked applied
-    only if the signal went out. Returns whether it did."""
-    eid = ledger.record("signal", {"pid": pid, "start_time": start, "signal": sig, **facts}, label)
-    sent = procfs.kill_checked(pid, start, signal.Signals[sig])
-    if sent:
-        ledger.mark_applied(eid)
-    ledger.revert(eid)  # nothing to undo; closes the entry
-    return sent
-
-
 @register
 class KillWorker(Fault):
-    """Kill one worker process (SIGKILL, or SIGTERM then SIGKILL after a grace period)."""
+    """Kill one rank's replica (SIGKILL, or SIGTERM then SIGKILL after a grace period)."""
 
     kind = "kill-worker"
     spec_model = KillWorkerSpec
-    requires = frozenset({ABILITY_SIGNAL_WORKERS})
+    requires = frozenset({Ability.SIGNAL_RANK})
 
     @classmethod
     def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
@@ -96,30 +90,22 @@ class KillWorker(Fault):
         spec = self.spec
         assert isinstance(spec, KillWorkerSpec)
         platform = ctx.platform
-        if not isinstance(platform, SignalsWorkers):
-            raise FaultError(f"platform {platform.name!r} cannot signal workers")
-        found = platform.worker_pids(rank=spec.target.rank, node=spec.target.node)
-        if not found:
-            raise FaultError(f"no live worker holds {spec.target.label()}")
-        # A worker the platform launched (child of an agent) before any stray process that
-        # merely claims the rank, such as a detached old replica.
-        agents = {r.pid for r in platform.replicas() if r.role == "agent"}
-        victim = min(
-            found,
-            key=lambda r: (r.ppid not in agents, r.rank if r.rank is not None else 1 << 30, r.pid),
-        )
-        if not send_signal(
-            ctx.ledger,
-            victim.pid,
-            victim.start_time,
-            spec.signal,
-            f"{spec.signal} pid {victim.pid} (rank {victim.rank}, node {victim.node})",
-        ):
-            raise FaultError(f"worker pid {victim.pid} exited before it could be signalled")
+        if not isinstance(platform, SignalsRanks):
+            raise cannot(ctx, Ability.SIGNAL_RANK)
+        victim = platform.rank_replica(rank=spec.target.rank, node=spec.target.node)
+        change = platform.signal_replica(victim, spec.signal)
+        try:
+            facts = self.apply_change(ctx, change)
+        except FaultError as exc:
+            if isinstance(exc.__cause__, ProcessLookupError):
+                raise FaultError(
+                    f"worker pid {victim.pid} exited before it could be signalled"
+                ) from exc
+            raise
         if spec.signal == "SIGTERM":
             threading.Thread(
-                target=_escalate,
-                args=(ctx.ledger, victim.pid, victim.start_time, spec.grace_s),
+                target=escalate,
+                args=(ctx.ledger, platform, victim, spec.grace_s),
                 daemon=True,
             ).start()
         return {
@@ -127,25 +113,33 @@ class KillWorker(Fault):
             "rank": victim.rank,
             "node": victim.node,
             "signal": spec.signal,
-            "command": f"kill -{spec.signal[3:]} {victim.pid}",
+            **{k: v for k, v in facts.items() if k not in ("pid", "rank", "node", "signal")},
+            "command": change.command,
         }
 
 
-def _escalate(ledger: Ledger, pid: int, start: int | None, grace_s: float) -> None:
-    """After ``grace_s``, SIGKILL the worker if it still runs; like every signal the fault
-    sends, recorded in the ledger before it is sent."""
+def escalate(ledger: Ledger, platform: SignalsRanks, victim: Replica, grace_s: float) -> None:
+    """After ``grace_s``, SIGKILL ``victim`` if it still runs; like every signal the fault
+    sends, recorded in the ledger before it is sent (with ``escalation: true``)."""
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not procfs.alive(pid, start):
+        if not platform.replica_alive(victim):
             return
         time.sleep(0.05)
-    if not procfs.alive(pid, start):
+    if not platform.replica_alive(victim):
         return
-    send_signal(
-        ledger,
-        pid,
-        start,
-        "SIGKILL",
-        f"SIGKILL pid {pid} (still alive {grace_s:g} s after SIGTERM)",
-        escalation=True,
+    change = platform.signal_replica(victim, "SIGKILL")
+    change = replace(
+        change,
+        data={**change.data, "escalation": True},
+        label=f"{change.label} (still alive {grace_s:g} s after SIGTERM)",
     )
+    eid = ledger.record(change.kind, change.data, change.label)
+    try:
+        change.apply(partial(ledger.update, eid))
+    except (OSError, PlatformError):
+        pass  # it exited meanwhile: nothing was sent
+    else:
+        ledger.mark_applied(eid)
+    finally:
+        ledger.revert(eid)  # a signal cannot be taken back: closes the entry

@@ -2,7 +2,8 @@
 
 Pure with respect to the machine: it reads a run directory and writes nothing, so the
 same directory can be judged again later (``faultdrill check``), by someone else, or after
-a change to the checks. The JSON it produces is the machine contract of ``report.json``.
+a change to the checks. What it produces is the machine contract of ``report.json``: a
+:class:`~faultdrill.report.model.Report` (:meth:`RunResult.to_report`).
 """
 
 from __future__ import annotations
@@ -15,14 +16,42 @@ from typing import Any
 from faultdrill import __version__
 from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, combine, run_checks
 from faultdrill.checks.network import network_report
+from faultdrill.checks.results import comparison_mode
 from faultdrill.engine.item import environment_facts, item_dir
 from faultdrill.errors import RunDirError
+from faultdrill.joblogs.evidence import log_evidence
 from faultdrill.judge.analysis import Answers, answer_questions
+from faultdrill.judge.conclusion import Conclusion, conclude
+from faultdrill.judge.dependencies import dependency_totals, recovery_dependencies
 from faultdrill.judge.disruption import describe_disruption
+from faultdrill.judge.dossier import scheduling_result
 from faultdrill.judge.goodput import account
 from faultdrill.judge.inventory import inventory_summary
+from faultdrill.judge.layers import LayerResult, failing_layer
 from faultdrill.judge.reference import Reference
+from faultdrill.judge.trend import trend_after_recovery
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario, parse_plan
+from faultdrill.report.model import (
+    EVIDENCE,
+    Baseline,
+    Conditions,
+    Dossier,
+    Evidence,
+    EvidenceSet,
+    Expected,
+    FailingLayer,
+    Failure,
+    FaultRef,
+    Item,
+    Questions,
+    RecordedPlan,
+    Report,
+    Skipped,
+    Summary,
+    Times,
+)
+from faultdrill.report.model import Conclusion as ReportConclusion
+from faultdrill.report.model import Finding as ReportFinding
 from faultdrill.timeline import Timeline
 
 __all__ = [
@@ -43,18 +72,23 @@ def recovery_class(
     operator_actions: int,
     confirm_required: bool,
     aborted: str | None = None,
+    undetermined: str | None = None,
 ) -> tuple[RecoveryClass, str]:
     """How the job came back, and why that class.
 
     ``aborted``: why the harness aborted the drill (a stop condition). The job then did
     not recover within the plan's stop conditions, which is all that can be said of it:
-    unrecoverable *within those limits*, and the why names the condition."""
+    unrecoverable *within those limits*, and the why names the condition.
+    ``undetermined``: why the drill cannot tell at all (its fault was never applied, its
+    events are damaged): the class is ``not-determined``, never a guess."""
     if aborted is not None:
         return (
             RecoveryClass.UNRECOVERABLE,
             f"not determined within the stop conditions: {aborted}; the job had not "
             "recovered when the drill was aborted",
         )
+    if undetermined is not None:
+        return RecoveryClass.NOT_DETERMINED, f"not determined: {undetermined}"
     if outcome != "succeeded":
         return RecoveryClass.UNRECOVERABLE, f"the job ended {outcome or 'without an end state'}"
     for cat in ("progress", "results"):
@@ -104,6 +138,24 @@ class ItemResult:
     disruption: dict[str, Any] | None = None
     #: Why the harness aborted the item (a stop condition fired), or None.
     aborted: str | None = None
+    #: What a buyer signs (issue 14): the conclusion level reached, the failing layer (None
+    #: for an item that passed), what the recovery depended on, the trend after recovery,
+    #: and which node got which rank per incarnation.
+    conclusion: Conclusion | None = None
+    layer: LayerResult | None = None
+    dependencies: dict[str, Any] = field(default_factory=dict)
+    trend: dict[str, Any] = field(default_factory=dict)
+    scheduling: list[dict[str, Any]] = field(default_factory=list)
+    #: When the job ended failed: ``command``, ``exit_status``, ``signal``, ``node``,
+    #: ``local_rank``, ``worker_failures``, ``error_tail`` (the failing worker's last output
+    #: lines), ``log`` (relative to the run directory); see
+    #: :func:`faultdrill.engine.failure.failure_facts`. None otherwise.
+    failure: dict[str, Any] | None = None
+    #: No probe event from any rank: the script is not instrumented (or died before its
+    #: first ``run_start``); its evidence cannot be judged.
+    no_probe_events: bool = False
+    #: Evidence read from the job's log lines (plan ``logs``), or None: ``faultdrill.joblogs``.
+    log_evidence: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -147,53 +199,98 @@ class ItemResult:
             for f in e.findings
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_item(self) -> Item:
+        """This item as report.json's typed entry (:class:`~faultdrill.report.model.Item`)."""
         it = self.item
-        fault = (
-            {
-                "kind": it.fault.kind,
-                "target": it.fault.target_label(),
-                "spec": it.fault.model_dump(mode="json"),
-            }
-            if it is not None
-            else None
-        )
-        out: dict[str, Any] = {
-            "id": self.id,
-            "round": self.round,
-            "control": self.kind == "control",
-            "title": getattr(it, "title", "") or "",
-            "fault": fault,
-            "trigger": it.trigger.describe() if it is not None else None,
-            "preconditions": list(getattr(it, "preconditions", ()) or ()),
-            "expected": (it.expected.model_dump(mode="json") if isinstance(it, Scenario) else None),
-            "verdict": self.verdict.value,
-            "aborted": self.aborted,
-            "recovery_class": self.recovery.value,
-            "recovery_class_why": self.recovery_why,
-            "outcome": self.outcome,
-            "operator_actions": self.operator_actions,
-            "questions": self.answers.questions_json(),
-            "times": self.answers.times_json(),
-            "conditions": self.conditions,
-            "evidence": {
-                k: v.to_json()
-                for k, v in self.evidence.items()
-                if k in ("progress", "resources", "results")
-            },
-            "expectation": self.evidence["expectation"].to_json(),
-            "goodput": self.goodput,
-            "inventory": self.inventory,
-            "disruption": self.disruption,
-        }
+        sections: dict[str, Any] = {}
+        if self.goodput:
+            sections["goodput"] = self.goodput
+        if self.inventory:
+            sections["inventory"] = self.inventory
+        sections["disruption"] = self.disruption
         if self.timeline is not None:
-            out.update(network_report(self.timeline))
+            sections.update(network_report(self.timeline))
+        control: dict[str, Any] = {}
         if self.kind == "control":
-            out["expected_check"] = self.expected_check
-            out["caught"] = self.caught
-            out["not_proven_why"] = self.not_as_planned if self.caught is None else None
-            out["workload_mutation"] = dict(it.workload) if isinstance(it, Control) else {}
-        return out
+            control = {
+                "expected_check": self.expected_check,
+                "caught": self.caught,
+                "not_proven_why": self.not_as_planned if self.caught is None else None,
+                "workload_mutation": dict(it.workload) if isinstance(it, Control) else {},
+            }
+        return Item(
+            id=self.id,
+            round=self.round,
+            control=self.kind == "control",
+            title=getattr(it, "title", "") or "",
+            fault=_fault_ref(it),
+            trigger=it.trigger.describe() if it is not None else None,
+            preconditions=list(getattr(it, "preconditions", ()) or ()),
+            expected=(
+                Expected.model_validate(it.expected.model_dump(mode="json"))
+                if isinstance(it, Scenario)
+                else None
+            ),
+            verdict=self.verdict.value,
+            aborted=self.aborted,
+            recovery_class=self.recovery.value,
+            recovery_class_why=self.recovery_why,
+            outcome=self.outcome,
+            operator_actions=_plain(self.operator_actions),
+            questions=Questions.model_validate(_plain(self.answers.questions_json())),
+            times=Times.model_validate(_plain(self.answers.times_json())),
+            conditions=Conditions.model_validate(_plain(self.conditions)),
+            evidence=_evidence_set(self.evidence, with_expectation=False),
+            expectation=_evidence(self.evidence["expectation"]),
+            **{k: _plain(v) for k, v in sections.items()},
+            **control,
+            conclusion=(
+                ReportConclusion.model_validate(_plain(self.conclusion.to_json()))
+                if self.conclusion is not None
+                else None
+            ),
+            layer=(
+                FailingLayer.model_validate(_plain(self.layer.to_json()))
+                if self.layer is not None
+                else None
+            ),
+            dependencies=_plain(self.dependencies),
+            trend=_plain(self.trend),
+            scheduling=_plain(self.scheduling),
+            failure=Failure.model_validate(_plain(self.failure)) if self.failure else None,
+            no_probe_events=self.no_probe_events,
+            log_evidence=_plain(self.log_evidence) if self.log_evidence is not None else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """:meth:`to_item` as report.json data."""
+        return self.to_item().to_json()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as report.json has always stored it: JSON types only, anything else (a
+    numpy scalar, a path) as its ``str``."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _fault_ref(it: Scenario | Control | None) -> FaultRef | None:
+    if it is None:
+        return None
+    spec = it.fault.model_dump(mode="json")
+    return FaultRef(kind=it.fault.kind, target=it.fault.target_label(), spec=spec)
+
+
+def _finding(f: Finding) -> ReportFinding:
+    return ReportFinding.model_validate(_plain(f.to_json()))
+
+
+def _evidence(ev: EvidenceResult) -> Evidence:
+    return Evidence(verdict=ev.verdict.value, findings=[_finding(f) for f in ev.findings])
+
+
+def _evidence_set(evidence: dict[str, EvidenceResult], *, with_expectation: bool) -> EvidenceSet:
+    cats = [*EVIDENCE, "expectation"] if with_expectation else list(EVIDENCE)
+    return EvidenceSet(**{c: _evidence(evidence[c]) for c in cats})
 
 
 def _conditions(plan: Plan, tl: Timeline) -> dict[str, Any]:
@@ -215,6 +312,93 @@ def _conditions(plan: Plan, tl: Timeline) -> dict[str, Any]:
     }
 
 
+#: Which evidence the events of each source feed (a source not named here: all of it).
+_FED_BY = {
+    "sampler": ("resources",),
+    "net": ("expectation",),
+    "platform": ("resources", "expectation"),
+    "fault": ("resources", "expectation"),
+}
+
+
+NO_PROBE_EVENTS = "no probe events from any rank: instrument the script (docs/probe.md)"
+
+
+def _no_probe_events(
+    tl: Timeline, evidence: dict[str, EvidenceResult], job_failed: bool
+) -> str | None:
+    """When no rank wrote a single probe event, nothing of progress, resources or results
+    can be judged: say so (``expectation.probe``, retest), and let no failure stand that
+    only says what is missing. Returns what was said, or None when there are events."""
+    if len(tl.steps) or any(e.src == "probe" for e in tl.events):
+        return None
+    why = NO_PROBE_EVENTS
+    if job_failed:
+        why = (
+            "no probe events from any rank: the job failed before any rank reported (see "
+            "the failure: command, exit status, error output); if it ran, instrument the "
+            "script (docs/probe.md)"
+        )
+    _not_judged(evidence, ("progress", "resources", "results"), why)
+    evidence["expectation"].findings.append(Finding("expectation.probe", Verdict.RETEST, why))
+    return why
+
+
+def _not_judged(evidence: dict[str, EvidenceResult], cats: tuple[str, ...], why: str) -> None:
+    """The failures in ``cats`` become retest: what they rest on is not trustworthy."""
+    for cat in cats:
+        ev = evidence[cat]
+        ev.findings = [
+            Finding(f.check, Verdict.RETEST, f"{f.message} (not judged: {why})", f.data)
+            if f.verdict == Verdict.FAIL
+            else f
+            for f in ev.findings
+        ]
+
+
+def _integrity(
+    tl: Timeline, evidence: dict[str, EvidenceResult], reference: Reference | None
+) -> None:
+    """Torn last lines (a writer killed mid-write) are expected and said. Any other line
+    that is not an event makes the evidence its file feeds retest: a ``timeline.integrity``
+    finding names the file and the count, and that evidence's failures are not judged
+    (they may come from the lines that are missing). So does a damaged baseline
+    (``reference``) for everything compared with it."""
+    if reference is not None and reference.damaged:
+        _not_judged(
+            evidence,
+            ("progress", "resources", "results"),
+            f"the baseline's events/{', events/'.join(reference.damaged)} hold lines that "
+            "are not valid events: comparisons with it prove nothing",
+        )
+    torn = tl.torn_lines - sum(n for n, _ in tl.bad_lines.values())
+    if torn > 0:
+        evidence["expectation"].findings.append(
+            Finding(
+                "timeline.integrity",
+                Verdict.PASS,
+                f"{torn} torn last line(s) skipped (a process was killed mid-write)",
+            )
+        )
+    for name, (count, source) in sorted(tl.bad_lines.items()):
+        cats = _FED_BY.get(source, ("progress", "resources", "results", "expectation"))
+        why = (
+            f"{count} line(s) of events/{name} are not valid events (not JSON, not an "
+            "object, or a field missing or of the wrong type) and were skipped"
+        )
+        _not_judged(evidence, cats, why)
+        for cat in cats:
+            evidence[cat].findings.append(
+                Finding(
+                    "timeline.integrity",
+                    Verdict.RETEST,
+                    f"{why}: this {cat} evidence is incomplete; restore the file from the "
+                    "run's bundle, or run the drill again",
+                    {"file": f"events/{name}", "lines": count, "source": source or None},
+                )
+            )
+
+
 #: Expectations that cannot be judged when the scenario could not run as planned.
 _OUTCOME_CHECKS = ("expectation.job-outcome", "expectation.restart", "expectation.recovery-class")
 
@@ -229,30 +413,112 @@ def stop_condition_fired(tl: Timeline) -> str | None:
     return f"stop condition '{e.get('condition')}' fired{detail}"
 
 
-def _aborted_is_retest(tl: Timeline, evidence: dict[str, EvidenceResult]) -> None:
-    """When a stop condition aborted the item, or a spare it needed failed its environment
-    preparation, its outcome expectations become retest, not fail (the progress, resource
-    and result evidence recorded keeps its verdict; the item's verdict is retest after a
-    stop condition: :attr:`ItemResult.verdict`)."""
+def _fault_not_applied(evidence: dict[str, EvidenceResult]) -> str | None:
+    """What ``expectation.fault-applied`` said when the planned fault was not applied (its
+    trigger never reached, its injection failed), or None."""
+    for f in evidence["expectation"].findings:
+        if f.check == "expectation.fault-applied" and f.verdict != Verdict.PASS:
+            return f.message
+    return None
+
+
+def _undetermined(
+    tl: Timeline,
+    evidence: dict[str, EvidenceResult],
+    item: Scenario | Control | None,
+    reference: Reference | None,
+) -> str | None:
+    """Why this drill cannot tell how the job recovered, or None when it can."""
+    if item is not None:
+        not_applied = _fault_not_applied(evidence)
+        if not_applied is not None:
+            return f"{not_applied}; nothing was recovered from"
+    damaged = sorted(
+        name
+        for name, (_, source) in tl.bad_lines.items()
+        if set(_FED_BY.get(source, ("progress",))) & {"progress", "resources", "results"}
+    )
+    if damaged:
+        return f"events/{', events/'.join(damaged)} hold lines that are not valid events"
+    if item is not None and reference is not None and reference.damaged:
+        return "the baseline's events hold lines that are not valid events"
+    return None
+
+
+def _aborted_is_retest(
+    tl: Timeline, evidence: dict[str, EvidenceResult], item: Scenario | Control | None
+) -> None:
+    """When a stop condition aborted the item, a spare it needed failed its environment
+    preparation, or its fault was never applied, its outcome expectations become retest,
+    not fail (the progress, resource and result evidence recorded keeps its verdict; the
+    item's verdict is retest after a stop condition: :attr:`ItemResult.verdict`)."""
     fired = tl.of("harness", "stop_condition")
     unprepared = [
         e
         for e in tl.of("platform", "spare_rejected")
         if e.get("category") == "environment-preparation"
     ]
+    not_applied = _fault_not_applied(evidence) if item is not None else None
     if fired:
         why = f"stop condition '{fired[0].get('condition')}' aborted the scenario"
     elif unprepared:
         why = f"spare {unprepared[0].get('node')} failed its environment preparation"
+    elif not_applied is not None:
+        why = "the fault was not applied as planned"
     else:
         return
     ev = evidence["expectation"]
     ev.findings = [
-        Finding(f.check, Verdict.RETEST, f"{f.message} (not judged: {why})", f.data)
+        Finding(
+            f.check,
+            Verdict.RETEST,
+            f"{f.message} (not judged: {why})",
+            f.data,
+            f.message_id,
+            {**f.params, "not_judged": why},
+        )
         if f.check in _OUTCOME_CHECKS and f.verdict == Verdict.FAIL
         else f
         for f in ev.findings
     ]
+
+
+def _class_as_expected(item: Scenario, cls: RecoveryClass, why: str) -> Finding:
+    """``expectation.recovery-class``: the class against the plan's expected one."""
+    name, want = "expectation.recovery-class", item.expected.recovery
+    params = {"cls": cls.value, "expected": want.value}
+    if cls == RecoveryClass.NOT_DETERMINED:
+        return Finding(
+            name,
+            Verdict.RETEST,
+            f"recovery class {why}",
+            message_id=f"{name}.not-determined",
+            params={**params, "why": why},
+        )
+    if cls == want:
+        return Finding(
+            name,
+            Verdict.PASS,
+            f"recovery class {cls.value}, as expected",
+            message_id=f"{name}.as-expected",
+            params=params,
+        )
+    if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
+        return Finding(
+            name,
+            Verdict.FAIL,
+            f"recovery class {cls.value}, worse than the expected {want.value}: {why}",
+            message_id=f"{name}.worse",
+            params={**params, "why": why},
+        )
+    return Finding(
+        name,
+        Verdict.RETEST,
+        f"recovery class {cls.value}, better than the expected {want.value}: "
+        "explain or correct the plan's expectation",
+        message_id=f"{name}.better",
+        params=params,
+    )
 
 
 def evaluate_item(
@@ -271,15 +537,9 @@ def evaluate_item(
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
     evidence = run_checks(ctx)
     item_id = "baseline" if item is None else item.id
-    if tl.torn_lines:
-        evidence["expectation"].findings.append(
-            Finding(
-                "timeline.integrity",
-                Verdict.PASS,
-                f"{tl.torn_lines} torn or unreadable event line(s) "
-                "skipped (a process was killed mid-write)",
-            )
-        )
+    failed = tl.first("harness", "job_failed")
+    no_probe = _no_probe_events(tl, evidence, failed is not None)
+    _integrity(tl, evidence, reference if kind != "baseline" else None)
     if kind != "baseline" and baseline_verdict is not None and baseline_verdict != Verdict.PASS:
         evidence["expectation"].findings.append(
             Finding(
@@ -287,6 +547,8 @@ def evaluate_item(
                 Verdict.RETEST,
                 f"the baseline itself did not pass its checks ({baseline_verdict.value}); "
                 "comparisons with it prove nothing",
+                message_id="expectation.baseline.not-passed",
+                params={"verdict": baseline_verdict.value},
             )
         )
     states = [e.get("state") for e in tl.of("platform", "job_state")]
@@ -294,31 +556,14 @@ def evaluate_item(
     actions = [e.fields for e in tl.of("harness", "operator_action")]
     confirm = bool(getattr(getattr(item, "recovery", None), "confirm", False))
     aborted = stop_condition_fired(tl)
-    cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted)
+    undetermined = _undetermined(tl, evidence, item, reference)
+    if no_probe is not None:
+        undetermined = no_probe
+    cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted, undetermined)
     if isinstance(item, Scenario):
-        want = item.expected.recovery
-        if cls == want:
-            f = Finding(
-                "expectation.recovery-class",
-                Verdict.PASS,
-                f"recovery class {cls.value}, as expected",
-            )
-        elif _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
-            f = Finding(
-                "expectation.recovery-class",
-                Verdict.FAIL,
-                f"recovery class {cls.value}, worse than the expected {want.value}: {why}",
-            )
-        else:
-            f = Finding(
-                "expectation.recovery-class",
-                Verdict.RETEST,
-                f"recovery class {cls.value}, better than the expected {want.value}: "
-                "explain or correct the plan's expectation",
-            )
-        evidence["expectation"].findings.append(f)
-    _aborted_is_retest(tl, evidence)
-    return ItemResult(
+        evidence["expectation"].findings.append(_class_as_expected(item, cls, why))
+    _aborted_is_retest(tl, evidence, item)
+    result = ItemResult(
         id=item_id,
         kind=kind,
         round=plan.round_of(item_id) if kind == "scenario" else 0,
@@ -335,7 +580,32 @@ def evaluate_item(
         inventory=inventory_summary(tl),
         disruption=describe_disruption(tl, gloo_s=plan.resources.timeouts.gloo_s),
         aborted=aborted,
+        **_what_a_buyer_signs(ctx, evidence),
+        failure=dict(failed.fields) if failed is not None else None,
+        no_probe_events=no_probe is not None,
+        log_evidence=None if plan.logs is None else log_evidence(plan.logs, tl, evidence),
     )
+    if result.verdict != Verdict.PASS:
+        result.layer = failing_layer(tl, evidence, item)
+    return result
+
+
+def _what_a_buyer_signs(ctx: CheckContext, evidence: dict[str, EvidenceResult]) -> dict[str, Any]:
+    """The conclusion level, dependencies, trend after recovery and placement of one item
+    (the failing layer needs its final verdict: :func:`evaluate_item` adds it)."""
+    tl, plan = ctx.timeline, ctx.plan
+    return {
+        "conclusion": conclude(tl, evidence),
+        "dependencies": recovery_dependencies(tl, plan, ctx.item),
+        "trend": trend_after_recovery(
+            tl,
+            ctx.reference,
+            plan.tolerance,
+            window_steps=plan.observation.post_steps,
+            bitwise=comparison_mode(ctx)[0] == "bitwise",
+        ),
+        "scheduling": scheduling_result(tl),
+    }
 
 
 @dataclass
@@ -346,6 +616,8 @@ class RunResult:
     reference: Reference | None
     items: list[ItemResult]
     skipped: list[dict[str, str]]
+    #: ``--no-controls`` was said: a run without any control may still be OK.
+    controls_waived: bool = False
 
     @property
     def scenarios(self) -> list[ItemResult]:
@@ -358,9 +630,12 @@ class RunResult:
     @property
     def ok(self) -> bool:
         """Something was drilled, every scenario passed, every control was caught (with its
-        fault applied and no stop condition), nothing skipped, baseline passed."""
+        fault applied and no stop condition), nothing skipped, baseline passed; and at
+        least one control ran, unless ``--no-controls`` waived them: without one, nothing
+        showed that the checks can fail on this workload."""
         return (
             bool(self.scenarios or self.controls)
+            and (bool(self.controls) or self.controls_waived)
             and self.baseline is not None
             and self.baseline.verdict == Verdict.PASS
             and all(s.verdict == Verdict.PASS for s in self.scenarios)
@@ -368,37 +643,58 @@ class RunResult:
             and not self.skipped
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_report(self) -> Report:
+        """The run as report.json's typed content (:class:`~faultdrill.report.model.Report`)."""
         base = self.baseline
         ref = self.reference
         dossier_path = self.run_dir / "baseline" / "dossier.json"
         dossier = json.loads(dossier_path.read_text()) if dossier_path.exists() else None
-        return {
-            "faultdrill_version": __version__,
-            "task_id": self.plan.task.id,
-            "plan_digest": self.plan.digest(),
-            "plan": self.plan.model_dump(mode="json"),
-            "baseline": {
-                "run_id": "baseline",
-                "steps": ref.last_step if ref else None,
-                "final_model_digest": ref.final_digest if ref else None,
-                "world_size": ref.world_size if ref else None,
-                "verdict": base.verdict.value if base else "retest",
-                "evidence": {k: v.to_json() for k, v in base.evidence.items()} if base else None,
-                "dossier": dossier,
-            },
-            "scenarios": [i.to_json() for i in self.items],
-            "skipped": self.skipped,
-            "summary": {
-                "scenarios": len(self.scenarios),
-                "passed": sum(s.verdict == Verdict.PASS for s in self.scenarios),
-                "failed": sum(s.verdict == Verdict.FAIL for s in self.scenarios),
-                "retest": sum(s.verdict == Verdict.RETEST for s in self.scenarios),
-                "controls": len(self.controls),
-                "controls_caught": sum(bool(c.caught) for c in self.controls),
-                "ok": self.ok,
-            },
-        }
+        return Report(
+            faultdrill_version=__version__,
+            task_id=self.plan.task.id,
+            plan_digest=self.plan.digest(),
+            plan=RecordedPlan.model_validate(self.plan.model_dump(mode="json")),
+            baseline=Baseline(
+                run_id="baseline",
+                steps=ref.last_step if ref else None,
+                final_model_digest=ref.final_digest if ref else None,
+                world_size=ref.world_size if ref else None,
+                verdict=base.verdict.value if base else "retest",
+                evidence=_evidence_set(base.evidence, with_expectation=True) if base else None,
+                dossier=Dossier.model_validate(_plain(dossier)) if dossier is not None else None,
+                failure=Failure.model_validate(_plain(base.failure))
+                if base is not None and base.failure
+                else None,
+                no_probe_events=base.no_probe_events if base is not None else False,
+                log_evidence=_plain(base.log_evidence)
+                if base is not None and base.log_evidence
+                else None,
+            ),
+            scenarios=[i.to_item() for i in self.items],
+            recovery_dependencies=_plain(
+                dependency_totals(self.plan, [(s.id, s.dependencies) for s in self.scenarios])
+            ),
+            skipped=[Skipped.model_validate(s) for s in self.skipped],
+            summary=Summary(
+                scenarios=len(self.scenarios),
+                passed=sum(s.verdict == Verdict.PASS for s in self.scenarios),
+                failed=sum(s.verdict == Verdict.FAIL for s in self.scenarios),
+                retest=sum(s.verdict == Verdict.RETEST for s in self.scenarios),
+                controls=len(self.controls),
+                controls_caught=sum(bool(c.caught) for c in self.controls),
+                controls_waived=self.controls_waived,
+                controls_note=None
+                if self.controls
+                else "no negative control ran: the checks were not shown to catch a defect "
+                "in this workload"
+                + (" (waived with --no-controls)" if self.controls_waived else ""),
+                ok=self.ok,
+            ),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """:meth:`to_report` as report.json data."""
+        return self.to_report().to_json()
 
 
 def load_run_plan(run_dir: Path) -> Plan:
@@ -407,7 +703,7 @@ def load_run_plan(run_dir: Path) -> Plan:
         raise RunDirError(f"{run_dir}: not a faultdrill run directory (no plan.json)")
     try:
         raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+    except (OSError, ValueError, RecursionError) as exc:  # not JSON, not UTF-8, too deep
         raise RunDirError(
             f"{path}: the run's copy of its plan is unreadable ({exc}); restore it from the "
             "run's bundle, or re-run the drill"
@@ -437,15 +733,43 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
                 items.append(evaluate_item(plan, kind, it, work, reference, bverdict))
             else:
                 skipped.append({"id": it.id, "kind": kind, "reason": notes.get(it.id, "not run")})
-    return RunResult(plan, run_dir, baseline, reference, items, skipped)
+    waived = _controls_waived(run_dir)
+    return RunResult(plan, run_dir, baseline, reference, items, skipped, waived)
 
 
 def _selection(run_dir: Path) -> set[str] | None:
     """Ids the run set out to drill (None: the whole plan)."""
+    raw = _run_json(run_dir / "selection.json")
+    if raw is None:
+        return None
+    ids = raw.get("selected") if isinstance(raw, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise RunDirError(f"{run_dir / 'selection.json'}: no list of ids under 'selected'")
+    return set(ids)
+
+
+def _controls_waived(run_dir: Path) -> bool:
+    """Whether the run was told ``--no-controls`` (recorded in ``selection.json``)."""
     path = run_dir / "selection.json"
-    return set(json.loads(path.read_text())["selected"]) if path.exists() else None
+    return bool(path.exists() and json.loads(path.read_text()).get("no_controls"))
 
 
 def _skip_notes(run_dir: Path) -> dict[str, str]:
-    path = run_dir / "skipped.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    raw = _run_json(run_dir / "skipped.json")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RunDirError(f"{run_dir / 'skipped.json'}: not a mapping of id -> reason")
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def _run_json(path: Path) -> Any:
+    """A small JSON file of a run directory (None when absent); RunDirError if unreadable."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RunDirError(
+            f"{path}: unreadable ({type(exc).__name__}); restore it from the run's bundle"
+        ) from exc

@@ -2,8 +2,9 @@
 and traffic before, during and after the fault window, and the injected rules' counters.
 
 :func:`network_summary` reads the ``net`` events that the network track
-(:mod:`faultdrill.platforms.local.netsampler`) recorded; :func:`network_lines` writes the
-report.md lines of an item's ``placement`` and ``network`` sections.
+(:mod:`faultdrill.platforms.local.netsampler`) recorded, for an item's ``network`` section
+of report.json (:class:`~faultdrill.report.model.NetworkTrack`);
+:func:`faultdrill.report.details.network_lines` writes it into report.md.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from faultdrill.timeline import Timeline
 
-__all__ = ["network_lines", "network_summary"]
+__all__ = ["network_summary"]
 
 
 def _median(values: list[float]) -> float | None:
@@ -114,72 +115,3 @@ def network_summary(tl: Timeline) -> dict[str, Any] | None:
         "samples": len(samples),
         "gaps": len(tl.of("net", "net_track_gap")),
     }
-
-
-def _ms(v: Any) -> str:
-    return "n/a" if v is None else f"{v:.2f}"
-
-
-def network_lines(item: dict[str, Any]) -> list[str]:
-    """report.md lines for one item's ``placement`` and ``network`` sections (report.json)."""
-    lines: list[str] = []
-    where = item.get("placement")
-    if where and (where.get("lost") or where.get("spares_placed") or where.get("spares_rejected")):
-        resumed = where.get("resumed_on")
-        parts = [
-            f"ran on {', '.join(where.get('before') or []) or '?'} "
-            f"(world size {where.get('world_size_before')})",
-            "resumed on "
-            + (
-                f"{', '.join(resumed)} (world size {where.get('world_size_after')})"
-                if resumed
-                else "no node: the job did not resume"
-            ),
-        ]
-        for lost in where.get("lost") or []:
-            parts.append(f"{lost['node']} lost at +{lost['at_s']:.2f} s ({lost['reason']})")
-        for sp in where.get("spares_placed") or []:
-            parts.append(f"spare {sp['node']} placed for {sp['replaces']} at +{sp['at_s']:.2f} s")
-        for sp in where.get("spares_rejected") or []:
-            parts.append(
-                f"spare {sp['node']} REJECTED, environment preparation: "
-                f"{sp['precondition']}: {sp['detail']}"
-            )
-        for detail in where.get("no_spare") or []:
-            parts.append(f"no spare: {detail}")
-        lines += [f"**Placement**: {'; '.join(parts)}.", ""]
-    net = item.get("network")
-    if net:
-        w = net.get("window") or {}
-        span = f"{w['seconds']:.1f} s, " if w.get("seconds") is not None else ""
-        lines += [
-            f"**Network track** ({net.get('hz')} Hz per node; {net.get('probe')}; fault window "
-            f"{span}from {w.get('from') or 'start'} to {w.get('to')}):",
-            "",
-            "| node | RTT before ms | RTT during ms | RTT after ms | probes lost during | "
-            "bytes during | packets during | interface drops during |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for n in net.get("nodes") or []:
-            lines.append(
-                f"| {n['node']} | {_ms(n.get('rtt_before_ms'))} | {_ms(n.get('rtt_during_ms'))} "
-                f"| {_ms(n.get('rtt_after_ms'))} | {n.get('lost_during')} | "
-                f"{n.get('bytes_during', 'n/a')} | {n.get('packets_during', 'n/a')} | "
-                f"{n.get('drop_during', 'n/a')} |"
-            )
-        rules = net.get("rules") or []
-        if rules:
-            lines.append("")
-            lines.append(
-                "Injected rules (final counters): "
-                + "; ".join(
-                    f"`{r.get('rule')}` {r.get('rule_kind')} {r.get('chain') or r.get('dev')} on "
-                    f"{r.get('node')}: {r.get('packets')} packets"
-                    + (f", {r['dropped']} dropped" if r.get("dropped") is not None else "")
-                    for r in rules
-                )
-            )
-        if net.get("gaps"):
-            lines.append(f"\n{net['gaps']} gap(s) in the network track.")
-        lines.append("")
-    return lines

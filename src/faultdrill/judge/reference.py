@@ -15,19 +15,33 @@ tenth of that. From the baseline's committed steps it keeps:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from faultdrill.events import Event
 from faultdrill.intervals import merge
-from faultdrill.timeline import StepTable, Timeline
+from faultdrill.timeline import Segment, StepTable, Timeline
 
-__all__ = ["LossLookup", "Reference", "StepCovers", "mean_loss_by_step", "mean_loss_per_step"]
+__all__ = [
+    "EvalKey",
+    "LossLookup",
+    "Reference",
+    "StepCovers",
+    "committed_evaluations",
+    "evaluation_values",
+    "mean_loss_by_step",
+    "mean_loss_per_step",
+]
+
+#: One evaluated number: (step, split, rank, metric name).
+EvalKey = tuple[int, str, int, str]
 
 
 @dataclass
 class Reference:
-    """Committed steps of the baseline: per (rank, step) loss, samples, final digest."""
+    """Committed steps of the baseline: per (rank, step) loss, samples, final digest, and
+    the held-out evaluations of its committed progress."""
 
     run_id: str
     rows: int  # the baseline's committed step events
@@ -41,6 +55,12 @@ class Reference:
     covers: StepCovers
     mean_steps: np.ndarray  # distinct steps that reported a loss ...
     mean_loss: np.ndarray  # ... and the mean over ranks at each
+    evaluations: dict[EvalKey, float] = field(default_factory=dict)
+    #: Names of the artefacts the baseline's final generation exported (probe.artifact).
+    artifacts: frozenset[str] = frozenset()
+    #: The baseline's events files that held lines that are not valid events: what is
+    #: compared with this reference proves nothing (``Timeline.bad_lines``).
+    damaged: tuple[str, ...] = ()
 
     @classmethod
     def from_timeline(cls, tl: Timeline, run_id: str = "baseline") -> Reference:
@@ -50,12 +70,19 @@ class Reference:
             rows = tl.rows_in(chain)
             # A fault-free baseline commits every row: no copy of its table.
             st = tl.steps if rows.all() else tl.steps.take(rows)
-        return cls.from_steps(st, tl, run_id)
+        return cls.from_steps(st, tl, run_id, chain)
 
     @classmethod
-    def from_steps(cls, st: StepTable, tl: Timeline, run_id: str = "baseline") -> Reference:
+    def from_steps(
+        cls,
+        st: StepTable,
+        tl: Timeline,
+        run_id: str = "baseline",
+        chain: list[Segment] | None = None,
+    ) -> Reference:
         """From the baseline's committed step rows ``st`` and its timeline (for the final
-        incarnation's digest, world size and config)."""
+        incarnation's digest, world size, config, evaluations and artefacts). ``chain``:
+        the timeline's committed chain, if already derived."""
         final = tl.final_incarnation()
         digests = {str(e.get("model_digest")) for e in final.ends} if final else set()
         digests.discard("")
@@ -78,6 +105,13 @@ class Reference:
             covers=covers,
             mean_steps=mean_steps,
             mean_loss=mean_loss,
+            evaluations=dict(evaluation_values(committed_evaluations(tl, chain))),
+            artifacts=frozenset(
+                str(e.get("name") or e.get("path"))
+                for e in tl.of("probe", "artifact")
+                if final is not None and int(e.get("pid", -1)) in final.members
+            ),
+            damaged=tuple(sorted(tl.bad_lines)),
         )
 
     def step_loss(self) -> tuple[np.ndarray, np.ndarray]:
@@ -260,3 +294,42 @@ def mean_loss_by_step(step: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, n
     sums = np.bincount(inv, weights=loss)
     counts = np.bincount(inv)
     return steps, sums / counts
+
+
+def committed_evaluations(tl: Timeline, chain: list[Segment] | None = None) -> list[Event]:
+    """The ``evaluation`` events of the committed progress: from an incarnation of the
+    committed chain, at a step of its segment (or the step it resumed from: the model as
+    loaded, which the chain vouches for). Evaluations of recomputed steps are left out.
+    ``chain``: the timeline's committed chain, if already derived."""
+    if chain is None:
+        chain, _notes = tl.committed_chain()
+    segments = {seg.inc: seg for seg in chain}
+    pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
+    out = []
+    for e in tl.of("probe", "evaluation"):
+        seg = segments.get(pid_inc.get(int(e.get("pid", -1)), -1))
+        if seg is not None and seg.first - 1 <= int(e.get("step", -1)) <= seg.last:
+            out.append(e)
+    return out
+
+
+def evaluation_values(events: list[Event]) -> list[tuple[EvalKey, float]]:
+    """Every number of the given ``evaluation`` events, keyed by (step, split, rank, metric);
+    a value that is not a number (``null``) becomes NaN."""
+    out = []
+    for e in events:
+        metrics = e.get("metrics") or {}
+        if not isinstance(metrics, dict):
+            continue
+        for name, value in metrics.items():
+            key = (
+                int(e.get("step", -1)),
+                str(e.get("split", "")),
+                int(e.get("rank", 0)),
+                str(name),
+            )
+            try:
+                out.append((key, float(value)))
+            except (TypeError, ValueError):
+                out.append((key, float("nan")))
+    return out

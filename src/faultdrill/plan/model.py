@@ -1,7 +1,8 @@
 """The plan: frozen, typed data, validated once when it is loaded.
 
 A plan freezes the baseline first (task, data, resources, checkpoint policy, seeds,
-responsibilities, observation window, stop conditions; :mod:`faultdrill.plan.sections`),
+responsibilities and ownership, observation window, stop conditions;
+:mod:`faultdrill.plan.sections`),
 then lists scenarios in rounds, each with exactly one fault, a trigger, an expected state
 and pass criteria, and the negative controls. The cross-field checks (unique ids, a
 platform that can do every fault, controls that name an evidence check, the reference
@@ -18,6 +19,9 @@ from pydantic import Field, field_validator, model_validator
 
 from faultdrill import faults as _faults  # noqa: F401  (registers every fault kind)
 from faultdrill.faults.api import FAULTS, FaultSpec
+from faultdrill.faults.harness import expand_controls
+from faultdrill.frozen import FieldProblems, shown
+from faultdrill.joblogs.spec import LogPatterns
 from faultdrill.plan.sections import (
     REFERENCE_WORKLOAD,
     CheckpointPolicy,
@@ -25,6 +29,7 @@ from faultdrill.plan.sections import (
     Expected,
     Frozen,
     Observation,
+    Ownership,
     PassCriteria,
     Recovery,
     Resources,
@@ -132,13 +137,28 @@ class Plan(Frozen):
     data: Data
     resources: Resources = Resources()
     checkpoint: CheckpointPolicy = CheckpointPolicy()
-    seeds: dict[str, int] = Field(default_factory=lambda: {"global": 0})
+    seeds: dict[str, Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(
+        default_factory=lambda: {"global": 0}
+    )
     observation: Observation = Observation()
     responsibility: Responsibility
+    ownership: Ownership = Ownership()
     stop: StopConditions = StopConditions()
     tolerance: Tolerance = Tolerance()
+    logs: LogPatterns | None = Field(
+        None,
+        description="a job that cannot be changed: read its progress from its own log lines "
+        "(faultdrill.joblogs; docs/integrations.md)",
+    )
     rounds: tuple[Round, ...] = ()
     controls: tuple[Control, ...] = ()
+
+    @field_validator("controls", mode="before")
+    @classmethod
+    def _harness_shorthand(cls, raw: Any) -> Any:
+        """``controls`` as a mapping asks for the harness-side controls in one line
+        (:class:`faultdrill.faults.harness.HarnessControls`); it becomes the list form."""
+        return expand_controls(raw) if isinstance(raw, dict) else raw
 
     @field_validator("rounds")
     @classmethod
@@ -150,65 +170,141 @@ class Plan(Frozen):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Plan:
-        from faultdrill.checks import CHECKS
+        """Every cross-field problem of the plan at once, each at its field path."""
         from faultdrill.platforms import PLATFORMS
 
-        ids = [s.id for s in self.scenarios()] + [c.id for c in self.controls]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"scenario/control ids must be unique; repeated: {', '.join(dupes)}")
+        problems: list[tuple[str, str]] = []
+        paths = self._item_paths()
+        seen: dict[str, str] = {}
+        for item in self.items():
+            if item.id in seen:
+                problems.append(
+                    (
+                        f"{paths[id(item)]}.id",
+                        f"scenario/control ids must be unique; repeated: {item.id} (first at "
+                        f"{seen[item.id]})",
+                    )
+                )
+            seen.setdefault(item.id, paths[id(item)])
         platform = PLATFORMS.get(self.resources.platform)
         if platform is None:
-            raise ValueError(
-                f"resources.platform {self.resources.platform!r} is unknown; "
-                f"use one of: {', '.join(sorted(PLATFORMS))}"
+            problems.append(
+                (
+                    "resources.platform",
+                    f"resources.platform {shown(self.resources.platform)} is unknown; "
+                    f"use one of: {', '.join(sorted(PLATFORMS))}",
+                )
             )
+        else:
+            problems += self._fault_problems(platform, paths)
+        problems += self._control_problems(paths)
+        problems += self._check_reference_workload()
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+    def _item_paths(self) -> dict[int, str]:
+        """Each item (by identity) -> its field path in the plan."""
+        paths = {
+            id(sc): f"rounds[{r}].scenarios[{i}]"
+            for r, rnd in enumerate(self.rounds)
+            for i, sc in enumerate(rnd.scenarios)
+        }
+        paths.update({id(c): f"controls[{i}]" for i, c in enumerate(self.controls)})
+        return paths
+
+    def _fault_problems(self, platform: Any, paths: dict[int, str]) -> list[tuple[str, str]]:
+        """Faults the platform cannot do with this layout, or that do not fit the plan."""
+        problems = []
+        can = platform.abilities_for(self.resources)  # once: a plan may hold thousands
         for item in self.items():
             fault_cls = FAULTS[item.fault.kind]
-            missing = fault_cls.requires_for(item.fault) - platform.abilities_for(self.resources)
+            missing = fault_cls.requires_for(item.fault) - can
             if missing:
-                raise ValueError(
-                    f"{item.id}: fault {item.fault.kind!r} needs {', '.join(sorted(missing))}, "
-                    f"which platform {platform.name!r} with isolation "
-                    f"{self.resources.isolation!r} cannot do"
+                problems.append(
+                    (f"{paths[id(item)]}.fault.kind", self._cannot(item, platform, missing))
                 )
             problem = fault_cls.validate_against(item.fault, self)
             if problem:
-                raise ValueError(f"{item.id}: {problem}")
+                problems.append((f"{paths[id(item)]}.fault", f"{item.id}: {problem}"))
+        return problems
+
+    def _control_problems(self, paths: dict[int, str]) -> list[tuple[str, str]]:
+        from faultdrill.checks import CHECKS
+
+        problems = []
         evidence = sorted(n for n, reg in CHECKS.items() if reg.category != "expectation")
         for c in self.controls:
+            where = f"{paths[id(c)]}.expected_check"
             if c.expected_check not in CHECKS:
-                raise ValueError(
-                    f"controls[{c.id}].expected_check {c.expected_check!r} is not a check; "
-                    f"use one of: {', '.join(evidence)}"
+                problems.append(
+                    (
+                        where,
+                        f"controls[{c.id}].expected_check {shown(c.expected_check)} is not a "
+                        f"check; use one of: {', '.join(evidence)}",
+                    )
                 )
-            if CHECKS[c.expected_check].category == "expectation":
+            elif CHECKS[c.expected_check].category == "expectation":
                 # expectation checks judge whether the drill ran as planned; a known-bad
                 # workload cannot make them fail, so the control could never be caught
-                raise ValueError(
-                    f"controls[{c.id}].expected_check {c.expected_check!r} is an expectation "
-                    "check, which a known-bad workload cannot fail; name a progress, "
-                    f"resources or results check: {', '.join(evidence)}"
+                problems.append(
+                    (
+                        where,
+                        f"controls[{c.id}].expected_check {c.expected_check!r} is an expectation "
+                        "check, which a known-bad workload cannot fail; name a progress, "
+                        f"resources or results check: {', '.join(evidence)}",
+                    )
                 )
-        self._check_reference_workload()
-        return self
+        if self.logs is not None and self.resources.procs_per_node > 1 and not self.logs.says_rank:
+            problems.append(
+                (
+                    "logs",
+                    f"logs: with procs_per_node {self.resources.procs_per_node} a line must say "
+                    "which rank wrote it: add logs.rank (e.g. '^\\[rank(?P<rank>\\d+)\\]') or "
+                    "a rank group to the patterns",
+                )
+            )
+        return problems
 
-    def _check_reference_workload(self) -> None:
+    def _cannot(self, item: Scenario | Control, platform: Any, missing: Any) -> str:
+        """Why ``platform`` cannot do the fault of ``item``: the abilities it lacks and
+        what would make each possible (``Platform.why_not``)."""
+        what = "control" if isinstance(item, Control) else "scenario"
+        names = sorted(str(a) for a in missing)
+        fixes = dict.fromkeys(platform.why_not(a, self.resources) for a in sorted(missing, key=str))
+        return (
+            f"{what} {item.id}: fault {item.fault.kind!r} needs "
+            f"{'ability' if len(names) == 1 else 'abilities'} {', '.join(names)}, "
+            f"which platform {platform.name!r} with isolation "
+            f"{self.resources.isolation!r} cannot do; {'; '.join(fixes)}"
+        )
+
+    def _check_reference_workload(self) -> list[tuple[str, str]]:
         """The reference workload's config, as each item will run it, is valid."""
         if self.task.entrypoint.module != REFERENCE_WORKLOAD:
-            return
+            return []
         from faultdrill.workloads.lm_config import ConfigError, config_from_dict
 
-        checks: list[tuple[str, Control | None]] = [("task.workload", None)]
-        checks += [(f"controls[{c.id}].workload", c) for c in self.controls]
-        for where, item in checks:
+        checks: list[tuple[str, str, Control | None]] = [("task.workload", "task.workload", None)]
+        checks += [
+            (f"controls[{i}].workload", f"controls[{c.id}].workload", c)
+            for i, c in enumerate(self.controls)
+        ]
+        problems = []
+        for path, where, item in checks:
             try:
                 config_from_dict(self.workload_config(item, "<ckpt_dir>"), source=where)
             except ConfigError as exc:
-                raise ValueError(
-                    f"{exc}; the fields are those of the reference workload's LMConfig "
-                    "(faultdrill.workloads.lm_config)"
-                ) from exc
+                problems.append(
+                    (
+                        path,
+                        f"{exc}; the fields are those of the reference workload's LMConfig "
+                        "(faultdrill.workloads.lm_config)",
+                    )
+                )
+                if item is None:
+                    break  # each control's config builds on it: they would repeat its problem
+        return problems
 
     def workload_config(self, item: Scenario | Control | None, ckpt_dir: str) -> dict[str, Any]:
         """The workload config an item runs with (``{workload_config}``): ``task.workload``,
@@ -246,5 +342,8 @@ class Plan(Frozen):
         return StopConditions(**merged)
 
     def digest(self) -> str:
-        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        raw = self.model_dump(mode="json")
+        if raw.get("logs") is None:
+            raw.pop("logs", None)  # plans without it keep the digest they had before it existed
+        canon = json.dumps(raw, sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()

@@ -1,28 +1,25 @@
 """The plan's baseline sections: frozen, typed data, each validated on its own.
 
 The baseline is frozen first (task, data, resources, checkpoint policy, observation
-window, responsibilities, stop conditions, tolerance), and every scenario carries a
-trigger, an expected state, pass criteria and a recovery procedure; these are the models
-for all of them. The plan that puts them together is :mod:`faultdrill.plan.model`.
+window, responsibilities and ownership, stop conditions, tolerance), and every scenario
+carries a trigger, an expected state, pass criteria and a recovery procedure; these are the
+models for all of them. The plan that puts them together is :mod:`faultdrill.plan.model`.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path, PurePosixPath
+from string import Formatter
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from faultdrill.frozen import FieldProblems, Frozen, shown
 
 __all__ = [
     "ARG_PLACEHOLDERS",
+    "OWNERS",
     "REFERENCE_WORKLOAD",
     "CheckpointPolicy",
     "Data",
@@ -30,6 +27,8 @@ __all__ = [
     "Expected",
     "Frozen",
     "Observation",
+    "Owner",
+    "Ownership",
     "PassCriteria",
     "Recovery",
     "RecoveryClass",
@@ -49,18 +48,22 @@ REFERENCE_WORKLOAD = "faultdrill.workloads.lm"
 #: The placeholders ``task.entrypoint.args`` may use; the engine fills them in per item.
 ARG_PLACEHOLDERS = ("run_dir", "ckpt_dir", "events_dir", "workload_config")
 
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+#: Upper bounds of the plan's numbers (every number has one: :mod:`faultdrill.frozen`).
+MAX_STEP = 10**9
+DAY_S = 86_400
+WEEK_S = 7 * DAY_S
 
 
 class RecoveryClass(str, Enum):
-    """How a job came back after a fault, from best to worst."""
+    """How a job came back after a fault, from best to worst; then ``not-determined``: the
+    drill cannot tell (the fault was never applied, the events are damaged). A judgement
+    only: a plan cannot expect it."""
 
     AUTOMATIC = "automatic"
     MANUAL_CONFIRMATION = "manual-confirmation"
     MANUAL_RESTART = "manual-restart"
     UNRECOVERABLE = "unrecoverable"
+    NOT_DETERMINED = "not-determined"
 
 
 class Entrypoint(Frozen):
@@ -88,30 +91,51 @@ class Entrypoint(Frozen):
         base = (info.context or {}).get("plan_dir")
         if value is None or base is None:
             return value  # not loaded from a file (a recorded run's copy): nothing to resolve
+        if len(value) > 4096:  # PATH_MAX: no file has such a name
+            raise ValueError(f"script path {shown(value)} is longer than 4096 characters")
         path = Path(value).expanduser()
         if not path.is_absolute():
             path = Path(base) / path
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except (OSError, ValueError):  # a name too long, a NUL byte: no such file either
+            found = False
+        if not found:
             raise ValueError(
-                f"script {value!r} not found (looked for {path}); give a path relative to "
-                f"the plan file's directory ({base}) or an absolute one"
+                f"script {shown(value)} not found (looked for {path}); give a path relative "
+                f"to the plan file's directory ({base}) or an absolute one"
             )
         return str(path.resolve())
 
     @field_validator("args")
     @classmethod
     def _known_placeholders(cls, args: tuple[str, ...]) -> tuple[str, ...]:
-        fill = dict.fromkeys(ARG_PLACEHOLDERS, "x")
+        """Each placeholder is one of :data:`ARG_PLACEHOLDERS`, bare: no conversion, format
+        spec, attribute or index (``{run_dir:999999999}`` would ask for gigabytes)."""
         for i, arg in enumerate(args):
-            try:
-                arg.format(**fill)
-            except (KeyError, IndexError, ValueError, AttributeError) as exc:
+            problem = _placeholder_problem(arg)
+            if problem:
                 raise ValueError(
-                    f"args[{i}] {arg!r} has an unknown or malformed placeholder ({exc}); use "
-                    f"{', '.join('{' + k + '}' for k in ARG_PLACEHOLDERS)}, and '{{{{' / "
-                    "'}}}}' for a literal brace"
-                ) from exc
+                    f"args[{i}] {shown(arg)} has an unknown or malformed placeholder "
+                    f"({problem}); use {', '.join('{' + k + '}' for k in ARG_PLACEHOLDERS)}, "
+                    "and '{{' / '}}' for a literal brace"
+                )
         return args
+
+
+def _placeholder_problem(arg: str) -> str | None:
+    try:
+        fields = [
+            (name, spec, conv) for _, name, spec, conv in Formatter().parse(arg) if name is not None
+        ]
+    except ValueError as exc:  # a lone brace
+        return str(exc)
+    for name, spec, conv in fields:
+        if name not in ARG_PLACEHOLDERS:
+            return shown(name)
+        if spec or conv:
+            return f"{{{name}}} takes no conversion or format spec"
+    return None
 
 
 class Task(Frozen):
@@ -131,21 +155,26 @@ class Task(Frozen):
 class Data(Frozen):
     snapshot: str
     digest: str = ""
-    read_position: int = Field(0, ge=0)
-    access: str = ""
+    read_position: int = Field(0, ge=0, le=2**53)
+    access: str = Field("", description="the identity the job reads the data with, as agreed")
+    path: str = Field(
+        "",
+        description="a file or directory holding the data snapshot; its content digest is "
+        "taken before and after the drill (the data dossier's change record); '' for none",
+    )
 
 
 class Timeouts(Frozen):
     """Timeouts that decide detection time; recorded in the resource dossier."""
 
-    rdzv_join_s: int = Field(30, ge=1)
-    rdzv_last_call_s: int = Field(1, ge=1)
-    rdzv_close_s: int = Field(5, ge=1)
-    keep_alive_interval_s: int = Field(1, ge=1)
-    keep_alive_max_attempt: int = Field(3, ge=1)
-    rdzv_read_s: int = Field(10, ge=1)
-    gloo_s: int = Field(30, ge=1)
-    monitor_interval_s: float = Field(0.1, gt=0)
+    rdzv_join_s: int = Field(30, ge=1, le=DAY_S)
+    rdzv_last_call_s: int = Field(1, ge=1, le=DAY_S)
+    rdzv_close_s: int = Field(5, ge=1, le=DAY_S)
+    keep_alive_interval_s: int = Field(1, ge=1, le=DAY_S)
+    keep_alive_max_attempt: int = Field(3, ge=1, le=1000)
+    rdzv_read_s: int = Field(10, ge=1, le=DAY_S)
+    gloo_s: int = Field(30, ge=1, le=DAY_S)
+    monitor_interval_s: float = Field(0.1, ge=0.01, le=60)
 
 
 class Resources(Frozen):
@@ -153,24 +182,32 @@ class Resources(Frozen):
     isolation: Literal["none", "netns"] = "none"
     nodes: int = Field(2, ge=1, le=16)
     procs_per_node: int = Field(1, ge=1, le=8)
-    min_nodes: int | None = Field(None, ge=1, description="elastic minimum; default = nodes")
+    min_nodes: int | None = Field(None, ge=1, le=16, description="elastic minimum; default = nodes")
     spares: int = Field(0, ge=0, le=4)
-    max_restarts: int = Field(3, ge=0)
+    max_restarts: int = Field(3, ge=0, le=1000)
     devices: str = "cpu"
     timeouts: Timeouts = Timeouts()
 
     @model_validator(mode="after")
     def _elastic_range(self) -> Resources:
+        problems = []
         if self.min_nodes is not None and self.min_nodes > self.nodes:
-            raise ValueError(f"min_nodes ({self.min_nodes}) must be <= nodes ({self.nodes})")
+            problems.append(
+                ("min_nodes", f"min_nodes ({self.min_nodes}) must be <= nodes ({self.nodes})")
+            )
         if self.spares and self.platform == "local" and self.isolation == "none":
             # Only the namespace cluster re-places work on a spare; without it a spare
             # would sit idle and a plan that counts on it would prove nothing.
-            raise ValueError(
-                f"spares ({self.spares}) are used only with isolation: netns (the local "
-                "platform without isolation never places work on a spare); set spares: 0 "
-                "or isolation: netns"
+            problems.append(
+                (
+                    "spares",
+                    f"spares ({self.spares}) are used only with isolation: netns (the local "
+                    "platform without isolation never places work on a spare); set spares: 0 "
+                    "or isolation: netns",
+                )
             )
+        if problems:
+            raise FieldProblems(problems)
         return self
 
     @property
@@ -180,8 +217,8 @@ class Resources(Frozen):
 
 class CheckpointPolicy(Frozen):
     dir: str = Field("ckpt", description="relative to the scenario's run directory")
-    every_steps: int = Field(10, ge=1)
-    keep: int = Field(3, ge=1)
+    every_steps: int = Field(10, ge=1, le=MAX_STEP)
+    keep: int = Field(3, ge=1, le=1000)
     latest_file: str = Field(
         "latest", description="file in dir naming the published checkpoint id ('' if none)"
     )
@@ -194,7 +231,7 @@ class CheckpointPolicy(Frozen):
         if value.startswith("/") or ".." in parts or not parts or "\0" in value:
             raise ValueError(
                 f"must be a relative path below the scenario's run directory, without '..' "
-                f"(got {value!r}); use a plain name such as 'ckpt'"
+                f"(got {shown(value)}); use a plain name such as 'ckpt'"
             )
         return value
 
@@ -203,21 +240,40 @@ class CheckpointPolicy(Frozen):
     def _latest_is_a_name(cls, value: str) -> str:
         if value and (value in (".", "..") or "/" in value or "\\" in value or "\0" in value):
             raise ValueError(
-                f"must be a file name inside checkpoint.dir, not a path (got {value!r}); "
+                f"must be a file name inside checkpoint.dir, not a path (got {shown(value)}); "
                 "use e.g. 'latest', or '' for none"
             )
         return value
 
 
 class Observation(Frozen):
-    sample_hz: float = Field(10.0, gt=0, le=50)
+    sample_hz: float = Field(10.0, ge=1, le=50, description="process samples per second")
     net_hz: float = Field(
         4.0, ge=2, le=20, description="network track (isolation netns): samples per second"
     )
-    settle_s: float = Field(1.0, ge=0, description="keep observing this long after the job ends")
+    settle_s: float = Field(
+        1.0, ge=0, le=600, description="keep observing this long after the job ends"
+    )
+    post_s: float = Field(
+        0.0,
+        ge=0,
+        le=600,
+        description="after the settle snapshot, keep sampling processes, ports, the network "
+        "and events this much longer, then snapshot again (a replica that lingers, a port "
+        "still held); 0 (the default) for drills: the wait costs every item that much",
+    )
+    post_steps: int = Field(
+        0,
+        ge=0,
+        le=10_000_000,
+        description="steps after recovery over which the loss and evaluation trend is "
+        "compared with the baseline's where bitwise equality does not apply; 0: every step "
+        "after recovery",
+    )
     child_grace_s: float = Field(
         10.0,
         ge=0,
+        le=3600,
         description="how long a replica's child process (DataLoader worker, helper) may "
         "outlive its replica before it counts as left behind; covers the framework's own "
         "clean-up (DataLoader workers notice a dead parent within 5 s)",
@@ -231,29 +287,65 @@ class Responsibility(Frozen):
     signer: str
 
 
+#: Who can own what a recovery depends on.
+Owner = Literal["platform", "enterprise-operations", "vendor-support"]
+OWNERS: tuple[str, ...] = ("platform", "enterprise-operations", "vendor-support")
+
+
+class Ownership(Frozen):
+    """Who is responsible for each thing a recovery may depend on: the platform's own
+    capability, the enterprise's operations, or the vendor's support. A dependency left out
+    is listed as "to be agreed" wherever a recovery used it."""
+
+    spare_nodes: Owner | None = Field(None, description="reserved or spare nodes to restart on")
+    restart_budget: Owner | None = Field(None, description="automatic restarts (max_restarts)")
+    operator_actions: Owner | None = Field(
+        None, description="a person on call who confirms, resubmits or repairs"
+    )
+    checkpoint_storage: Owner | None = Field(
+        None, description="the storage that holds the checkpoints a restart loads"
+    )
+    environment_preparation: Owner | None = Field(
+        None, description="runtime, data access and routes on a node before it is used"
+    )
+    dedicated_network: Owner | None = Field(
+        None, description="a network reserved for the job (isolated links, its own fabric)"
+    )
+    recovery_runbook: Owner | None = Field(
+        None, description="the recovery scripts, state descriptions and fault diagnosis"
+    )
+
+    def owner_of(self, dependency: str) -> str:
+        """The owner named for ``dependency`` (a field name), or "to be agreed"."""
+        value = getattr(self, dependency, None)
+        return str(value) if value is not None else "to be agreed"
+
+
 class StopConditions(Frozen):
-    max_wall_s: float = Field(240.0, gt=0)
-    max_no_progress_s: float = Field(90.0, gt=0)
+    max_wall_s: float = Field(240.0, gt=0, le=WEEK_S)
+    max_no_progress_s: float = Field(90.0, gt=0, le=DAY_S)
     stop_on_nonfinite_loss: bool = True
 
 
 class StopOverrides(Frozen):
-    max_wall_s: float | None = Field(None, gt=0)
-    max_no_progress_s: float | None = Field(None, gt=0)
+    max_wall_s: float | None = Field(None, gt=0, le=WEEK_S)
+    max_no_progress_s: float | None = Field(None, gt=0, le=DAY_S)
     stop_on_nonfinite_loss: bool | None = None
 
 
 class Tolerance(Frozen):
-    rtol: float = Field(1e-3, ge=0)
-    atol: float = Field(1e-5, ge=0)
+    rtol: float = Field(1e-3, ge=0, le=1)
+    atol: float = Field(1e-5, ge=0, le=1e6)
 
 
 class Trigger(Frozen):
     """When to inject: exactly one of the three."""
 
-    at_step: int | None = Field(None, ge=1)
-    after_checkpoint: int | None = Field(None, ge=1, description="after the K-th checkpoint save")
-    after_s: float | None = Field(None, ge=0, description="seconds after the first step")
+    at_step: int | None = Field(None, ge=1, le=MAX_STEP)
+    after_checkpoint: int | None = Field(
+        None, ge=1, le=MAX_STEP, description="after the K-th checkpoint save"
+    )
+    after_s: float | None = Field(None, ge=0, le=DAY_S, description="seconds after the first step")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Trigger:
@@ -281,10 +373,20 @@ class Expected(Frozen):
     resume: Literal["latest-valid", "previous-valid", "scratch", "no-restart"] = "latest-valid"
     state: str = Field("", description="the expected state in words, for the report")
 
+    @field_validator("recovery")
+    @classmethod
+    def _a_class_to_expect(cls, value: RecoveryClass) -> RecoveryClass:
+        if value == RecoveryClass.NOT_DETERMINED:
+            raise ValueError(
+                "'not-determined' is what a drill says when it cannot tell; expect one of "
+                "automatic, manual-confirmation, manual-restart, unrecoverable"
+            )
+        return value
+
 
 class PassCriteria(Frozen):
     results: Literal["auto", "bitwise", "tolerance"] = "auto"
-    max_recomputed_steps: int | None = Field(None, ge=0)
+    max_recomputed_steps: int | None = Field(None, ge=0, le=MAX_STEP)
 
 
 class Recovery(Frozen):
@@ -293,3 +395,7 @@ class Recovery(Frozen):
     action: Literal["none", "resubmit"] = "none"
     confirm: bool = Field(False, description="a human must confirm before the job may continue")
     runbook: str = ""
+    permission: str = Field(
+        "", description="the permission the operator's action needs (e.g. submit jobs of task X)"
+    )
+    steps: tuple[str, ...] = Field((), description="the operator's steps, in order")

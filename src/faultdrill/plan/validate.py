@@ -9,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from faultdrill.errors import PlanError
 from faultdrill.faults.api import FAULTS
+from faultdrill.frozen import FieldProblems, shown
 from faultdrill.plan.model import Plan
+from faultdrill.plan.source import read_plan_data
 
 __all__ = ["load_plan", "parse_plan", "plan_schema", "plan_without"]
 
@@ -24,19 +25,10 @@ def plan_schema() -> dict[str, Any]:
 
 
 def load_plan(path: str | Path) -> Plan:
-    """Read and validate a YAML (or JSON) plan file. Raises PlanError, never anything else."""
+    """Read and validate a YAML (or JSON) plan file (:mod:`faultdrill.plan.source` bounds
+    what the file may cost). Raises PlanError, never anything else."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PlanError(str(path), [("(file)", f"cannot read: {exc.strerror}")]) from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise PlanError(str(path), [(where, f"not valid YAML: {problem}")]) from exc
+    raw = read_plan_data(path)
     return parse_plan(raw, source=str(path), plan_dir=path.resolve().parent)
 
 
@@ -81,7 +73,9 @@ def parse_plan(raw: Any, *, source: str = "<plan>", plan_dir: Path | None = None
                 )
             )
         ]
-        raise PlanError(source, [_explain(err) for err in errors]) from exc
+        raise PlanError(source, [p for err in errors for p in _explain(err)]) from exc
+    except RecursionError as exc:  # a raw structure deeper than any file may give
+        raise PlanError(source, [("(top level)", "nested too deeply to be a plan")]) from exc
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -91,33 +85,56 @@ def _loc(loc: tuple[Any, ...]) -> str:
             out += f"[{part}]"
         elif part in FAULTS or str(part).startswith(("function-after", "tagged-union")):
             continue  # pydantic's union branch names are noise to a plan author
-        else:
-            out += ("." if out else "") + str(part)
+        else:  # a key as written in the plan: shortened if it is long
+            name = str(part) if len(str(part)) <= 64 else shown(part)
+            out += ("." if out else "") + name
     return out or "(top level)"
 
 
-def _explain(err: Any) -> tuple[str, str]:
-    kind, loc, value = err["type"], _loc(err["loc"]), err.get("input")
+def _explain(err: Any) -> list[tuple[str, str]]:
+    """One pydantic error as (field path, message) lines: a :class:`FieldProblems` gives
+    one line per problem, at its own path below the error's."""
+    kind, loc = err["type"], _loc(err["loc"])
+    cause = err.get("ctx", {}).get("error")
+    if kind == "value_error" and isinstance(cause, FieldProblems):
+        base = "" if loc == "(top level)" else loc
+        return [(_join(base, path), msg) for path, msg in cause.problems]
+    return [_explain_one(err, kind, loc)]
+
+
+def _join(base: str, path: str) -> str:
+    if not base:
+        return path
+    return base + path if path.startswith("[") else f"{base}.{path}"
+
+
+def _explain_one(err: Any, kind: str, loc: str) -> tuple[str, str]:
+    value = err.get("input")
     msg = err["msg"]
     if kind == "extra_forbidden":
-        return loc, f"unknown key {loc.rsplit('.', 1)[-1]!r}; remove it or check its spelling"
+        return loc, f"unknown key {shown(loc.rsplit('.', 1)[-1])}; remove it or check its spelling"
     if kind == "missing":
         return loc, "required field is missing; add it"
     if kind == "union_tag_invalid":
         tag = err.get("ctx", {}).get("tag", value)
         return (
             loc + ".kind",
-            f"{tag!r} is not a known fault kind; use one of: {', '.join(sorted(FAULTS))}",
+            f"{shown(tag)} is not a known fault kind; use one of: {', '.join(sorted(FAULTS))}",
         )
     if kind == "union_tag_not_found":
         return loc, f"a fault needs 'kind'; use one of: {', '.join(sorted(FAULTS))}"
     if kind == "literal_error" and loc.endswith("fault.kind"):
-        return loc, f"{value!r} is not a known fault kind; use one of: {', '.join(sorted(FAULTS))}"
+        return (
+            loc,
+            f"{shown(value)} is not a known fault kind; use one of: {', '.join(sorted(FAULTS))}",
+        )
     if kind in ("literal_error", "enum"):
         expected = err.get("ctx", {}).get("expected", "")
-        return loc, f"{value!r} is not allowed; use {expected}"
+        return loc, f"{shown(value)} is not allowed; use {expected}"
     if kind == "value_error":
         return loc, msg.removeprefix("Value error, ")
+    if kind == "finite_number":
+        return loc, f"must be a finite number; got {shown(value)}"
     if kind.endswith("_type") or kind.endswith("_parsing"):
-        return loc, f"{msg.lower()}; got {value!r} ({type(value).__name__})"
-    return loc, f"{msg} (got {value!r})"
+        return loc, f"{msg.lower()}; got {shown(value)} ({type(value).__name__})"
+    return loc, f"{msg} (got {shown(value)})"

@@ -1,6 +1,14 @@
-"""Platforms behind one seam (``faultdrill.platforms.api``); importing registers them."""
+"""Platforms behind one seam (``faultdrill.platforms.api``); importing registers them, and
+the undo functions their ledger entries need (``faultdrill cleanup`` imports this).
 
-from faultdrill.platforms import local  # noqa: F401
-from faultdrill.platforms.api import PLATFORMS, JobSpec, JobState, Platform, Replica
+``local`` (torchrun agents on this host, :mod:`faultdrill.platforms.local`), ``slurm``,
+``ray`` and ``kubernetes`` (each against a real cluster or an embedded one on the namespace
+cluster), and ``fake`` (runs nothing, records the actions asked of it:
+:mod:`faultdrill.platforms.fake`). Importing them imports none of their client libraries.
+"""
 
-__all__ = ["PLATFORMS", "JobSpec", "JobState", "Platform", "Replica"]
+from faultdrill.platforms import fake, kubernetes, local, slurm  # noqa: F401
+from faultdrill.platforms.api import PLATFORMS, Ability, JobSpec, JobState, Platform, Replica
+from faultdrill.platforms.ray import embedded, platform  # noqa: F401  (neither imports ray)
+
+__all__ = ["PLATFORMS", "Ability", "JobSpec", "JobState", "Platform", "Replica"]

@@ -18,10 +18,24 @@ Job states (``JobState``)::
                    ├──> FAILED
                    └──> STOPPED   (the drill stopped it: stop condition or end of drill)
 
-Optional abilities are named strings a platform declares for a given resource layout
-(``abilities_for``); a fault lists the abilities it needs (``Fault.requires``) and the plan
-validator refuses the combination before any drill starts. The protocols below are the
-methods behind each ability.
+**Actions.** Faults never touch the machine themselves: they ask the platform for an
+*action* (signal a rank's replica, take a node down, cut a link, pause the control plane,
+make the checkpoint storage fail...). An action changes nothing when it is called: it
+returns :class:`Change` objects, each naming its ledger kind, the data its undo needs, the
+command an operator would type, and an ``apply`` callable. The fault records each change in
+the ledger, then applies it (:meth:`faultdrill.faults.api.Fault.apply_change`). The undo of
+every kind is registered with :func:`faultdrill.ledger.undoer` by the platform's own
+modules, so ``faultdrill cleanup`` can replay it after a crash from the recorded data alone.
+
+**Abilities.** What a platform can be asked depends on its resource layout: it declares
+its :class:`Ability` values with ``abilities_for(resources)`` and says what would make a
+missing one possible with ``why_not``; a fault states the abilities it needs, and the plan
+validator refuses a fault the chosen platform cannot do before any drill starts. Each
+group of abilities is one small protocol below (``SignalsRanks``, ``NodeActions``,
+``LinkActions``, ``ControlPlaneActions``, ``StorageActions``, ``ReachesCheckpoints``,
+``NetworkTrack``, ``CopiesReplicas``); a platform implements the groups it declares
+abilities of, and may raise :class:`~faultdrill.errors.FaultError` from an action of the
+group it cannot do.
 """
 
 from __future__ import annotations
@@ -29,11 +43,11 @@ from __future__ import annotations
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from faultdrill.errors import DrillError
 
@@ -43,30 +57,136 @@ if TYPE_CHECKING:
     from faultdrill.plan import Resources
 
 __all__ = [
-    "ABILITY_NETWORK_LINKS",
-    "ABILITY_NETWORK_TRACK",
-    "ABILITY_NODE_CONTROL",
-    "ABILITY_SIGNAL_WORKERS",
     "PLATFORMS",
+    "Ability",
+    "Change",
+    "ControlPlaneActions",
+    "CopiesReplicas",
     "JobSpec",
     "JobState",
-    "NetworkLinks",
+    "LinkActions",
     "NetworkTrack",
-    "NodeControl",
+    "NodeActions",
     "NodeInfo",
+    "Note",
     "Platform",
+    "ReachesCheckpoints",
     "Replica",
-    "SignalsWorkers",
+    "SignalsRanks",
+    "StorageActions",
+    "StorageMode",
     "register",
 ]
 
-ABILITY_SIGNAL_WORKERS = "signal-workers"
-#: Each node has its own network link that faults can degrade (``NetworkLinks``).
-ABILITY_NETWORK_LINKS = "network-links"
-#: Nodes can be taken down, frozen and drained as a whole (``NodeControl``).
-ABILITY_NODE_CONTROL = "node-control"
-#: Per-node interface counters and round trips can be sampled (``NetworkTrack``).
-ABILITY_NETWORK_TRACK = "network-track"
+
+class Ability(str, Enum):
+    """Something a platform can be asked to do; the only place abilities are named.
+
+    The value is the name used in messages (``needs ability node-drain``)."""
+
+    #: Signal the replica of a rank (``SignalsRanks``).
+    SIGNAL_RANK = "signal-rank"
+    #: Take a node away: its link cut, every process of it killed (``NodeActions``).
+    NODE_DOWN = "node-down"
+    #: Stop every process of a node until the undo thaws it (``NodeActions``).
+    NODE_FREEZE = "node-freeze"
+    #: Take a node out of scheduling and stop its work cleanly (``NodeActions``).
+    NODE_DRAIN = "node-drain"
+    #: Drop a share of a node's packets (``LinkActions``).
+    LINK_LOSS = "link-loss"
+    #: Rate-limit a node's link (``LinkActions``).
+    LINK_SLOW = "link-slow"
+    #: Set a node's link down, and up again on undo (``LinkActions``).
+    LINK_FLAP = "link-flap"
+    #: Drop every packet of a node, or those to and from one peer (``LinkActions``).
+    LINK_CUT = "link-cut"
+    #: Stop the control plane's processes until the undo resumes them.
+    CONTROL_PLANE_PAUSE = "control-plane-pause"
+    #: Cut the control plane off the network until the undo.
+    CONTROL_PLANE_CUT = "control-plane-cut"
+    #: Stop the control plane; the undo starts it again.
+    CONTROL_PLANE_STOP = "control-plane-stop"
+    #: The checkpoint directory refuses writes (EROFS) (``StorageActions``).
+    STORAGE_READ_ONLY = "storage-read-only"
+    #: The checkpoint directory's filesystem is full (ENOSPC) (``StorageActions``).
+    STORAGE_FULL = "storage-full"
+    #: The checkpoint directory's server stops answering (hang) or fails (EIO).
+    STORAGE_UNREACHABLE = "storage-unreachable"
+    #: The harness can read and damage the job's checkpoint files (``ReachesCheckpoints``).
+    CHECKPOINT_FILES = "checkpoint-files"
+    #: Per-node interface counters and round trips can be sampled (``NetworkTrack``).
+    NETWORK_TRACK = "network-track"
+    #: Start a copy of a rank's replica on its node; the undo stops it (``CopiesReplicas``).
+    REPLICA_COPY = "replica-copy"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Note = Callable[..., None]
+"""Adds facts to a change's ledger entry while the change is being applied
+(``note(pid=1234)``): what an undo must know that exists only once applying began."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to the machine or the cluster, not made yet.
+
+    ``kind`` is the ledger kind whose undo (registered with ``@undoer`` by the platform's
+    module) takes it back from ``data`` alone; ``label`` is the ledger's human label and
+    ``command`` what an operator would type to make the same change (it goes into the
+    runbook). ``apply(note)`` makes the change and returns flat facts for the timeline (or
+    None); it raises OSError, FaultError or PlatformError when it cannot, and may have made
+    part of the change by then (the undo must cope). Whoever applies a change records it in
+    the ledger first (``Fault.apply_change``).
+
+    ``reversible=False``: nothing to take back (a delivered signal, a killed process); the
+    ledger entry is closed as soon as it was applied. ``before_undo`` / ``after_undo`` run
+    in the harness's process only, right around an in-process undo (final counters of a
+    rule, a node marked up again); a replay by ``faultdrill cleanup`` does without them.
+    """
+
+    kind: str
+    data: dict[str, Any]
+    label: str
+    command: str
+    apply: Callable[[Note], dict[str, Any] | None]
+    reversible: bool = True
+    before_undo: Callable[[], None] | None = None
+    after_undo: Callable[[], None] | None = None
+
+    def preceded_by(self, step: Callable[[], None]) -> Change:
+        """The same change, with ``step`` run first when it is applied (e.g. a platform's
+        own bookkeeping that must happen before the change: a node marked down before its
+        link is cut)."""
+        inner = self.apply
+
+        def apply(note: Note) -> dict[str, Any] | None:
+            step()
+            return inner(note)
+
+        return replace(self, apply=apply)
+
+    def followed_by(self, step: Callable[[], None]) -> Change:
+        """The same change, with ``step`` run right after it was applied (e.g. a node
+        marked frozen once its processes are)."""
+        inner = self.apply
+
+        def apply(note: Note) -> dict[str, Any] | None:
+            facts = inner(note)
+            step()
+            return facts
+
+        return replace(self, apply=apply)
+
+    def with_facts(self, **facts: Any) -> Change:
+        """The same change, with ``facts`` added to what ``apply`` returns."""
+        inner = self.apply
+
+        def apply(note: Note) -> dict[str, Any] | None:
+            return {**facts, **(inner(note) or {})}
+
+        return replace(self, apply=apply)
 
 
 class JobState(str, Enum):
@@ -150,16 +270,31 @@ class Platform(ABC):
     # --- abilities --------------------------------------------------------------------
 
     @classmethod
-    def abilities_for(cls, resources: Resources) -> frozenset[str]:
-        """Abilities this platform has with this resource layout."""
+    def abilities_for(cls, resources: Resources) -> frozenset[Ability]:
+        """Abilities this platform has with this resource layout (on any machine: what
+        this machine lacks now is :meth:`machine_lacks`)."""
         return frozenset()
 
     @classmethod
-    def machine_lacks(cls, abilities: frozenset[str]) -> dict[str, str]:
+    def why_not(cls, ability: Ability, resources: Resources) -> str:
+        """What would make ``ability`` possible on this platform, for the plan validator's
+        error (``set resources.isolation: netns (as root)``); called only for an ability
+        that ``abilities_for(resources)`` lacks."""
+        return f"platform {cls.name!r} does not offer it"
+
+    @classmethod
+    def machine_lacks(cls, abilities: frozenset[Ability]) -> dict[Ability, str]:
         """Of ``abilities`` (which the platform has), those this machine cannot provide now,
         each with what is missing and its fix. Plans are validated against the platform
         alone, so a recorded run can be re-judged anywhere; this is checked before a run."""
         return {}
+
+    @classmethod
+    def host_lacks(cls, resources: Resources) -> str | None:
+        """What this machine lacks to host this layout at all (namespaces need root...),
+        with its fix; None when nothing is missing. Checked before a run writes anything;
+        ``faultdrill validate`` says it too."""
+        return None
 
     @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
@@ -277,36 +412,163 @@ class Platform(ABC):
             self._state = state
 
 
-@runtime_checkable
-class SignalsWorkers(Protocol):
-    """Ability ``signal-workers``: find the pids that hold a rank or live on a node."""
-
-    def worker_pids(self, *, rank: int | None = None, node: str | None = None) -> list[Replica]: ...
+# --- actions: one protocol per group of abilities -----------------------------------------
 
 
 @runtime_checkable
-class NetworkLinks(Protocol):
-    """Ability ``network-links``: each node's link (namespace, interface, address), and a
-    registry of the rules faults have applied, for the network track."""
+class SignalsRanks(Protocol):
+    """Ability ``signal-rank``: the replica of a rank, and a signal to it."""
 
-    def link(self, node: str) -> Any: ...
+    def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
+        """The live replica (``role == "worker"``, never a child of one) that holds
+        ``rank``, or the lowest rank on ``node``; a replica the platform launched before a
+        stray process that merely claims the rank. Raises FaultError when none is alive."""
+        ...
 
-    def links(self) -> list[Any]: ...
+    def signal_replica(self, replica: Replica, sig: str) -> Change:
+        """Deliver ``sig`` (``"SIGKILL"``, ``"SIGTERM"``) to ``replica`` (on a pod
+        platform: to its container's process, or a pod deletion for SIGKILL). Irreversible.
+        Its ``apply`` raises ProcessLookupError when the replica is gone (never signals a
+        reused pid) and returns at least ``pid``, ``rank``, ``node``, ``signal``."""
+        ...
 
-    def add_rule(self, rule: Any) -> None: ...
-
-    def drop_rule(self, rule_id: str) -> None: ...
+    def replica_alive(self, replica: Replica) -> bool:
+        """Whether this very replica (pid and start time) still runs."""
+        ...
 
 
 @runtime_checkable
-class NodeControl(Protocol):
-    """Ability ``node-control``: a node's processes, agent and state, as a whole."""
+class CopiesReplicas(Protocol):
+    """Ability ``replica-copy``: a second process for a rank, started as the platform
+    started the first (what a platform that failed to stop an old replica leaves running:
+    the harness-side ``stale-copy`` control)."""
 
-    def node_pids(self, node: str) -> list[int]: ...
+    def replica_copy(self, replica: Replica) -> Change:
+        """Start a copy of ``replica`` on its node: its command line, environment and
+        working directory, its output in a log of its own. Reversible: the undo stops the
+        copy and every process it started. Its ``apply`` raises ProcessLookupError when
+        ``replica`` is gone before it could be read, and returns ``copy_pid``,
+        ``copy_of``, ``rank``, ``node``."""
+        ...
 
-    def agent_pid(self, node: str) -> int | None: ...
 
-    def set_node_state(self, node: str, state: str, reason: str) -> None: ...
+@runtime_checkable
+class NodeActions(Protocol):
+    """Abilities ``node-down``, ``node-freeze``, ``node-drain``: a node as a whole. The
+    platform keeps its own view of node states (events ``node_state``) in step."""
+
+    def node_down(self, node: str) -> list[Change]:
+        """The node is gone: peers hear silence (link cut first), then every process of
+        it is killed. Apply results: ``killed`` (what was killed) and the link's facts."""
+        ...
+
+    def node_freeze(self, node: str) -> list[Change]:
+        """Every process of the node stopped; the undo thaws them. Apply results:
+        ``frozen`` (pids), ``freezer_state``."""
+        ...
+
+    def node_drain(self, node: str) -> list[Change]:
+        """The node is taken out of scheduling and its work stopped cleanly (on a
+        scheduler the undo resumes it; the local platform stops its agent). Raises
+        FaultError when the node runs nothing to drain."""
+        ...
+
+
+@runtime_checkable
+class LinkActions(Protocol):
+    """Abilities ``link-loss``, ``link-slow``, ``link-flap``, ``link-cut``: a node's own
+    network link (never the host's). Every rule a change applies is also known to the
+    network track while it is in place."""
+
+    def link_loss(self, node: str, percent: float, *, peer: str | None = None) -> list[Change]:
+        """Drop ``percent`` % of the node's packets each way (only those to and from
+        ``peer`` when given). Apply results: ``rule``, ``dev``."""
+        ...
+
+    def link_slow(self, node: str, *, rate: str, burst: str, queue_ms: int) -> list[Change]:
+        """Rate-limit the node's link to ``rate`` (a tbf: ``burst``, at most ``queue_ms``
+        of queue) on both of its ends."""
+        ...
+
+    def link_down(self, node: str) -> Change:
+        """Set the node's link down; the undo sets it up (one flap)."""
+        ...
+
+    def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
+        """Drop every packet of the node each way (or only those to and from ``peer``).
+        Apply results: ``rule``, ``dev``."""
+        ...
+
+
+@runtime_checkable
+class ControlPlaneActions(Protocol):
+    """Abilities ``control-plane-pause``, ``-cut``, ``-stop``: what coordinates the job
+    (the c10d rendezvous store; slurmctld, the Ray GCS, kube-apiserver)."""
+
+    def control_plane_label(self) -> str:
+        """What the control plane is, in words (for the timeline and the report)."""
+        ...
+
+    def control_plane_pause(self) -> list[Change]:
+        """Stop its processes (SIGSTOP); the undo resumes them. Raises FaultError when
+        no live process hosts it. Apply results: ``pid``, ``node``."""
+        ...
+
+    def control_plane_cut(self) -> list[Change]:
+        """Drop its traffic on its node's link. Raises FaultError before the job runs.
+        Apply results: ``rule``, ``node``, ``port``, ``dev``."""
+        ...
+
+    def control_plane_stop(self) -> list[Change]:
+        """Stop it; the undo starts it again (a controller restart)."""
+        ...
+
+
+StorageMode = Literal["read-only", "full", "unreachable"]
+
+
+@runtime_checkable
+class StorageActions(Protocol):
+    """Abilities ``storage-read-only``, ``storage-full``, ``storage-unreachable``: the
+    job's checkpoint directory (``ckpt_dir``, resolved, inside the item's directory) fails
+    as a storage system would. Raises FaultError when the machine cannot (not root)."""
+
+    def storage_prepare(self, mode: StorageMode, ckpt_dir: Path, *, size_mb: int) -> list[Change]:
+        """What the outage needs in place before the job starts (``full``: a small
+        filesystem of ``size_mb``; ``unreachable``: the directory served by a server the
+        outage can take away; ``read-only``: nothing). Undone at the end of the item."""
+        ...
+
+    def storage_read_only(self, ckpt_dir: Path) -> list[Change]:
+        """Writes fail with EROFS until the undo. Apply results: ``write_error``."""
+        ...
+
+    def storage_full(self, ckpt_dir: Path, *, leave_free_kb: int) -> list[Change]:
+        """The prepared filesystem filled until ``leave_free_kb`` remain (ENOSPC for a
+        checkpoint, small writes still fit). Apply results: ``filler_bytes``,
+        ``free_bytes``."""
+        ...
+
+    def storage_unreachable(self, ckpt_dir: Path, *, server: str) -> list[Change]:
+        """The prepared server stops answering (``hang``) or fails every request with EIO
+        (``error``) until the undo."""
+        ...
+
+    def storage_release(self, ckpt_dir: Path) -> None:
+        """The drill no longer reads the directory through :meth:`ReachesCheckpoints.
+        checkpoint_view` (handles kept for it may go). Idempotent."""
+        ...
+
+
+@runtime_checkable
+class ReachesCheckpoints(Protocol):
+    """Ability ``checkpoint-files``: the harness reads (and a fault damages) the job's
+    checkpoint files."""
+
+    def checkpoint_view(self, ckpt_dir: Path) -> Path:
+        """Where the harness reads ``ckpt_dir`` now: the directory itself, or a way to its
+        files that still answers while a storage outage makes ``ckpt_dir`` hang."""
+        ...
 
 
 @runtime_checkable

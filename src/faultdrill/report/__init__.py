@@ -1,29 +1,43 @@
-"""Reports rendered from the machine contract (``report.json``)."""
+"""Reports rendered from the machine contract, ``report.json``.
+
+:mod:`~faultdrill.report.model` defines that contract (a typed :class:`Report` with a
+schema version) and reads and writes it; every renderer reads the model: the HTML report
+(:mod:`~faultdrill.report.html`), report.md (:mod:`~faultdrill.report.markdown`), the
+recovery runbook (:mod:`~faultdrill.report.runbook`), the local viewer
+(:mod:`~faultdrill.report.serve`), and the archive tools (bundle, diff, replay, junit).
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from faultdrill.report.html import render_html
 from faultdrill.report.i18n import LANGS, check_lang
 from faultdrill.report.markdown import render_markdown
+from faultdrill.report.model import Report, read_report, write_report
+from faultdrill.safepath import write_file
 
-if TYPE_CHECKING:
-    from faultdrill.judge.evaluate import RunResult
-
-__all__ = ["LANGS", "render_html", "render_markdown", "render_reports", "write_reports"]
+__all__ = [
+    "LANGS",
+    "Judged",
+    "Report",
+    "read_report",
+    "render_html",
+    "render_markdown",
+    "render_reports",
+    "write_reports",
+]
 
 
 def render_reports(run_dir: Path, lang: str = "en", out: Path | None = None) -> dict[str, str]:
     """(Re)write report.md and report.html of a recorded run from its report.json and event
     files, in ``lang``, into ``out`` (default: the run directory); returns their paths."""
     check_lang(lang)
-    data = json.loads((run_dir / "report.json").read_text())
+    report = read_report(run_dir)
     out = out or run_dir
-    (out / "report.md").write_text(render_markdown(data, lang))
-    (out / "report.html").write_text(render_html(data, run_dir, lang))
+    write_file(out / "report.md", render_markdown(report, lang), within=out)
+    write_file(out / "report.html", render_html(report, run_dir, lang), within=out)
     return {
         "json": str(run_dir / "report.json"),
         "markdown": str(out / "report.md"),
@@ -31,11 +45,19 @@ def render_reports(run_dir: Path, lang: str = "en", out: Path | None = None) -> 
     }
 
 
-def write_reports(result: RunResult, lang: str = "en") -> dict[str, str]:
+class Judged(Protocol):
+    """A judged run (:class:`~faultdrill.judge.evaluate.RunResult`): where it lives, and
+    its report."""
+
+    @property
+    def run_dir(self) -> Path: ...
+
+    def to_report(self) -> Report: ...
+
+
+def write_reports(result: Judged, lang: str = "en") -> dict[str, str]:
     """Write report.json, report.md and report.html into the run directory; returns their
-    paths. The human reports are rendered from the JSON just written (never from live
-    state), in ``lang`` (``en`` or ``zh``)."""
-    data = result.to_json()
-    out = result.run_dir
-    (out / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-    return render_reports(out, lang)
+    paths. The human reports are rendered from the report.json just written, read back
+    (never from live state), in ``lang`` (``en`` or ``zh``)."""
+    write_report(result.to_report(), result.run_dir)
+    return render_reports(result.run_dir, lang)

@@ -6,7 +6,7 @@ the torchrun agents' command lines, the injected fault's ``command``, every chan
 ledger recorded and how to undo it), the expected observations (the plan's expectation and
 what the original run observed) and the stop conditions.
 
-Built from ``report.json`` and the run's recorded files (events, ``ledger.jsonl``), never
+Built from the :class:`~faultdrill.report.model.Report` and the run's recorded files (events, ``ledger.jsonl``), never
 from live state. Recorded pids, ports and paths belong to the original run; the runbook
 says how to find the current ones.
 """
@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from faultdrill.events import read_jsonl
+from faultdrill.report import words
 from faultdrill.report.i18n import Translator, translator
-from faultdrill.report.scope import recorded_environment
+from faultdrill.report.model import Item, PlanStop, RecordedPlan, Report
 from faultdrill.report.svg import item_events_dir
 
 __all__ = ["ledger_changes", "render_runbook", "undo_hint"]
@@ -100,17 +102,6 @@ def _events(events_dir: Path, src: str, kinds: tuple[str, ...]) -> list[dict[str
     return sorted(out, key=lambda e: float(e.get("mono", 0.0)))
 
 
-def _plan_item(plan: dict[str, Any], item_id: str) -> dict[str, Any]:
-    for r in plan.get("rounds", []):
-        for sc in r.get("scenarios", []):
-            if sc.get("id") == item_id:
-                return dict(sc)
-    for c in plan.get("controls", []):
-        if c.get("id") == item_id:
-            return dict(c)
-    return {}
-
-
 def _node_links(changes: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """node -> (network namespace, interface) from the ledger's recorded veth pairs."""
     out: dict[str, tuple[str, str]] = {}
@@ -126,44 +117,78 @@ def _cmd(value: Any) -> str:
     return shlex.join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def _subst(text: str, orig: str) -> str:
-    return text.replace(orig, "$RUN") if orig else text
+@dataclass(frozen=True)
+class _Recorded:
+    """What one item's directory recorded, read once for its section of the runbook."""
+
+    sid: str
+    sub: str  # scenarios | controls: where the item's files go
+    ev_dir: Path
+    run_id: str
+    agents: list[dict[str, Any]]  # agent_start events
+    changes: list[dict[str, Any]]  # the item's ledger
+    links: dict[str, tuple[str, str]]  # node -> (namespace, interface)
+    spares: set[str]
+    orig: str  # where the original run lived: replaced by $RUN in commands
+
+    @property
+    def base(self) -> str:
+        return f"$RUN/{self.sub}/{self.sid}"
+
+    def subst(self, text: str) -> str:
+        return text.replace(self.orig, "$RUN") if self.orig else text
 
 
-def _item_section(
-    t: Translator,
-    report: dict[str, Any],
-    s: dict[str, Any],
-    run_dir: Path | None,
-    orig: str,
-    n: int,
-) -> list[str]:
-    plan = report["plan"]
-    sid = s["id"]
-    control = bool(s.get("control"))
-    pi = _plan_item(plan, sid)
-    sub = "controls" if control else "scenarios"
-    ev_dir = item_events_dir(run_dir, sid, control) if run_dir else Path("/nonexistent")
-    title = f" — {s['title']}" if s.get("title") else ""
-    lines = [f"## {n}. {sid}{title}", ""]
-    fault = s.get("fault") or {}
-    lines += [
-        f"- {t('row.injection')}: "
-        + t(
-            "inj.text", kind=fault.get("kind"), target=fault.get("target"), trigger=s.get("trigger")
-        ),
-    ]
-    if control:
-        lines.append(
-            "- "
-            + t(
-                "rb.control.body",
-                mutation=json.dumps(s.get("workload_mutation"), ensure_ascii=False),
-                check=s.get("expected_check"),
-            )
-        )
-    lines += ["", f"### {t('rb.auto')}", "", t("rb.auto.body"), ""]
-    lines += [
+def _recorded(s: Item, run_dir: Path | None, orig: str) -> _Recorded:
+    sub = "controls" if s.control else "scenarios"
+    ev_dir = item_events_dir(run_dir, s.id, s.control) if run_dir else Path("/nonexistent")
+    start = _events(ev_dir, "harness", ("item_start",))
+    agents = _events(ev_dir, "platform", ("agent_start",))
+    # where the original run lived: from the recorded workload path, else the directory
+    for a in agents:
+        for x in a.get("argv") or []:
+            if str(x).startswith("--workload-config="):
+                orig = str(Path(str(x).split("=", 1)[1]).parent.parent.parent)
+    changes = ledger_changes(run_dir / sub / s.id) if run_dir else []
+    nodes = _events(ev_dir, "platform", ("node",))
+    return _Recorded(
+        sid=s.id,
+        sub=sub,
+        ev_dir=ev_dir,
+        run_id=start[0].get("run_id", "RUN-ID") if start else "RUN-ID",
+        agents=agents,
+        changes=changes,
+        links=_node_links(changes),
+        spares={str(e.get("node")) for e in nodes if e.get("spare") is True},
+        orig=orig,
+    )
+
+
+def _injection_text(t: Translator, s: Item) -> str:
+    fault = s.fault
+    return t(
+        "inj.text",
+        kind=fault.kind if fault else None,
+        target=fault.target if fault else None,
+        trigger=s.trigger,
+    )
+
+
+def _intro(t: Translator, s: Item, n: int, rec: _Recorded, ckpt_dir: str) -> list[str]:
+    """Heading, the injection, and how to reproduce it: automatically, or by hand."""
+    title = f" — {s.title}" if s.title else ""
+    lines = [f"## {n}. {s.id}{title}", "", f"- {t('row.injection')}: {_injection_text(t, s)}"]
+    if s.control:
+        mutation = json.dumps(s.workload_mutation, ensure_ascii=False)
+        lines.append("- " + t("rb.control.body", mutation=mutation, check=s.expected_check))
+    sid, sub = s.id, rec.sub
+    return [
+        *lines,
+        "",
+        f"### {t('rb.auto')}",
+        "",
+        t("rb.auto.body"),
+        "",
         "```sh",
         f"faultdrill replay BUNDLE.tar.gz --scenario {sid} --operator YOUR-NAME --out replay-{sid}",
         "```",
@@ -174,241 +199,210 @@ def _item_section(
         f"RUN=$PWD/my-replay   # {sub}/{sid} below is where this item's files go",
         'PORT=$(python3 -c \'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); '
         "print(s.getsockname()[1])')",
-        f"mkdir -p $RUN/{sub}/{sid}/events $RUN/{sub}/{sid}/{plan['checkpoint']['dir']}",
+        f"mkdir -p {rec.base}/events {rec.base}/{ckpt_dir}",
         "```",
         "",
     ]
-    start = _events(ev_dir, "harness", ("item_start",))
-    run_id = start[0].get("run_id", "RUN-ID") if start else "RUN-ID"
-    agents = _events(ev_dir, "platform", ("agent_start",))
-    env = [*_AGENT_ENV]
-    env += sorted((plan.get("task", {}).get("env") or {}).items())
-    env += sorted((pi.get("env") or {}).items())
-    ck = plan["checkpoint"]
-    env += [
-        ("FAULTDRILL_CKPT_DIR", f"$RUN/{sub}/{sid}/{ck['dir']}"),
-        ("FAULTDRILL_CKPT_EVERY", str(ck["every_steps"])),
-        ("FAULTDRILL_CKPT_KEEP", str(ck["keep"])),
-        ("FAULTDRILL_SEED", str((plan.get("seeds") or {}).get("global", 0))),
-        ("FAULTDRILL_EVENTS_DIR", f"$RUN/{sub}/{sid}/events"),
-        ("FAULTDRILL_TASK_ID", plan["task"]["id"]),
-        ("FAULTDRILL_RUN_ID", run_id),
+
+
+def _agent_env(rec: _Recorded, plan: RecordedPlan) -> list[tuple[str, str]]:
+    """The environment every agent of the item is started with."""
+    pi = plan.item(rec.sid)
+    ck = plan.checkpoint
+    return [
+        *_AGENT_ENV,
+        *sorted(plan.task.env.items()),
+        *sorted((pi.env if pi is not None else {}).items()),
+        ("FAULTDRILL_CKPT_DIR", f"{rec.base}/{ck.dir}"),
+        ("FAULTDRILL_CKPT_EVERY", str(ck.every_steps)),
+        ("FAULTDRILL_CKPT_KEEP", str(ck.keep)),
+        ("FAULTDRILL_SEED", str(plan.seeds.get("global", 0))),
+        ("FAULTDRILL_EVENTS_DIR", f"{rec.base}/events"),
+        ("FAULTDRILL_TASK_ID", plan.task.id),
+        ("FAULTDRILL_RUN_ID", rec.run_id),
     ]
-    # where the original run lived: from the recorded workload path, else the directory
-    for a in agents:
-        for x in a.get("argv") or []:
-            if str(x).startswith("--workload-config="):
-                orig = str(Path(str(x).split("=", 1)[1]).parent.parent.parent)
-    links = _node_links(ledger_changes(run_dir / sub / sid) if run_dir else [])
-    spares = {
-        str(e.get("node")) for e in _events(ev_dir, "platform", ("node",)) if e.get("spare") is True
-    }
-    lines += [f"1. {t('rb.step.start')}", "", "```sh"]
-    if links:
+
+
+def _agent_line(
+    t: Translator, rec: _Recorded, agent: dict[str, Any], env: list[tuple[str, str]]
+) -> str:
+    """One node's agent as recorded, with the replay's port, paths and namespace."""
+    node = str(agent.get("node"))
+    argv = [str(x) for x in agent.get("argv") or []]
+    argv = [x.rsplit(":", 1)[0] + ":$PORT" if x.startswith("--rdzv-endpoint=") else x for x in argv]
+    prefix = ""
+    if node in rec.links:
+        ns, dev = rec.links[node]
+        env = [(k, dev if k == "GLOO_SOCKET_IFNAME" else v) for k, v in env]
+        prefix = f"nsenter --net=/run/netns/{ns} "
+    envs = " ".join(f"{k}={shlex.quote(str(v)) if '$' not in str(v) else v}" for k, v in env)
+    cmd = " ".join(shlex.quote(x) if "$" not in x else x for x in argv)
+    spare = f" ({t('rb.spare')})" if node in rec.spares else ""
+    return rec.subst(
+        f"# node {node}{spare}\n{prefix}env {envs} FAULTDRILL_NODE={node} "
+        f"TMPDIR={rec.base}/tmp/{node} "
+        f"python -m faultdrill.platforms.local.agent {cmd} &"
+    )
+
+
+def _start_agents(
+    t: Translator, rec: _Recorded, plan: RecordedPlan, run_dir: Path | None
+) -> list[str]:
+    """Step 1: every node's agent (and the workload config the job reads)."""
+    lines = [f"1. {t('rb.step.start')}", "", "```sh"]
+    if rec.links:
         lines.append(f"# {t('rb.netns')}")
+    env = _agent_env(rec, plan)
     seen_nodes: set[str] = set()
-    for a in sorted(agents, key=lambda e: str(e.get("node"))):
+    for a in sorted(rec.agents, key=lambda e: str(e.get("node"))):
         node = str(a.get("node"))
         if node in seen_nodes:
             continue  # a resubmission starts the same command again
         seen_nodes.add(node)
-        argv = [str(x) for x in a.get("argv") or []]
-        argv = [
-            x.rsplit(":", 1)[0] + ":$PORT" if x.startswith("--rdzv-endpoint=") else x for x in argv
-        ]
-        node_env = list(env)
-        prefix = ""
-        if node in links:
-            ns, dev = links[node]
-            node_env = [(k, dev if k == "GLOO_SOCKET_IFNAME" else v) for k, v in node_env]
-            prefix = f"nsenter --net=/run/netns/{ns} "
-        envs = " ".join(
-            f"{k}={shlex.quote(str(v)) if '$' not in str(v) else v}" for k, v in node_env
-        )
-        cmd = " ".join(shlex.quote(x) if "$" not in x else x for x in argv)
-        lines.append(
-            _subst(
-                f"# node {node}"
-                + (f" ({t('rb.spare')})" if node in spares else "")
-                + f"\n{prefix}env {envs} FAULTDRILL_NODE={node} "
-                f"TMPDIR=$RUN/{sub}/{sid}/tmp/{node} "
-                f"python -m faultdrill.platforms.local.agent {cmd} &",
-                orig,
-            )
-        )
-    if not agents:
+        lines.append(_agent_line(t, rec, a, env))
+    if not rec.agents:
         lines.append("# (no agent command was recorded for this item)")
-    wl = (run_dir / sub / sid / "workload.json") if run_dir else None
+    wl = (run_dir / rec.sub / rec.sid / "workload.json") if run_dir else None
     if wl is not None and wl.exists():
         lines.append(
             f"# the workload config the job reads, as recorded (paths moved under $RUN):\n"
-            f"cat > $RUN/{sub}/{sid}/workload.json <<EOF\n"
-            + _subst(wl.read_text().rstrip(), orig)
-            + "\nEOF"
+            f"cat > {rec.base}/workload.json <<EOF\n" + rec.subst(wl.read_text().rstrip()) + "\nEOF"
         )
-    lines += ["```", ""]
-    lines += [
-        f"2. {t('rb.step.wait', trigger=s.get('trigger'))}",
+    return [*lines, "```", ""]
+
+
+def _inject(t: Translator, s: Item, rec: _Recorded) -> list[str]:
+    """Steps 2 onwards: wait for the trigger, find the target, inject, revert."""
+    lines = [
+        f"2. {t('rb.step.wait', trigger=s.trigger)}",
         "",
         "```sh",
-        f'tail -F $RUN/{sub}/{sid}/events/probe-rank0.jsonl | grep --line-buffered \'"kind":"step"\'',
+        f'tail -F {rec.base}/events/probe-rank0.jsonl | grep --line-buffered \'"kind":"step"\'',
         "```",
         "",
     ]
-    injected = _events(ev_dir, "fault", ("injected", "prepared"))
-    spec = fault.get("spec") or {}
-    target = spec.get("target") if isinstance(spec.get("target"), dict) else {}
-    if target and target.get("rank") is not None:
+    rank = s.fault.target_rank if s.fault else None
+    if rank is not None:
         lines += [
-            f"3. {t('rb.step.find', target=fault.get('target'))}",
+            f"3. {t('rb.step.find', target=s.fault.target if s.fault else None)}",
             "",
             "```sh",
             "for p in /proc/[0-9]*; do e=$(tr '\\0' '\\n' < $p/environ 2>/dev/null); "
-            f'echo "$e" | grep -qx FAULTDRILL_RUN_ID={run_id} && echo "$e" | grep -qx '
-            f"RANK={target['rank']} && echo ${{p#/proc/}}; done",
+            f'echo "$e" | grep -qx FAULTDRILL_RUN_ID={rec.run_id} && echo "$e" | grep -qx '
+            f"RANK={rank} && echo ${{p#/proc/}}; done",
             "```",
             "",
         ]
-    step = 4 if target and target.get("rank") is not None else 3
+    step = 4 if rank is not None else 3
+    injected = _events(rec.ev_dir, "fault", ("injected", "prepared"))
     if injected:
         lines += [f"{step}. {t('rb.step.inject')}", "", "```sh"]
         for e in injected:
             if e.get("command") is not None:
-                lines.append(_subst(_cmd(e["command"]), orig) + f"   # {e.get('kind')}")
+                lines.append(rec.subst(_cmd(e["command"])) + f"   # {e.get('kind')}")
             else:
                 facts = {k: v for k, v in e.items() if k not in ("ts", "mono", "src", "task")}
                 lines.append("# " + json.dumps(facts, default=str))
         lines += ["```", ""]
     else:
         lines += [f"{step}. {t('rb.no_injection')}", ""]
-    reverted = _events(ev_dir, "fault", ("reverted", "revert_failed"))
+    reverted = _events(rec.ev_dir, "fault", ("reverted", "revert_failed"))
     if reverted:
         lines += [f"{step + 1}. {t('rb.step.revert')}", ""]
         lines += [
             f"   - {e.get('kind')} {e.get('fault')} {e.get('error', '')}".rstrip() for e in reverted
         ]
         lines.append("")
-    # recovery
-    rec = pi.get("recovery") or {}
-    lines += [f"### {t('rb.step.recover')}", ""]
-    if rec.get("action") == "resubmit":
-        rb = rec.get("runbook") or ""
-        lines.append(t("rb.recover.resubmit", runbook=f": {rb}" if rb else ""))
-    elif not control:
+    return lines
+
+
+def _recovery(t: Translator, s: Item, plan: RecordedPlan) -> list[str]:
+    pi = plan.item(s.id)
+    rec = pi.recovery if pi is not None else None
+    lines = [f"### {t('rb.step.recover')}", ""]
+    if rec is not None and rec.action == "resubmit":
+        lines.append(t("rb.recover.resubmit", runbook=f": {rec.runbook}" if rec.runbook else ""))
+    elif not s.control:
         lines.append(t("rb.recover.auto"))
-    if rec.get("confirm"):
+    if rec is not None and rec.confirm:
         lines.append("- " + t("manual.confirm", why=t("manual.confirm.plan")))
-    acts = s.get("operator_actions") or []
-    if acts:
-        lines.append(
-            "- "
-            + t(
-                "rb.recover.recorded",
-                actions="; ".join(
-                    t("action.by", action=a.get("action"), operator=a.get("operator")) for a in acts
-                ),
-            )
-        )
-    lines.append("")
-    # expected observations
-    lines += [f"### {t('rb.expect')}", ""]
-    exp = s.get("expected")
-    if exp:
-        lines.append(
-            "- "
-            + t(
-                "rb.expect.plan",
-                expected=t(
-                    "exp.text",
-                    job=t.opt(f"exp.job.{exp.get('job')}", exp.get("job")),
-                    recovery=t.cls(exp.get("recovery")),
-                    resume=t.opt(f"exp.resume.{exp.get('resume')}", exp.get("resume")),
-                )
-                + (f"; {exp['state']}" if exp.get("state") else ""),
-            )
-        )
-    q = s.get("questions") or {}
+    if s.operator_actions:
+        lines.append("- " + t("rb.recover.recorded", actions=words.actions(t, s.operator_actions)))
+    return [*lines, ""]
+
+
+def _observed(t: Translator, s: Item) -> list[str]:
+    """The plan's expectation and what the original run observed."""
+    lines = [f"### {t('rb.expect')}", ""]
+    if s.expected is not None:
+        lines.append("- " + t("rb.expect.plan", expected=words.expected(t, s.expected)))
+    q = s.questions
     lines.append("- " + t("rb.expect.recorded"))
-    for i, key in (
-        (1, "worker_lost_at"),
-        (2, "old_replica_stopped_at"),
-        (3, "new_replicas_ready_at"),
-        (4, "first_step_after_at"),
-    ):
-        at = q.get(key)
-        rel = at.get("since_injection_s") if at else None
+    for i, at in q.moments():
+        rel = at.since_injection_s if at else None
         val = t.seconds(rel) if rel is not None else t("when.none")
-        if i == 1 and q.get("worker_lost_by"):
-            val += f" ({q['worker_lost_by']})"
-        if i == 4:
-            rf = q.get("resumed_from")
-            if rf and rf.get("checkpoint"):
-                val += "; " + t(
-                    "resumed.ckpt",
-                    ckpt=rf["checkpoint"],
-                    step=rf.get("step"),
-                    pos=rf.get("data_position"),
-                    ver=t(
-                        {True: "ver.true", False: "ver.false"}.get(rf.get("verified"), "ver.none")
-                    ),
-                )
-            elif rf:
-                val += "; " + t("resumed.scratch")
+        if i == 1 and q.worker_lost_by:
+            val += f" ({q.worker_lost_by})"
+        rf = q.resumed_from
+        if i == 4 and rf is not None:
+            val += "; " + (words.resumed(t, rf) if rf.checkpoint else t("resumed.scratch"))
         lines.append(f"  - {t(f'q.{i}')}: {val}")
-    lines.append(
-        "  - "
-        + t(
-            "rb.expect.verdict",
-            verdict=t.verdict(s.get("verdict")),
-            cls=t.cls(s.get("recovery_class")),
-        )
-    )
-    lines.append("")
-    # stop conditions
-    stop = dict(plan.get("stop") or {})
-    stop.update({k: v for k, v in (pi.get("stop") or {}).items() if v is not None})
-    lines += [
+    verdict = t("rb.expect.verdict", verdict=t.verdict(s.verdict), cls=t.cls(s.recovery_class))
+    return [*lines, f"  - {verdict}", ""]
+
+
+def _stop_and_cleanup(t: Translator, s: Item, plan: RecordedPlan, rec: _Recorded) -> list[str]:
+    pi = plan.item(s.id)
+    stop = (pi.stop if pi is not None else PlanStop()).over(plan.stop)
+    nonfinite = stop.stop_on_nonfinite_loss is not False
+    lines = [
         f"### {t('rb.stop')}",
         "",
         t(
             "rb.stop.body",
-            wall=stop.get("max_wall_s"),
-            noprog=stop.get("max_no_progress_s"),
-            nonfinite=t(
-                "rb.stop.nonfinite.on"
-                if stop.get("stop_on_nonfinite_loss", True)
-                else "rb.stop.nonfinite.off"
-            ),
-            target=fault.get("target"),
+            wall=stop.max_wall_s,
+            noprog=stop.max_no_progress_s,
+            nonfinite=t("rb.stop.nonfinite.on" if nonfinite else "rb.stop.nonfinite.off"),
+            target=s.fault.target if s.fault else None,
         ),
         "",
         t("rb.cleanup"),
         "",
         "```sh",
     ]
-    changes = ledger_changes(run_dir / sub / sid) if run_dir else []
-    for c in reversed(changes):
+    for c in reversed(rec.changes):
         data = dict(c["data"])
-        data.setdefault("run_id", run_id)
-        lines.append(_subst(undo_hint(str(c["kind"]), data), orig) + f"   # {c['label']}")
-    if not changes:
+        data.setdefault("run_id", rec.run_id)
+        lines.append(rec.subst(undo_hint(str(c["kind"]), data)) + f"   # {c['label']}")
+    if not rec.changes:
         lines.append("faultdrill cleanup $RUN")
-    lines += ["```", ""]
-    return lines
+    return [*lines, "```", ""]
 
 
-def render_runbook(report: dict[str, Any], run_dir: Path | None = None, lang: str = "en") -> str:
-    """The runbook of a recorded run (``report.json`` data plus its directory's files)."""
+def _item_section(
+    t: Translator, report: Report, s: Item, run_dir: Path | None, orig: str, n: int
+) -> list[str]:
+    plan = report.plan
+    rec = _recorded(s, run_dir, orig)
+    return [
+        *_intro(t, s, n, rec, plan.checkpoint.dir),
+        *_start_agents(t, rec, plan, run_dir),
+        *_inject(t, s, rec),
+        *_recovery(t, s, plan),
+        *_observed(t, s),
+        *_stop_and_cleanup(t, s, plan, rec),
+    ]
+
+
+def render_runbook(report: Report, run_dir: Path | None = None, lang: str = "en") -> str:
+    """The runbook of a recorded run (its report plus its directory's files)."""
     t = translator(lang)
-    env = recorded_environment(report)
+    env = report.environment
     orig = str(run_dir.resolve()) if run_dir is not None else ""
-    from faultdrill.report.html import drill_permissions
-
-    perm = drill_permissions(report, t)
     lines = [
-        f"# {t('rb.title', task=report['task_id'])}",
+        f"# {t('rb.title', task=report.task_id)}",
         "",
-        t("subtitle", version=report["faultdrill_version"], digest=report["plan_digest"][:19]),
+        t("subtitle", version=report.faultdrill_version, digest=report.plan_digest[:19]),
         "",
         t("rb.intro"),
         "",
@@ -416,25 +410,23 @@ def render_runbook(report: dict[str, Any], run_dir: Path | None = None, lang: st
         "",
         t(
             "rb.prereq.body",
-            python=env.get("python"),
-            torch=env.get("torch"),
-            host=env.get("host"),
-            cpus=env.get("cpus"),
-            kernel=env.get("kernel"),
-            version=report["faultdrill_version"],
-            perm=perm,
+            python=env.python,
+            torch=env.torch,
+            host=env.host,
+            cpus=env.cpus,
+            kernel=env.kernel,
+            version=report.faultdrill_version,
+            perm=words.permissions(report, t),
         ),
         "",
     ]
-    items = [s for s in report.get("scenarios") or [] if not s.get("control")]
-    ctls = [s for s in report.get("scenarios") or [] if s.get("control")]
     n = 0
-    for s in items:
+    for s in report.scenario_items:
         n += 1
         lines += _item_section(t, report, s, run_dir, orig, n)
-    if ctls:
+    if report.control_items:
         lines += [f"# {t('rb.controls')}", ""]
-        for s in ctls:
+        for s in report.control_items:
             n += 1
             lines += _item_section(t, report, s, run_dir, orig, n)
     return "\n".join(lines) + "\n"

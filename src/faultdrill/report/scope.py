@@ -1,4 +1,5 @@
-"""What a run verified, and what stays *to be verified*, derived from ``report.json``.
+"""What a run verified, and what stays *to be verified*, derived from its
+:class:`~faultdrill.report.model.Report`.
 
 The methodology's rule: combinations of model, framework, network, storage and nodes not
 covered by the run go on the to-be-verified list and are never assumed supported. The rows
@@ -9,11 +10,11 @@ ran), never from the machine that renders the report.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from faultdrill.report.i18n import Translator
+from faultdrill.report.model import Report
 
-__all__ = ["ScopeRow", "derive_scope", "recorded_environment"]
+__all__ = ["ScopeRow", "derive_scope"]
 
 
 @dataclass
@@ -21,16 +22,6 @@ class ScopeRow:
     dimension: str  # i18n key suffix: model, framework, ...
     verified: str
     to_verify: list[str] = field(default_factory=list)
-
-
-def recorded_environment(report: dict[str, Any]) -> dict[str, Any]:
-    """The environment the run recorded (first item's conditions, else the dossier's)."""
-    for s in report.get("scenarios") or []:
-        env = (s.get("conditions") or {}).get("environment")
-        if env:
-            return dict(env)
-    dossier = (report.get("baseline") or {}).get("dossier") or {}
-    return dict(dossier.get("environment") or {})
 
 
 def _fault_kinds_known() -> list[str]:
@@ -41,31 +32,18 @@ def _fault_kinds_known() -> list[str]:
     return sorted(FAULTS)
 
 
-def derive_scope(report: dict[str, Any], t: Translator) -> list[ScopeRow]:
-    plan = report["plan"]
-    res = plan.get("resources", {})
-    task = plan.get("task", {})
-    ep = task.get("entrypoint") or {}
-    env = recorded_environment(report)
-    ran = [s for s in report.get("scenarios") or [] if not s.get("control")]
-    world_sizes = sorted(
-        {w for s in ran for w in (s.get("conditions") or {}).get("world_sizes", [])}
-    )
-    kinds = sorted({str((s.get("fault") or {}).get("kind")) for s in ran if s.get("fault")})
-    planned = [sc for r in plan.get("rounds", []) for sc in r.get("scenarios", [])]
-    ran_ids = {s["id"] for s in ran}
-    not_run = [sc["id"] for sc in planned if sc["id"] not in ran_ids]
-    retest = [s["id"] for s in ran if s.get("verdict") == "retest"]
-    others = [k for k in _fault_kinds_known() if k not in kinds]
-
-    rows = [
+def _stack_rows(report: Report, t: Translator) -> list[ScopeRow]:
+    """What ran: the model, the framework, the network, the storage."""
+    plan = report.plan
+    task, res, env = plan.task, plan.resources, report.environment
+    return [
         ScopeRow(
             "model",
             t(
                 "scope.v.model",
-                entry=ep.get("module") or ep.get("script"),
-                code=task.get("code_id"),
-                cfg=task.get("config_version"),
+                entry=task.entrypoint.module or task.entrypoint.script,
+                code=task.code_id,
+                cfg=task.config_version,
             ),
             [t("scope.tv.model")],
         ),
@@ -73,41 +51,51 @@ def derive_scope(report: dict[str, Any], t: Translator) -> list[ScopeRow]:
             "framework",
             t(
                 "scope.v.framework",
-                torch=env.get("torch"),
-                backend="gloo" if res.get("devices", "cpu") == "cpu" else res.get("devices"),
-                python=env.get("python"),
+                torch=env.torch,
+                backend="gloo" if res.devices == "cpu" else res.devices,
+                python=env.python,
             ),
             [t("scope.tv.framework")],
         ),
         ScopeRow(
             "network",
-            t(
-                "scope.v.network.netns"
-                if res.get("isolation") == "netns"
-                else "scope.v.network.none"
-            ),
+            t("scope.v.network.netns" if res.isolation == "netns" else "scope.v.network.none"),
             [t("scope.tv.network")],
         ),
         ScopeRow(
             "storage",
-            t("scope.v.storage", dir=(plan.get("checkpoint") or {}).get("dir")),
+            t("scope.v.storage", dir=plan.checkpoint.dir),
             [t("scope.tv.storage")],
         ),
+    ]
+
+
+def _drill_rows(report: Report, t: Translator) -> list[ScopeRow]:
+    """Where and what was drilled: nodes, platform, faults, scenarios."""
+    res = report.plan.resources
+    ran = report.scenario_items
+    world_sizes = sorted({w for s in ran if s.conditions for w in s.conditions.world_sizes})
+    kinds = sorted({s.fault.kind for s in ran if s.fault})
+    ran_ids = {s.id for s in ran}
+    not_run = [sid for sid in report.plan.scenario_ids() if sid not in ran_ids]
+    retest = [s.id for s in ran if s.verdict == "retest"]
+    others = [k for k in _fault_kinds_known() if k not in kinds]
+    return [
         ScopeRow(
             "nodes",
             t(
                 "scope.v.nodes",
-                nodes=res.get("nodes"),
-                ppn=res.get("procs_per_node"),
+                nodes=res.nodes,
+                ppn=res.procs_per_node,
                 ws=", ".join(map(str, world_sizes)) or t("na"),
-                spares=res.get("spares", 0),
+                spares=res.spares,
             ),
-            [t("scope.tv.nodes", devices=res.get("devices", "cpu"))]
-            + ([t("scope.tv.spares")] if not res.get("spares") else []),
+            [t("scope.tv.nodes", devices=res.devices)]
+            + ([t("scope.tv.spares")] if not res.spares else []),
         ),
         ScopeRow(
             "platform",
-            t("scope.v.platform", platform=res.get("platform"), isolation=res.get("isolation")),
+            t("scope.v.platform", platform=res.platform, isolation=res.isolation),
             [t("scope.tv.platform")],
         ),
         ScopeRow(
@@ -126,4 +114,8 @@ def derive_scope(report: dict[str, Any], t: Translator) -> list[ScopeRow]:
             + ([t("scope.tv.retest", ids=", ".join(retest))] if retest else []),
         ),
     ]
-    return rows
+
+
+def derive_scope(report: Report, t: Translator) -> list[ScopeRow]:
+    """The verified / to-be-verified rows of every dimension, in report order."""
+    return [*_stack_rows(report, t), *_drill_rows(report, t)]

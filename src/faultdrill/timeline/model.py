@@ -94,6 +94,15 @@ class Incarnation:
         return min(self.loads, key=lambda e: (e.get("rank", 0), e.mono))
 
     @property
+    def reached_step(self) -> int | None:
+        """The last step this generation's progress stands at: its last step, or, for one
+        that resumed from the final checkpoint and had nothing left to run, that
+        checkpoint's step (None: no step and no checkpoint)."""
+        if self.last_step is not None:
+            return self.last_step
+        return self.resume_step or None
+
+    @property
     def resume_step(self) -> int | None:
         """Step of the checkpoint it resumed from; 0 when it started from scratch."""
         ld = self.load
@@ -155,6 +164,10 @@ class Timeline:
     events: list[Event]
     steps: StepTable
     torn_lines: int = 0
+    #: Per events file with lines that are not events (garbage, wrong types...; a torn
+    #: last line, what a killed writer leaves, is not counted here): file name ->
+    #: (lines skipped, the file's source, "" if none could be read). Judged as retest.
+    bad_lines: dict[str, tuple[int, str]] = field(default_factory=dict)
     incarnations: list[Incarnation] = field(default_factory=list)
     procs: list[ProcLife] = field(default_factory=list)
 
@@ -169,8 +182,10 @@ class Timeline:
         Streams: step events go straight into columns, so memory stays near the size of
         the resulting table rather than of the parsed JSON. A line that is torn, not JSON
         or not an object, and a record that is malformed (a step without ``mono`` or
-        ``step``, a non-numeric time, rank, step or sample range), is skipped and counted
-        in ``torn_lines``; loading never raises on the content of a line.
+        ``step``, a value of the wrong type, an event breaking its shape in
+        :data:`~faultdrill.events.SHAPES`), is skipped and counted in ``torn_lines``, and
+        per file in ``bad_lines`` unless it is a file's torn last line (what a writer
+        killed mid-write leaves); loading never raises on the content of a line or file.
 
         Files of :data:`~faultdrill.timeline.reader.PARALLEL_BYTES` or more in all are
         read by ``readers`` processes (default: one per usable CPU, at most 4), each taking
@@ -187,21 +202,26 @@ class Timeline:
         stored = read_store(events_dir) if use_store else None
         if stored is not None:
             first = _Part(stored.task, stored.events, [[c] for c in stored.columns], stored.torn)
-            parts = [first, _read_files(paths, stored.covered)]
+            rest = _read_files(paths, stored.covered)
+            rest.bad = stored.bad_lines(rest.bad)
+            parts = [first, rest]
         else:
             parts = _read_in_parallel(paths, readers) or [_read_files(paths)]
         events: list[Event] = []
         steps = _StepColumns()
         task = ""
         torn = 0
+        bad: dict[str, tuple[int, str]] = {}
         for part in parts:
             task = task or part.task
             events.extend(part.events)
             steps.absorb(part.chunks)
             part.chunks = []  # the table frees each column's chunks as it joins them
             torn += part.torn
+            bad.update(part.bad)
         tl = cls._assemble(task, events, steps.table())
         tl.torn_lines = torn
+        tl.bad_lines = bad
         return tl
 
     @classmethod
@@ -287,11 +307,14 @@ class Timeline:
         """Segments of committed progress, oldest first, and notes where the chain breaks."""
         notes: list[str] = []
         final = self.final_incarnation()
-        if final is None or final.last_step is None:
+        upper = None if final is None else final.reached_step
+        if final is None or upper is None or len(self.steps) == 0:
             return [], ["no incarnation made progress"]
-        saves = self.checkpoint_saves()
+        saves: dict[str, list[Event]] = defaultdict(list)  # id -> its saves, oldest first
+        for e in self.of("probe", "ckpt_save"):
+            saves[str(e["id"])].append(e)
         segments: list[Segment] = []
-        cur, upper = final, final.last_step
+        cur = final
         seen: set[int] = set()
         while True:
             seen.add(cur.index)
@@ -303,7 +326,11 @@ class Timeline:
             ld = cur.load
             if base == 0 or ld is None or ld.kind != "ckpt_load":
                 break
-            save = saves.get(str(ld["id"]))
+            # The save the load read: the newest of that id before the load. A framework
+            # may write the same id again after resuming from it (Lightning re-saves the
+            # step it resumed at); that later save is not what this generation loaded.
+            before = [e for e in saves.get(str(ld["id"]), []) if e.mono < ld.mono]
+            save = before[-1] if before else None
             if save is None:
                 notes.append(
                     f"incarnation {cur.index} loaded checkpoint {ld['id']!r}, "

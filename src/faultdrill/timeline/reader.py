@@ -16,14 +16,14 @@ import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import PIPE
 from typing import Any
 
 import numpy as np
 
-from faultdrill.events import Event
+from faultdrill.events import Event, malformed
 from faultdrill.timeline.steps import I4, I8, StepTable
 
 __all__ = ["PARALLEL_BYTES"]
@@ -41,6 +41,8 @@ class _Part:
     events: list[Event]
     chunks: list[list[np.ndarray]]  # per step column, its converted chunks in file order
     torn: int  # lines skipped, rows dropped included
+    #: Per file name: (lines skipped that are not a torn last line, the file's source).
+    bad: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 def _read_files(paths: list[Path], offsets: dict[str, int] | None = None) -> _Part:
@@ -50,8 +52,18 @@ def _read_files(paths: list[Path], offsets: dict[str, int] | None = None) -> _Pa
     steps = _StepColumns()
     task = ""
     torn = 0
+    bad: dict[str, tuple[int, str]] = {}
     for path in paths:
-        with open(path, "rb") as f:
+        before = torn + steps.bad
+        source = ""
+        last_torn = 0  # a line without its newline can only be the file's last
+        try:
+            f = open(path, "rb")  # noqa: SIM115  (kept open for the loop below)
+        except OSError:  # a directory, a file gone: nothing of it can be read
+            torn += 1
+            bad[path.name] = (1, "")
+            continue
+        with f:
             if offsets:
                 f.seek(offsets.get(path.name, 0))
             for line in f:
@@ -60,24 +72,30 @@ def _read_files(paths: list[Path], offsets: dict[str, int] | None = None) -> _Pa
                     fields = m.groups()
                     steps.add_matched(fields)
                     task = task or json.loads(b'"' + fields[0] + b'"')
+                    source = source or "probe"
                     continue
                 raw = _parse_line(line)
                 if raw is None:
                     torn += 1
+                    last_torn = int(not line.endswith(b"\n"))
                     continue
+                source = source or str(raw.get("src", ""))
                 if raw.get("src") == "probe" and raw.get("kind") == "step":
                     if not steps.add(raw):
                         torn += 1
                         continue
+                elif malformed(raw) is None:
+                    events.append(Event.from_json(raw))
                 else:
-                    try:
-                        events.append(Event.from_json(raw))
-                    except (TypeError, ValueError):  # a time that is not a number
-                        torn += 1
-                        continue
+                    torn += 1
+                    continue
                 task = task or str(raw.get("task", ""))
+        steps.close_chunk()  # rows it drops are counted against this file
+        skipped = torn + steps.bad - before - last_torn
+        if skipped:
+            bad[path.name] = (skipped, source)
     chunks = steps.chunks()
-    return _Part(task, events, chunks, torn + steps.bad)
+    return _Part(task, events, chunks, torn + steps.bad, bad)
 
 
 def _read_in_parallel(paths: list[Path], readers: int | None) -> list[_Part] | None:
@@ -187,10 +205,10 @@ def _parse_line(line: bytes) -> dict[str, Any] | None:
         obj, end = _raw_decode(text)
         if end != len(text) - 1:  # more than the newline follows: let json.loads judge
             obj = json.loads(text)
-    except ValueError:  # not JSON, or not UTF-8: json.loads has the final word
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     return obj if isinstance(obj, dict) else None
 
@@ -205,6 +223,24 @@ def _loss_value(raw: Any) -> Any:
     if isinstance(raw, float) and raw != raw:
         return _INF
     return raw
+
+
+def _step_types_ok(raw: dict[str, Any], samples: Any) -> bool:
+    """A decoded step's values have the probe's types (the slow path only: a line the
+    probe wrote itself is matched by :data:`_probe_step_line`)."""
+    mono = raw["mono"]
+    if type(raw["step"]) is not int or type(mono) not in (int, float) or mono - mono != 0:
+        return False
+    if type(raw.get("rank", 0)) is not int or type(raw.get("pid", 0)) is not int:
+        return False
+    if type(raw.get("loss")) not in (int, float, type(None)):
+        return False
+    if type(samples) not in (list, tuple):
+        return False
+    return all(
+        type(p) in (list, tuple) and len(p) == 2 and type(p[0]) is int and type(p[1]) is int
+        for p in samples
+    )
 
 
 _NAN, _INF = float("nan"), float("inf")
@@ -233,10 +269,11 @@ class _StepColumns:
         self.pairs: list[Any] = []
 
     def add(self, raw: dict[str, Any]) -> bool:
-        """Queue one step event; False (nothing queued) if it lacks ``mono`` or ``step`` or
-        its ``samples`` is not a list. Values are checked when the chunk is converted."""
+        """Queue one step event; False (nothing queued) if it lacks ``mono`` or ``step``,
+        or a value has the wrong type (numpy would read ``"15"``, ``15.5`` or ``true`` as a
+        step). Ranges are checked when the chunk is converted."""
         samples = raw.get("samples") or []
-        if "mono" not in raw or "step" not in raw or type(samples) not in (list, tuple):
+        if "mono" not in raw or "step" not in raw or not _step_types_ok(raw, samples):
             return False
         self.mono.append(raw["mono"])
         self.rank.append(raw.get("rank", 0))
@@ -274,8 +311,11 @@ class _StepColumns:
             pairs = pairs.reshape(0, 2)
         elif pairs.ndim != 2 or pairs.shape[1] != 2:
             raise ValueError("a sample range is not a [start, end) pair")
+        mono = np.asarray(self.mono, dtype=np.float64)
+        if not np.isfinite(mono).all():  # the regex admits NaN and Infinity as numbers
+            raise ValueError("a step's time is not a finite number")
         return (
-            np.asarray(self.mono, dtype=np.float64),
+            mono,
             np.asarray(self.rank, dtype=I4),
             np.asarray(self.pid, dtype=I4),
             np.asarray(self.step, dtype=I8),
@@ -300,6 +340,8 @@ class _StepColumns:
                 for col, dt in zip(cols, types, strict=True):
                     if np.asarray(col[i], dtype=dt).ndim:
                         raise ValueError("not a single number")
+                if not np.isfinite(np.asarray(self.mono[i], dtype=np.float64)):
+                    raise ValueError("a time that is not finite")
                 pairs = np.asarray(self.pairs[starts[i] : at], dtype=I8)
                 if pairs.size and (pairs.ndim != 2 or pairs.shape[1] != 2):
                     raise ValueError("not a pair")
@@ -311,6 +353,11 @@ class _StepColumns:
         self.mono, self.rank, self.pid, self.step, self.loss = ([c[i] for i in keep] for c in cols)
         self.counts = [self.counts[i] for i in keep]
         self.pairs = pairs_kept
+
+    def close_chunk(self) -> None:
+        """Convert the rows queued so far now (a reader does it at the end of each file,
+        so that :attr:`bad` counts a file's own rows)."""
+        self._close()
 
     def _close(self) -> None:
         if not self.step:

@@ -15,7 +15,9 @@ re-judge from the evidence of record alone); deleting ``steps/`` does the same f
 Layout, in ``<events dir>/steps/``::
 
     manifest.json      format, rows, ranges, task, lines skipped (torn), and per covered
-                       source file: bytes covered and the last (up to 32) covered bytes
+                       source file: bytes covered, the last (up to 32) covered bytes, the
+                       lines of them skipped (``bad``) and the file's source (``src``, as
+                       :attr:`~faultdrill.timeline.Timeline.bad_lines` names it)
     <column>.<dtype>   raw little-endian columns: mono.f8 rank.i4 pid.i4 step.i8 loss.f8
                        count.i4 (sample ranges per row), rng_start.i8 rng_end.i8 (ranges)
     lines/<source>     the covered source's other lines (run_start, ckpt_save...), as written
@@ -34,7 +36,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from faultdrill.events import Event
+from faultdrill.events import Event, malformed
 from faultdrill.timeline.reader import _parse_line, _probe_step_line, _StepColumns
 from faultdrill.timeline.steps import I4, I8, StepTable
 
@@ -49,7 +51,7 @@ __all__ = [
 ]
 
 STORE_DIR = "steps"
-FORMAT = "faultdrill-steps/1"
+FORMAT = "faultdrill-steps/2"  # /2: per source bad lines and src
 #: (name, dtype, per range rather than per row), in :class:`_StepColumns` order.
 COLUMNS: tuple[tuple[str, Any, bool], ...] = (
     ("mono", np.dtype("<f8"), False),
@@ -77,47 +79,52 @@ class Chunk:
     steps: list[np.ndarray] | None  # step columns (COLUMNS order), None if no step
     torn: int  # lines skipped: torn, not JSON, not an object, a malformed record
     task: str = ""
+    source: str = ""  # the ``src`` of its first line that decoded ("" if none did)
 
 
 def parse_chunk(data: bytes) -> Chunk:
     """Parse complete lines (``data`` ends with a newline, or is empty) the way
-    :meth:`Timeline.load` does."""
+    :meth:`Timeline.load` does (:func:`~faultdrill.timeline.reader._read_files`)."""
     cols = _StepColumns()
     records: list[dict[str, Any]] = []
     lines: list[bytes] = []
     torn = 0
     task = ""
+    source = ""
     for line in data.splitlines(keepends=True):
         m = _probe_step_line(line)
         if m is not None:
             cols.add_matched(m.groups())
             task = task or json.loads(b'"' + m.group(1) + b'"')
+            source = source or "probe"
             continue
         raw = _parse_line(line)
         if raw is None:
             torn += 1
             continue
+        source = source or str(raw.get("src", ""))
         if raw.get("src") == "probe" and raw.get("kind") == "step":
             if not cols.add(raw):
                 torn += 1
-            continue
-        try:
-            Event.from_json(raw)
-        except (TypeError, ValueError):  # a time that is not a number: as the reader does
+                continue
+        elif malformed(raw) is None:
+            records.append(raw)
+            lines.append(line)
+        else:
             torn += 1
             continue
-        records.append(raw)
-        lines.append(line)
         task = task or str(raw.get("task", ""))
     chunks = cols.chunks()
     steps = [np.concatenate(c) if len(c) > 1 else c[0] for c in chunks] if chunks[0] else None
-    return Chunk(records, lines, steps, torn + cols.bad, task)
+    return Chunk(records, lines, steps, torn + cols.bad, task, source)
 
 
 @dataclass
 class _Source:
     covered: int = 0
     tail: bytes = b""
+    bad: int = 0  # lines skipped (all complete: a torn last line is never covered)
+    src: str = ""
 
 
 @dataclass
@@ -155,6 +162,8 @@ class StepStoreWriter:
             with open(self.dir / "lines" / source, "ab") as f:
                 f.write(b"".join(chunk.lines))
         self.torn += chunk.torn
+        src.bad += chunk.torn
+        src.src = src.src or chunk.source
         self.task = self.task or chunk.task
         src.covered += len(data)
         src.tail = (src.tail + data)[-_TAIL:]
@@ -172,7 +181,7 @@ class StepStoreWriter:
             "torn": self.torn,
             "task": self.task,
             "sources": {
-                name: {"bytes": s.covered, "tail": s.tail.hex()}
+                name: {"bytes": s.covered, "tail": s.tail.hex(), "bad": s.bad, "src": s.src}
                 for name, s in sorted(self._sources.items())
             },
         }
@@ -208,6 +217,17 @@ class Stored:
     columns: list[np.ndarray]  # COLUMNS order
     torn: int
     covered: dict[str, int]  # source file name -> bytes covered
+    #: Source file name -> (lines of its covered part skipped, its source), every one.
+    bad: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def bad_lines(self, rest: dict[str, tuple[int, str]]) -> dict[str, tuple[int, str]]:
+        """``Timeline.bad_lines`` of the store's part and ``rest``'s (what the JSON lines
+        after the covered bytes gave): the counts added, the source of the first line."""
+        out = {name: n for name, n in self.bad.items() if n[0]}
+        for name, (n, src) in rest.items():
+            m, first = self.bad.get(name, (0, ""))
+            out[name] = (m + n, first or src)
+        return out
 
 
 def read_store(events_dir: Path) -> Stored | None:
@@ -233,12 +253,14 @@ def read_store(events_dir: Path) -> Stored | None:
         if int(columns[5].sum()) != ranges:
             return None
         events = _lines(root / "lines", sources)
+        covered = {name: int(info["bytes"]) for name, info in sources.items()}
+        bad = {name: (int(info["bad"]), str(info["src"])) for name, info in sources.items()}
+        torn = int(manifest["torn"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # unreadable or not ours: read the JSON lines instead
     if events is None:
         return None
-    covered = {name: int(info["bytes"]) for name, info in sources.items()}
-    return Stored(str(manifest.get("task", "")), events, columns, int(manifest["torn"]), covered)
+    return Stored(str(manifest.get("task", "")), events, columns, torn, covered, bad)
 
 
 def _native(dtype: Any) -> Any:

@@ -32,6 +32,7 @@ Checkpoints newer than ``latest`` are never loaded: they were not published, so 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -40,6 +41,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,10 +56,12 @@ __all__ = [
     "Loaded",
     "Saved",
     "ckpt_id",
+    "durable_write",
     "list_checkpoints",
     "load",
     "load_unverified",
     "prune",
+    "publish_latest",
     "read_latest",
     "save",
 ]
@@ -152,7 +156,24 @@ def _write_file(path: str, data: bytes, *, fsync: bool) -> None:
             os.fsync(f.fileno())
 
 
-def _publish_latest(ckpt_dir: str, cid: str) -> None:
+def durable_write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves the old file or the whole new one:
+    a temporary file beside it, fsync, rename, fsync of the directory."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".tmp-{os.path.basename(path)}-{os.getpid()}")
+    try:
+        _write_file(tmp, data, fsync=True)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(parent)
+
+
+def publish_latest(ckpt_dir: str, cid: str) -> None:
+    """Make ``latest`` name ``cid`` (temp file, fsync, rename, fsync the directory)."""
     tmp = os.path.join(ckpt_dir, f".tmp-latest-{os.getpid()}")
     _write_file(tmp, (cid + "\n").encode(), fsync=True)
     os.replace(tmp, os.path.join(ckpt_dir, LATEST))
@@ -169,12 +190,20 @@ def save(
     written_by: dict[str, int],
     keep: int,
     publish_before_durable: bool = False,
+    publish: Callable[[str], None] | None = None,
 ) -> Saved:
     """Write, publish and prune; returns what was published. Raises ``OSError`` on I/O failure.
 
     A failed save leaves ``latest`` as it was (except in ``publish_before_durable`` mode)
-    and removes its temporary directory.
+    and removes its temporary directory. ``publish(cid)`` replaces the default publication
+    (:func:`publish_latest`), e.g. to also hand the checkpoint to a scheduler; it is called
+    where ``latest`` would move.
     """
+    if publish is None:
+
+        def publish(cid: str) -> None:
+            publish_latest(ckpt_dir, cid)
+
     buf = io.BytesIO()
     torch.save(state, buf)
     data = buf.getvalue()
@@ -197,7 +226,7 @@ def save(
         os.makedirs(final, exist_ok=True)
         with open(os.path.join(final, STATE), "wb") as f:
             _write_file(os.path.join(final, MANIFEST), manifest_bytes, fsync=False)
-            _publish_latest(ckpt_dir, cid)
+            publish(cid)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -216,7 +245,7 @@ def save(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        _publish_latest(ckpt_dir, cid)
+        publish(cid)
     prune(ckpt_dir, keep)
     state_path = os.path.join(final, STATE)
     return Saved(cid, step, state_path, str(manifest["sha256"]), len(data), data_position)
@@ -294,9 +323,13 @@ def _load_verified(ckpt_dir: str, cid: str) -> Loaded:
     )
 
 
-def load(ckpt_dir: str) -> LoadResult:
-    """The newest published checkpoint that verifies, and the candidates refused before it."""
-    latest = read_latest(ckpt_dir)
+def load(ckpt_dir: str, latest: str | None = None) -> LoadResult:
+    """The newest published checkpoint that verifies, and the candidates refused before it.
+
+    ``latest`` (default: what the ``latest`` file names) is the published one to try first,
+    e.g. the checkpoint a scheduler handed over."""
+    if latest is None:
+        latest = read_latest(ckpt_dir)
     candidates = list_checkpoints(ckpt_dir)
     if latest is not None:
         latest_step = _step_of(latest)
@@ -312,9 +345,10 @@ def load(ckpt_dir: str) -> LoadResult:
     return LoadResult(None, rejected)
 
 
-def load_unverified(ckpt_dir: str) -> LoadResult:
+def load_unverified(ckpt_dir: str, latest: str | None = None) -> LoadResult:
     """Known-bad: unpickle what ``latest`` names without checking it. Errors propagate."""
-    latest = read_latest(ckpt_dir)
+    if latest is None:
+        latest = read_latest(ckpt_dir)
     if latest is None:
         return LoadResult(None)
     path = os.path.join(ckpt_dir, latest, STATE)

@@ -19,7 +19,8 @@ Contract
   (in ``run_start``) is the sha256 of the canonical JSON (sorted keys, no spaces) of the
   fields in :data:`DIGEST_FIELDS`: those that decide the numbers a correct run computes.
   ``ckpt_dir``, ``ckpt_every``, ``ckpt_keep``, ``gloo_timeout_s``, ``step_sleep_s``,
-  ``save_error`` and ``bad_mode`` are left out, so a drill and its baseline share a digest.
+  ``save_error``, ``export_path`` and ``bad_mode`` are left out, so a drill and its baseline
+  share a digest.
 * **Data**: a synthetic corpus of ``dataset_size`` token sequences drawn from a sparse
   random Markov chain (each token has two possible successors), so the loss falls from
   ln(vocab) towards ln 2. Sample ``i`` depends only on ``(seed, i)``. Global stream
@@ -28,7 +29,10 @@ Contract
   Step ``s`` (1-based) consumes positions ``[(s-1)*B, s*B)``, ``B = global_batch``; rank
   ``r`` of ``W`` takes the contiguous ``B/W`` positions starting at ``(s-1)*B + r*B/W``.
   Those positions are the sample ids of the ``step`` events; ``data_position`` is the
-  number of positions consumed (``step * B`` in a correct run).
+  number of positions consumed (``step * B`` in a correct run). The *held-out split* is
+  ``eval_size`` more sequences of the same chain, sequence ``j`` drawn from ``(seed,
+  "heldout", j)``: never trained on. ``data_digest`` (in ``run_start``) is the sha256 of
+  both splits' tokens.
 * **Determinism**: a fault-free run and a run killed and resumed at the same world size
   give bitwise-identical per-rank losses and final model digest. Each rank's RNG streams
   (python, numpy, torch) are saved in every checkpoint and restored at the same world
@@ -37,7 +41,12 @@ Contract
   ``ckpt_load`` or ``ckpt_none`` on every rank; ``step`` per rank per optimizer step with
   the rank's local loss; ``ckpt_save`` on rank 0 once the checkpoint is durable and
   ``latest`` moved, ``ckpt_save_failed`` on rank 0 when a save raised ``OSError``; saves
-  and loads carry ``duration_s``; ``run_end`` on every rank after the process group is destroyed, with
+  and loads carry ``duration_s``; ``evaluation`` on every rank after every checkpoint
+  (also one that failed to save) with the held-out ``loss`` (mean next-token cross-entropy)
+  and ``accuracy`` (top-1) of the model as trained; with ``export_path`` set, rank 0 writes
+  the final model's state_dict there (``torch.save``, then fsync, rename, fsync) and emits
+  ``artifact`` with the file's sha256; ``run_end`` on every rank after the process group is
+  destroyed, with
   the sha256 of the model's state_dict (key, then raw bytes, in key order). The ``path``
   of ``ckpt_save`` and ``ckpt_load`` is the checkpoint's ``state.pt``, the file whose
   sha256 and size ``ckpt_save`` records.
@@ -56,6 +65,8 @@ optimizer-not-restored         restores model, step, data; fresh optimizer and L
 load-unverified                follows ``latest`` and unpickles it unchecked (verified=False)
 stale-replica                  first incarnation's highest rank leaves an old replica behind
 publish-before-durable         moves ``latest`` before ``state.pt`` is written and fsynced
+stale-eval-model               after a restore, evaluates a copy of the model as loaded, not
+                               the model being trained (training and export stay correct)
 =============================  ==============================================================
 
 ``stale-replica`` starts its replica at most once per ``ckpt_dir`` (it claims the marker
@@ -68,8 +79,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import gc
 import hashlib
+import io
 import math
 import multiprocessing
 import os
@@ -78,7 +91,8 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
@@ -105,10 +119,12 @@ from faultdrill.workloads.lm_config import (  # the config part needs no torch: 
 __all__ = [
     "BAD_MODES",
     "DIGEST_FIELDS",
+    "CheckpointBackend",
     "ConfigError",
     "Corpus",
     "LMConfig",
     "TinyLM",
+    "Trained",
     "check_world_size",
     "config_digest",
     "config_from_dict",
@@ -116,6 +132,7 @@ __all__ = [
     "main",
     "model_digest",
     "run",
+    "train_on_group",
 ]
 
 PROG = "faultdrill.workloads.lm"
@@ -140,17 +157,16 @@ class Corpus:
         self.seed = cfg.seed
         table_gen = torch.Generator().manual_seed(_derive_seed(cfg.seed, "table"))
         successors = torch.randint(cfg.vocab, (cfg.vocab, 2), generator=table_gen)
-        starts = torch.empty(self.size, dtype=torch.long)
-        choices = torch.empty(self.size, cfg.seq_len, dtype=torch.long)
-        for i in range(self.size):
-            gen = torch.Generator().manual_seed(_derive_seed(cfg.seed, "sample", i))
-            starts[i] = torch.randint(cfg.vocab, (1,), generator=gen)
-            choices[i] = torch.randint(2, (cfg.seq_len,), generator=gen)
-        tokens = [starts]
-        for t in range(cfg.seq_len):
-            tokens.append(successors[tokens[-1], choices[:, t]])
-        self.samples = torch.stack(tokens, dim=1)  # (dataset_size, seq_len + 1)
+        self.samples = _sequences(cfg, successors, "sample", self.size)
+        self.heldout = _sequences(cfg, successors, "heldout", cfg.eval_size)
         self._perms: dict[int, torch.Tensor] = {}
+
+    def digest(self) -> str:
+        """sha256 of the tokens of both splits: the data snapshot this job reads."""
+        h = hashlib.sha256()
+        for split in (self.samples, self.heldout):
+            h.update(split.contiguous().numpy().tobytes())
+        return h.hexdigest()
 
     def _perm(self, epoch: int) -> torch.Tensor:
         if epoch not in self._perms:
@@ -165,6 +181,21 @@ class Corpus:
         """Inputs and next-token targets for a range of global stream positions."""
         rows = self.samples[self.indices(positions)]
         return rows[:, :-1], rows[:, 1:]
+
+
+def _sequences(cfg: LMConfig, successors: torch.Tensor, tag: str, n: int) -> torch.Tensor:
+    """``n`` token sequences of the chain, sequence ``i`` drawn from ``(seed, tag, i)``;
+    shape ``(n, seq_len + 1)``."""
+    starts = torch.empty(n, dtype=torch.long)
+    choices = torch.empty(n, cfg.seq_len, dtype=torch.long)
+    for i in range(n):
+        gen = torch.Generator().manual_seed(_derive_seed(cfg.seed, tag, i))
+        starts[i] = torch.randint(cfg.vocab, (1,), generator=gen)
+        choices[i] = torch.randint(2, (cfg.seq_len,), generator=gen)
+    tokens = [starts]
+    for t in range(cfg.seq_len):
+        tokens.append(successors[tokens[-1], choices[:, t]])
+    return torch.stack(tokens, dim=1)
 
 
 # --- model ---------------------------------------------------------------------------
@@ -269,18 +300,60 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
+# --- checkpoint backends -------------------------------------------------------------
+
+
+class CheckpointBackend:
+    """Where the job's checkpoints live, how one is published and which one a resume tries.
+
+    The default is the workload's own directory (``cfg.ckpt_dir``, ``latest`` names the
+    published checkpoint). A platform that hands checkpoints over itself (Ray Train:
+    ``ray.train.report`` / ``ray.train.get_checkpoint``) subclasses this; the training loop
+    is the same. ``load`` runs on every rank, ``save`` on rank 0 only, ``after_save`` on
+    every rank once rank 0's save finished or failed (``saved`` is None on other ranks and
+    after a failure).
+    """
+
+    def __init__(self, ckpt_dir: str) -> None:
+        self.dir = ckpt_dir
+
+    def load(self, verified: bool) -> tuple[_ckpt.LoadResult, dict[str, Any]]:
+        """The checkpoint to resume from (and what was refused), plus extra fields for the
+        ``ckpt_load``/``ckpt_none`` event. ``verified=False`` is the known-bad loader."""
+        if verified:
+            return _ckpt.load(self.dir), {}
+        return _ckpt.load_unverified(self.dir), {}
+
+    def save(self, *, publish_before_durable: bool, **fields: Any) -> _ckpt.Saved:
+        """Make a checkpoint durable and publish it; raises ``OSError`` (rank 0 only)."""
+        return _ckpt.save(self.dir, publish_before_durable=publish_before_durable, **fields)
+
+    def after_save(self, rank: int, step: int, saved: _ckpt.Saved | None) -> None:
+        """Called on every rank after the save attempt at ``step`` (nothing to do for a
+        directory); raises ``OSError`` when publishing failed."""
+
+
 # --- the job -------------------------------------------------------------------------
 
 
 class _Job:
     """One incarnation of one rank: init, resume, train, checkpoint, finish."""
 
-    def __init__(self, cfg: LMConfig, probe: Probe, rank: int, world: int) -> None:
+    def __init__(
+        self,
+        cfg: LMConfig,
+        probe: Probe,
+        backend: CheckpointBackend,
+        rank: int,
+        world: int,
+        restart_count: int,
+    ) -> None:
         self.cfg = cfg
         self.probe = probe
+        self.backend = backend
         self.rank = rank
         self.world = world
-        self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+        self.restart_count = restart_count
         self.digest = config_digest(cfg)
         self.per_rank = cfg.global_batch // world
         self.corpus = Corpus(cfg)
@@ -291,6 +364,8 @@ class _Job:
         self.step = 0
         self.position = 0
         self.stale_pipe: int | None = None
+        # ``stale-eval-model``: the copy evaluated instead of the model being trained.
+        self.eval_model: nn.Module | None = None
 
     def _fresh_optimizer(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
         cfg = self.cfg
@@ -305,20 +380,19 @@ class _Job:
             self.probe.no_checkpoint([])
             return
         started = time.monotonic()
-        if mode == "load-unverified":
-            result = _ckpt.load_unverified(cfg.ckpt_dir)
-        else:
-            result = _ckpt.load(cfg.ckpt_dir)
+        result, extra = self.backend.load(verified=mode != "load-unverified")
         chosen: list[str | None] = [None] * self.world
         loaded = result.loaded
         dist.all_gather_object(chosen, loaded.id if loaded else None)
         if len(set(chosen)) != 1:
             raise RuntimeError(f"ranks chose different checkpoints: {chosen}")
         if loaded is None:
-            self.probe.no_checkpoint(result.rejected)
+            self.probe.no_checkpoint(result.rejected, **extra)
             return
         state = loaded.state
         self.model.load_state_dict(state["model"])
+        if mode == "stale-eval-model":
+            self.eval_model = copy.deepcopy(self.model)
         if mode != "optimizer-not-restored":
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
@@ -341,6 +415,7 @@ class _Job:
             data_position=loaded.data_position,
             rejected=result.rejected,
             duration_s=time.monotonic() - started,
+            **extra,
         )
 
     def start_stale_replica(self) -> None:
@@ -349,9 +424,9 @@ class _Job:
         Only the first caller per ``ckpt_dir`` starts one: ``TORCHELASTIC_RESTART_COUNT``
         is per agent, and an agent restarted only because of a peer keeps count 0.
         """
-        os.makedirs(self.cfg.ckpt_dir, exist_ok=True)
+        os.makedirs(self.backend.dir, exist_ok=True)
         try:
-            claim = os.open(os.path.join(self.cfg.ckpt_dir, STALE_MARKER), _CLAIM_FLAGS)
+            claim = os.open(os.path.join(self.backend.dir, STALE_MARKER), _CLAIM_FLAGS)
         except FileExistsError:
             return
         os.write(claim, f"{os.getpid()}\n".encode())
@@ -430,63 +505,107 @@ class _Job:
                 time.sleep(cfg.step_sleep_s)
             if step % cfg.ckpt_every == 0 or step == cfg.steps:
                 self.checkpoint()
+                self.evaluate()
 
     def checkpoint(self) -> None:
-        """Gather RNG states, save on rank 0, then hold every rank at a barrier."""
+        """Gather RNG states, save on rank 0, let the backend publish on every rank, then
+        hold every rank at a barrier."""
         cfg = self.cfg
         rng: list[dict[str, Any] | None] = [None] * self.world
         dist.all_gather_object(rng, _rng_state())
+        saved: _ckpt.Saved | None = None
+        failed: OSError | None = None
+        started = time.monotonic()
         if self.rank == 0:
-            started = time.monotonic()
-            state = {
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "rng": rng,
-                "step": self.step,
-                "data_position": self.position,
-                "config_digest": self.digest,
-            }
             try:
-                saved = _ckpt.save(
-                    cfg.ckpt_dir,
-                    step=self.step,
-                    state=state,
-                    data_position=self.position,
-                    world_size=self.world,
-                    written_by={
-                        "rank": self.rank,
-                        "pid": os.getpid(),
-                        "restart_count": self.restart_count,
-                    },
-                    keep=cfg.ckpt_keep,
-                    publish_before_durable=cfg.bad_mode == "publish-before-durable",
-                )
+                saved = self._save(rng)
             except OSError as exc:
-                self.probe.checkpoint_failed(
-                    step=self.step,
-                    error=f"{type(exc).__name__}: {exc}",
-                    errno=exc.errno,
-                    duration_s=time.monotonic() - started,
-                )
-                if cfg.save_error == "crash":
-                    raise
-                print(
-                    f"{PROG}: checkpoint at step {self.step} not saved: {exc}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            else:
-                self.probe.checkpoint_saved(
-                    ckpt_id=saved.id,
-                    step=saved.step,
-                    path=saved.path,
-                    sha256=saved.sha256,
-                    data_position=saved.data_position,
-                    size_bytes=saved.size,
-                    duration_s=time.monotonic() - started,
-                )
+                failed = exc
+        try:
+            self.backend.after_save(self.rank, self.step, saved)
+        except OSError as exc:
+            saved, failed = None, failed or exc
+        if failed is not None:
+            self.probe.checkpoint_failed(
+                step=self.step,
+                error=f"{type(failed).__name__}: {failed}",
+                errno=failed.errno,
+                duration_s=time.monotonic() - started,
+            )
+            if cfg.save_error == "crash":
+                raise failed
+            print(
+                f"{PROG}: checkpoint at step {self.step} not saved: {failed}",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif saved is not None:
+            self.probe.checkpoint_saved(
+                ckpt_id=saved.id,
+                step=saved.step,
+                path=saved.path,
+                sha256=saved.sha256,
+                data_position=saved.data_position,
+                size_bytes=saved.size,
+                duration_s=time.monotonic() - started,
+            )
         dist.barrier()
+
+    def _save(self, rng: list[dict[str, Any] | None]) -> _ckpt.Saved:
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng,
+            "step": self.step,
+            "data_position": self.position,
+            "config_digest": self.digest,
+        }
+        return self.backend.save(
+            step=self.step,
+            state=state,
+            data_position=self.position,
+            world_size=self.world,
+            written_by={
+                "rank": self.rank,
+                "pid": os.getpid(),
+                "restart_count": self.restart_count,
+            },
+            keep=self.cfg.ckpt_keep,
+            publish_before_durable=self.cfg.bad_mode == "publish-before-durable",
+        )
+
+    def evaluate(self) -> None:
+        """Held-out loss and accuracy of the model after this step (no gradient, no RNG
+        drawn: training goes on exactly as without it)."""
+        model = self.eval_model if self.eval_model is not None else self.model
+        inputs, targets = self.corpus.heldout[:, :-1], self.corpus.heldout[:, 1:]
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                logits = model(inputs)
+                loss = nn.functional.cross_entropy(
+                    logits.reshape(-1, self.cfg.vocab), targets.reshape(-1)
+                )
+                accuracy = (logits.argmax(dim=-1) == targets).double().mean()
+        finally:
+            model.train(was_training)
+        self.probe.evaluation(self.step, {"loss": loss.item(), "accuracy": accuracy.item()})
+
+    def export(self) -> None:
+        """Rank 0 writes the final model to ``export_path`` durably and reports its sha256."""
+        buf = io.BytesIO()
+        torch.save(self.model.state_dict(), buf)
+        data = buf.getvalue()
+        _ckpt.durable_write(self.cfg.export_path, data)
+        self.probe.artifact(
+            path=self.cfg.export_path,
+            sha256=hashlib.sha256(data).hexdigest(),
+            size_bytes=len(data),
+            name="final-model",
+            step=self.step,
+        )
 
     def end_stale_replica(self) -> None:
         if self.stale_pipe is not None:
@@ -513,50 +632,94 @@ def check_world_size(cfg: LMConfig, world: int) -> None:
         )
 
 
-def run(cfg: LMConfig) -> None:
-    """Train per ``cfg`` as this process's rank; returns once ``run_end`` is recorded.
+@dataclass(frozen=True)
+class Trained:
+    """A rank's finished training, awaiting ``run_end`` (after its group is destroyed)."""
 
-    Blocks in collectives with the other ranks (up to ``gloo_timeout_s`` each). Raises
-    :class:`ConfigError` for a world size that does not divide ``global_batch``, and
-    whatever stopped training otherwise (no ``run_end`` then). The process group is
-    destroyed before it returns or raises.
+    final_step: int
+    model_digest: str
+    probe: Probe
+    release_stale_replica: Callable[[], None]
+
+    def finish(self) -> None:
+        """Record ``run_end``, release the ``stale-replica`` mode's replica, close the probe."""
+        self.probe.run_end(final_step=self.final_step, model_digest=self.model_digest)
+        self.release_stale_replica()
+        self.probe.close()
+
+
+def train_on_group(
+    cfg: LMConfig,
+    probe: Probe,
+    backend: CheckpointBackend,
+    *,
+    restart_count: int = 0,
+    **run_start_extra: Any,
+) -> Trained:
+    """Train per ``cfg`` as this process's rank of the process group that is already
+    initialised (by torchrun's env, by Ray Train...); returns once training is done. The
+    caller destroys the group, then calls :meth:`Trained.finish` (``run_end``).
+
+    Emits ``run_start`` (with ``run_start_extra``), the load decision, every step and
+    checkpoint. Blocks in collectives with the other ranks (up to the group's timeout).
+    Raises :class:`ConfigError` for a world size that does not divide ``global_batch``,
+    and whatever stopped training otherwise. The DDP wrapper is collected before it
+    returns or raises (destroying the group under a live DDP may abort the process).
     """
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    _init_process_group(cfg)
     ddp: nn.Module | None = None
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         check_world_size(cfg, world)
-        probe = probe_from_env(rank)
-        job = _Job(cfg, probe, rank, world)
+        job = _Job(cfg, probe, backend, rank, world, restart_count)
         probe.run_start(
             world_size=world,
             local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-            restart_count=job.restart_count,
+            restart_count=restart_count,
             config_digest=job.digest,
+            data_digest=job.corpus.digest(),
+            **run_start_extra,
         )
         job.resume()
-        if cfg.bad_mode == "stale-replica" and job.restart_count == 0 and rank == world - 1:
-            job.start_stale_replica()  # once per ckpt_dir, see there
+        if cfg.bad_mode == "stale-replica" and restart_count == 0 and rank == world - 1:
+            job.start_stale_replica()  # once per checkpoint dir, see there
         ddp = DistributedDataParallel(job.model, bucket_cap_mb_list=[0])
         job.train(ddp)
-        digest = model_digest(job.model)
+        if cfg.export_path and rank == 0:
+            job.export()  # local I/O only: no collective, so before the group goes
+        result = Trained(job.step, model_digest(job.model), probe, job.end_stale_replica)
     except BaseException as exc:
         # The traceback's frames hold the DDP model too; see below.
         traceback.clear_frames(exc.__traceback__)
         ddp = None
         gc.collect()
+        raise
+    ddp = None
+    gc.collect()
+    return result
+
+
+def run(cfg: LMConfig) -> None:
+    """Train per ``cfg`` as this process's rank (torchrun's environment, or world size 1);
+    returns once ``run_end`` is recorded.
+
+    Raises :class:`ConfigError` for a world size that does not divide ``global_batch``, and
+    whatever stopped training otherwise (no ``run_end`` then). The process group is
+    destroyed before it returns or raises.
+    """
+    _init_process_group(cfg)
+    try:
+        rank = dist.get_rank()
+        probe = probe_from_env(rank)
+        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+        trained = train_on_group(cfg, probe, CheckpointBackend(cfg.ckpt_dir), restart_count=restart)
+    except BaseException:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
         raise
-    # DDP must be collected before destroy_process_group, or the exit may abort (rc -6).
-    ddp = None
-    gc.collect()
     dist.destroy_process_group()
-    probe.run_end(final_step=job.step, model_digest=digest)
-    job.end_stale_replica()
-    probe.close()
+    trained.finish()
 
 
 def main(argv: list[str] | None = None) -> int:

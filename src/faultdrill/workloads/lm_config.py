@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ BAD_MODES = (
     "load-unverified",
     "stale-replica",
     "publish-before-durable",
+    "stale-eval-model",
 )
 SAVE_ERRORS = ("skip", "crash")
 LOADER_STARTS = ("fork", "spawn", "forkserver")
@@ -63,6 +65,7 @@ class LMConfig:
     warmup_steps: int = 5
     seed: int = 1234
     dataset_size: int = 512
+    eval_size: int = 32
     ckpt_every: int = 10
     ckpt_keep: int = 3
     gloo_timeout_s: float = 30.0
@@ -72,6 +75,7 @@ class LMConfig:
     loader_workers: int = 0
     loader_start: str = "fork"
     loader_persistent: bool = True
+    export_path: str = ""
 
 
 DIGEST_FIELDS = (
@@ -87,12 +91,14 @@ DIGEST_FIELDS = (
     "warmup_steps",
     "seed",
     "dataset_size",
+    "eval_size",
 )
 
 _INT_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "int"}
 _FLOAT_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "float"}
 _BOOL_FIELDS = {f.name for f in dataclasses.fields(LMConfig) if f.type == "bool"}
-# Rules beyond the type: field -> (predicate, rule as said in the error).
+# Ranges beyond the type (each number has both bounds: an absurd value is refused when the
+# plan loads, not when torch tries to allocate it).
 _MIN_INT = {
     "steps": 1,
     "global_batch": 1,
@@ -104,17 +110,36 @@ _MIN_INT = {
     "warmup_steps": 0,
     "seed": 0,
     "dataset_size": 1,
+    "eval_size": 1,
     "ckpt_every": 1,
     "ckpt_keep": 1,
     "loader_workers": 0,
 }
+_MAX_INT = {
+    "steps": 10**9,
+    "global_batch": 1 << 16,
+    "seq_len": 1 << 16,
+    "vocab": 1 << 20,
+    "d_model": 1 << 16,
+    "n_layers": 1024,
+    "n_heads": 1024,
+    "warmup_steps": 10**9,
+    "seed": 2**63 - 1,
+    "dataset_size": 1 << 40,
+    "ckpt_every": 10**9,
+    "ckpt_keep": 1000,
+    "loader_workers": 256,
+}
+_MAX_FLOAT = {"dropout": 1.0, "lr": 10.0, "gloo_timeout_s": 86_400.0, "step_sleep_s": 3600.0}
+_short = reprlib.Repr()
+_short.maxstring = _short.maxother = 200
 
 
 def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
     """Validate a parsed config object; raises :class:`ConfigError` naming ``source``."""
 
     def fail(name: str, rule: str, value: Any) -> ConfigError:
-        return ConfigError(f"{source}: field {name!r}: {rule} (got {value!r})")
+        return ConfigError(f"{source}: field {name!r}: {rule} (got {_short.repr(value)})")
 
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: must be a JSON object (got {type(raw).__name__})")
@@ -122,7 +147,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
     for key in raw:
         if key not in known:
             raise ConfigError(
-                f"{source}: unknown field {key!r} (known: {', '.join(sorted(known))})"
+                f"{source}: unknown field {_short.repr(key)} (known: {', '.join(sorted(known))})"
             )
     if "ckpt_dir" not in raw:
         raise ConfigError(f"{source}: field 'ckpt_dir' is required")
@@ -133,6 +158,8 @@ def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
                 raise fail(name, "must be an integer", value)
             if value < _MIN_INT[name]:
                 raise fail(name, f"must be >= {_MIN_INT[name]}", value)
+            if value > _MAX_INT[name]:
+                raise fail(name, f"must be <= {_MAX_INT[name]}", value)
         elif name in _FLOAT_FIELDS:
             if (
                 isinstance(value, bool)
@@ -140,6 +167,8 @@ def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
                 or not math.isfinite(value)
             ):
                 raise fail(name, "must be a finite number", value)
+            if value > _MAX_FLOAT[name] and name != "dropout":  # dropout: its own rule below
+                raise fail(name, f"must be <= {_MAX_FLOAT[name]:g}", value)
             value = float(value)
         elif name in _BOOL_FIELDS and not isinstance(value, bool):
             raise fail(name, "must be true or false", value)
@@ -152,6 +181,10 @@ def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
     for name in ("lr", "gloo_timeout_s"):
         if name in values and values[name] <= 0:
             raise fail(name, "must be > 0", values[name])
+    if not isinstance(values.get("export_path", ""), str):
+        raise fail(
+            "export_path", "must be a string (a file path, or '' for none)", values["export_path"]
+        )
     if values.get("step_sleep_s", 0.0) < 0:
         raise fail("step_sleep_s", "must be >= 0", values["step_sleep_s"])
     if "save_error" in values and values["save_error"] not in SAVE_ERRORS:

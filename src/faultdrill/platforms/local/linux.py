@@ -1,11 +1,25 @@
-"""Linux network-namespace primitives: the host side of the namespace cluster.
+"""Linux primitives of the local platforms: namespaces, links, cgroups and signals.
 
 Creating, entering and deleting named network namespaces (``/run/netns/NAME``), running a
 command or a Python callable inside one (``nsenter``, ``setns`` on one thread), finding
-the processes and listening ports inside one, and the undo functions of the namespaces
-and links the cluster creates (``netns``, ``netns-link``; also replayed by ``faultdrill
-cleanup``). Used by the cluster (:mod:`faultdrill.platforms.local.netns`), the network
-faults and the network track.
+the processes and listening ports inside one; and the undo of every change the node
+cluster (:mod:`faultdrill.platforms.local.cluster`) and the local platform make, by ledger
+kind, also replayed by ``faultdrill cleanup`` (so these kinds and what their data means
+never change: ledgers written by earlier versions must stay cleanable):
+
+===================  ===================================================================
+``netns``            a network namespace (kill what runs inside, then delete it)
+``netns-link``       a bridge or veth pair in one of our namespaces
+``iptables-rule``    one tagged rule in a namespace's chain
+``tc-qdisc``         a tbf root qdisc on an interface
+``link-down``        an interface set down (set it up)
+``cgroup``           a freezer group (kill what is left, remove it)
+``freeze``           a frozen group (thaw it)
+``run-processes``    every process carrying the run id (the fallback without cgroups)
+``node-kill``        processes killed (nothing to undo)
+``signal``           a signal delivered (nothing to undo)
+``sigstop``          a process stopped (SIGCONT, to the same pid and start time only)
+===================  ===================================================================
 """
 
 from __future__ import annotations
@@ -26,10 +40,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from faultdrill.errors import NotOursError
-from faultdrill.ledger import undoer
-from faultdrill.platforms.local import procfs
+from faultdrill.ledger import THIS_RUN, undoer
+from faultdrill.platforms.api import Change, Note
+from faultdrill.platforms.local import owned, procfs
 
 __all__ = [
+    "ActiveRule",
     "NodeLink",
     "fresh_rule_id",
     "in_netns",
@@ -40,6 +56,8 @@ __all__ = [
     "ns_pids",
     "ns_run",
     "run_in_netns",
+    "signal_change",
+    "sigstop_change",
 ]
 
 T = TypeVar("T")
@@ -189,7 +207,7 @@ def _free_port_in(ns: str, address: str) -> int:
 # --- undo functions (used in-process and by `faultdrill cleanup`) -------------------------
 
 
-@undoer("netns")
+@undoer("netns", owns={"name": owned.NETNS})
 def _undo_netns(data: dict[str, Any]) -> None:
     """Kill what still runs inside the namespace (ours: it was created for this run), then
     delete it. Idempotent. When the ledger noted the namespace's inode, a namespace of that
@@ -214,7 +232,10 @@ def _undo_netns(data: dict[str, Any]) -> None:
     _must(["ip", "netns", "del", name])
 
 
-@undoer("netns-link")
+@undoer(
+    "netns-link",
+    owns={"ns": owned.NETNS, "name": owned.IFACE, "peer_ns": owned.NETNS, "peer": owned.IFACE},
+)
 def _undo_link(data: dict[str, Any]) -> None:
     """Delete a bridge or veth pair created in one of our namespaces. Idempotent."""
     ns, dev = str(data["ns"]), str(data["name"])
@@ -239,7 +260,7 @@ class NodeLink:
 
 
 @dataclass
-class _ActiveRule:
+class ActiveRule:
     """A rule a fault has applied now (for the network track's packet counters)."""
 
     rule_id: str
@@ -277,3 +298,128 @@ def _listening_in(ns: str) -> list[int]:
 def fresh_rule_id() -> str:
     """A tag for one injected rule (``-m comment``), unique per host."""
     return f"fd-{random.getrandbits(40):010x}"
+
+
+# --- undo of the changes made to links and nodes ---------------------------------------
+
+
+@undoer("iptables-rule", owns={"ns": owned.NETNS, "chain": owned.CHAIN, "rule": owned.TAGGED_RULE})
+def _undo_iptables(data: dict[str, Any]) -> None:
+    """Delete every copy of the recorded rule from its chain (none left is fine)."""
+    ns = str(data["ns"])
+    if not netns_exists(ns):
+        return  # the namespace took its rules with it
+    rule = [str(a) for a in data["rule"]]
+    chain = str(data["chain"])
+    for _ in range(10):
+        if ns_run(ns, ["iptables", "-w", "-C", chain, *rule], check=False).returncode != 0:
+            return
+        ns_run(ns, ["iptables", "-w", "-D", chain, *rule])
+    raise OSError(f"rule {data.get('tag')} keeps reappearing in {ns} {chain}")
+
+
+@undoer("tc-qdisc", owns={"ns": owned.NETNS, "dev": owned.IFACE})
+def _undo_qdisc(data: dict[str, Any]) -> None:
+    ns, dev = str(data["ns"]), str(data["dev"])
+    if not link_exists(ns, dev):
+        return
+    shown = ns_run(ns, ["tc", "qdisc", "show", "dev", dev, "root"], check=False).stdout
+    if "tbf" in shown:
+        ns_run(ns, ["tc", "qdisc", "del", "dev", dev, "root"])
+
+
+@undoer("link-down", owns={"ns": owned.NETNS, "dev": owned.IFACE})
+def _undo_link_down(data: dict[str, Any]) -> None:
+    ns, dev = str(data["ns"]), str(data["dev"])
+    if link_exists(ns, dev):
+        ns_run(ns, ["ip", "link", "set", "dev", dev, "up"])
+
+
+@undoer("cgroup", owns={"path": owned.CGROUP})
+def _undo_cgroup(data: dict[str, Any]) -> None:
+    procfs.Cgroup(Path(str(data["path"]))).remove()
+
+
+@undoer("freeze", owns={"path": owned.CGROUP})
+def _undo_freeze(data: dict[str, Any]) -> None:
+    """Thaw the recorded freezer group (gone already is fine)."""
+    group = procfs.Cgroup(Path(str(data["path"])))
+    if not group.exists():
+        return
+    group.thaw()
+    for _ in range(100):
+        if group.state() in ("THAWED", "GONE"):
+            return
+        time.sleep(0.02)
+    raise OSError(f"{group.path} is still {group.state()} after THAWED was written")
+
+
+@undoer("run-processes", owns={"run_id": THIS_RUN})
+def _undo_run_processes(data: dict[str, Any]) -> None:
+    """Kill every process carrying the recorded run id (the fallback without cgroups)."""
+    run_id = str(data["run_id"])
+    for _ in range(3):
+        pids = procfs.pids_with_env("FAULTDRILL_RUN_ID", run_id)
+        if not pids:
+            return
+        for pid in pids:
+            procfs.kill_checked(pid, None, signal.SIGKILL)
+        time.sleep(0.1)
+    left = procfs.pids_with_env("FAULTDRILL_RUN_ID", run_id)
+    if left:
+        raise OSError(f"processes {left} of run {run_id} survived SIGKILL")
+
+
+@undoer("node-kill", owns={})  # acts on nothing
+def _undo_node_kill(data: dict[str, Any]) -> None:
+    """Killed processes cannot be revived; recorded so the ledger shows it happened."""
+
+
+@undoer("signal", owns={})  # acts on nothing
+def _undo_signal(data: dict[str, Any]) -> None:
+    """A delivered signal cannot be taken back; recorded so the ledger shows it happened."""
+
+
+@undoer("sigstop", owns={"pid": owned.PROCESS})
+def _undo_sigstop(data: dict[str, Any]) -> None:
+    """Resume the paused process, only if it is still the one that was paused."""
+    pid, start = int(data["pid"]), data.get("start_time")
+    if procfs.alive(pid, None if start is None else int(start)):
+        procfs.kill_checked(pid, None if start is None else int(start), signal.SIGCONT)
+
+
+# --- signals as changes ------------------------------------------------------------------
+
+
+def signal_change(
+    pid: int,
+    start: int | None,
+    sig: str,
+    label: str,
+    command: str,
+    facts: dict[str, Any] | None = None,
+) -> Change:
+    """Deliver ``sig`` (``"SIGKILL"``...) to ``pid`` if it is still the process that started
+    at ``start`` (ledger kind ``signal``, irreversible). Its ``apply`` raises
+    ProcessLookupError when that process is gone, and returns ``facts`` with ``signal``."""
+
+    def apply(note: Note) -> dict[str, Any]:
+        if not procfs.kill_checked(pid, start, signal.Signals[sig]):
+            raise ProcessLookupError(f"process {pid} exited before it could be signalled")
+        return {**(facts or {}), "signal": sig}
+
+    data = {"pid": pid, "start_time": start, "signal": sig}
+    return Change("signal", data, label, command, apply, reversible=False)
+
+
+def sigstop_change(pid: int, start: int | None, label: str, **facts: Any) -> Change:
+    """Stop ``pid`` (the process that started at ``start``) with SIGSTOP; the undo
+    (``sigstop``) resumes it. Its ``apply`` raises ProcessLookupError when it is gone."""
+
+    def apply(note: Note) -> dict[str, Any]:
+        if not procfs.kill_checked(pid, start, signal.SIGSTOP):
+            raise ProcessLookupError(f"process {pid} exited before it could be stopped")
+        return {"pid": pid, **facts}
+
+    data = {"pid": pid, "start_time": start}
+    return Change("sigstop", data, label, f"kill -STOP {pid}", apply)

@@ -1,23 +1,16 @@
 """The local platform with network isolation: every node is a network namespace.
 
-Layout of one run (names derived from the run id, each at most 15 characters; ``h`` is six
-hex digits of a hash of the run id, so two runs never share a name)::
+The nodes are a :class:`~faultdrill.platforms.local.cluster.NodeCluster` with ``netns``:
+each node a network namespace with a veth on a bridge (``10.77.0.<i>``) and a cgroup; the
+host's own network namespace is never touched. A node's agent joins its cgroup first, then
+enters its namespace (``nsenter --net``). torchrun gets ``--rdzv-endpoint=<n1
+address>:<port> --local-addr=<own address>`` and ``GLOO_SOCKET_IFNAME=<the node's veth>``.
 
-    namespace fd<h>-sw  (the "switch"): bridge fd<h>br
-      ├── fd<h>n1p ═ veth ═ fd<h>n1  in namespace fd<h>-n1, address 10.77.0.1/24
-      ├── fd<h>n2p ═ veth ═ fd<h>n2  in namespace fd<h>-n2, address 10.77.0.2/24
-      └── ...                         spare nodes the same way (n3 -> 10.77.0.3 ...)
-
-The host's own network namespace is never touched: every address, route, bridge and rule
-lives in a namespace this module created. Each bring-up step is recorded in the ledger
-BEFORE it is made, with the name it will create, so tear-down and ``faultdrill cleanup``
-remove exactly what was recorded (never by pattern). Bring-up and tear-down are idempotent.
-
-A node's agent joins its cgroup first, then enters the namespace with
-``nsenter --net=/run/netns/NAME`` (not ``ip netns exec``, which also creates a mount
-namespace and remounts /sys: mounts made by storage faults in the host's mount namespace
-must stay visible to the job). torchrun gets ``--rdzv-endpoint=<n1 address>:<port>
---local-addr=<own address>`` and ``GLOO_SOCKET_IFNAME=<the node's veth>``.
+Actions on top of the local platform's (:mod:`faultdrill.platforms.api`): a node's link
+loses, slows, flaps or is cut, and the control plane's port can be cut (the cluster's
+iptables rules and qdiscs); a node goes down (link cut, then its cgroup killed), freezes
+(cgroup freezer) or is drained (its agent stopped with SIGTERM), each with the node's state
+kept in step (event ``node_state``).
 
 Beyond the local platform this one knows node states (``up``, ``down``, ``frozen``,
 ``drained``, ``spare``, ``unusable``) and re-places work after a node loss: when a node
@@ -31,38 +24,19 @@ that fails a precondition is an *environment preparation* failure (event
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
-import threading
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
-from faultdrill.platforms.api import (
-    ABILITY_NETWORK_LINKS,
-    ABILITY_NETWORK_TRACK,
-    ABILITY_NODE_CONTROL,
-    ABILITY_SIGNAL_WORKERS,
-    JobSpec,
-    JobState,
-    NodeInfo,
-)
-from faultdrill.platforms.local.linux import (
-    _NETNS_DIR,
-    NodeLink,
-    _ActiveRule,
-    _free_port_in,
-    _listening_in,
-    _must,
-    link_exists,
-    netns_exists,
-    netns_unavailable,
-    ns_inode,
-)
+from faultdrill.errors import FaultError, PlatformError
+from faultdrill.platforms.api import Change, JobSpec, JobState, NodeInfo
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.cluster import SUBNET
+from faultdrill.platforms.local.linux import ActiveRule, NodeLink, netns_unavailable, signal_change
 from faultdrill.platforms.local.platform import LocalPlatform
 
 if TYPE_CHECKING:
@@ -72,9 +46,6 @@ if TYPE_CHECKING:
     from faultdrill.platforms.local.netsampler import NetSampler
 
 __all__ = ["SUBNET", "NetnsPlatform", "without_netns_if_unavailable"]
-
-SUBNET = "10.77.0"
-"""Addresses of the nodes: ``10.77.0.<i>/24``, used only inside this module's namespaces."""
 
 
 # Lines of worker/agent output that say a timeout or a lost peer ended a collective or a
@@ -181,66 +152,43 @@ class NetnsPlatform(LocalPlatform):
         self, resources: Resources, work_dir: Path, ledger: Ledger, sink: EventSink
     ) -> None:
         super().__init__(resources, work_dir, ledger, sink)
-        h = hashlib.sha1(ledger.run_id.encode()).hexdigest()[:6]
-        self.prefix = f"fd{h}"
-        self.switch_ns = f"{self.prefix}-sw"
-        self.bridge = f"{self.prefix}br"
-        self._links: dict[str, NodeLink] = {}
-        for i, name in enumerate([*self.node_names, *self.spare_names], start=1):
-            self._links[name] = NodeLink(
-                node=name,
-                ns=f"{self.prefix}-{name}",
-                dev=f"{self.prefix}{name}",
-                address=f"{SUBNET}.{i}",
-                switch_ns=self.switch_ns,
-                switch_dev=f"{self.prefix}{name}p",
-            )
         self.state: dict[str, str] = {n: "up" for n in self.node_names}
         self.state.update({n: "spare" for n in self.spare_names})
         self._handled: set[str] = set()  # lost nodes whose replacement was decided
         self.members: list[str] = []  # nodes the job runs on now (spares replace lost ones)
-        self.rules: dict[str, _ActiveRule] = {}
-        self._rules_lock = threading.Lock()
         self._logwatch = _LogWatch(sink)
-        self.net_track: NetSampler | None = None
 
     @classmethod
-    def abilities_for(cls, resources: Resources) -> frozenset[str]:
-        return frozenset(
-            {
-                ABILITY_SIGNAL_WORKERS,
-                ABILITY_NETWORK_LINKS,
-                ABILITY_NODE_CONTROL,
-                ABILITY_NETWORK_TRACK,
-            }
-        )
+    def host_lacks(cls, resources: Resources) -> str | None:
+        why = netns_unavailable()
+        if why is None:
+            return None
+        return f"isolation netns: {why}; run faultdrill as root, or set resources.isolation: none"
 
     # --- layout -------------------------------------------------------------------------
 
+    @property
+    def prefix(self) -> str:
+        return self.cluster.prefix
+
+    @property
+    def switch_ns(self) -> str:
+        return self.cluster.switch_ns
+
+    @property
+    def bridge(self) -> str:
+        return self.cluster.bridge
+
     def link(self, node: str) -> NodeLink:
         """The node's namespace, interface and address. Raises FaultError for an unknown node."""
-        try:
-            return self._links[node]
-        except KeyError:
-            raise FaultError(
-                f"node {node!r} is not in this layout ({', '.join(self._links)})"
-            ) from None
+        return self.cluster.link(node)
 
     def links(self) -> list[NodeLink]:
-        return list(self._links.values())
-
-    def node_address(self, node: str) -> str:
-        return self._links[node].address
-
-    def gloo_ifname(self, node: str) -> str:
-        return self._links[node].dev
-
-    def launch_prefix(self, node: str) -> list[str]:
-        return ["nsenter", f"--net={_NETNS_DIR / self._links[node].ns}"]
+        return self.cluster.links()
 
     def nodes(self) -> list[NodeInfo]:
         return [
-            NodeInfo(n, self._links[n].address, self.state[n], n in self.spare_names)
+            NodeInfo(n, self.node_address(n), self.state[n], n in self.spare_names)
             for n in [*self.node_names, *self.spare_names]
         ]
 
@@ -254,145 +202,22 @@ class NetnsPlatform(LocalPlatform):
             "platform", "node_state", node=node, state=state, previous=old, reason=reason
         )
 
-    # --- bring-up / tear-down -------------------------------------------------------------
+    # --- the network track (NetworkTrack) -----------------------------------------------
 
-    def _step(self, kind: str, data: dict[str, Any], label: str, present: bool) -> str | None:
-        """Record one bring-up step unless this run already recorded it; returns the entry id
-        to mark applied (None if it was recorded before: bring-up is idempotent)."""
-        assert self.ledger is not None
-        for entry in self.ledger.pending():
-            if entry.kind == kind and all(entry.data.get(k) == v for k, v in data.items()):
-                return None
-        if present:
-            raise EnvironmentPrepError(
-                f"{label} already exists but this run did not create it; "
-                "run `faultdrill cleanup` or remove it by hand"
-            )
-        return self.ledger.record(kind, data, label)
+    @property
+    def net_track(self) -> NetSampler | None:
+        return self.cluster.track
 
-    def _make(self, kind: str, data: dict[str, Any], label: str, argvs: list[list[str]]) -> None:
-        present = (
-            netns_exists(data["name"])
-            if kind == "netns"
-            else link_exists(str(data["ns"]), str(data["name"]))
-        )
-        eid = self._step(kind, data, label, present)
-        if eid is None:
-            return
-        assert self.ledger is not None
-        try:
-            for argv in argvs:
-                _must(argv)
-        except OSError as exc:
-            raise EnvironmentPrepError(f"cannot create {label}: {exc}") from exc
-        if kind == "netns":
-            self.ledger.update(eid, inode=ns_inode(str(data["name"])))
-        self.ledger.mark_applied(eid)
-
-    def _prepare(self) -> None:
-        why = netns_unavailable()
-        if why:
-            raise EnvironmentPrepError(f"isolation netns: {why}")
-        sw, br = self.switch_ns, self.bridge
-        self._make(
-            "netns",
-            {"name": sw},
-            f"namespace {sw}",
-            [["ip", "netns", "add", sw], ["ip", "-n", sw, "link", "set", "lo", "up"]],
-        )
-        self._make(
-            "netns-link",
-            {"ns": sw, "name": br},
-            f"bridge {br} in {sw}",
-            [
-                ["ip", "-n", sw, "link", "add", br, "type", "bridge"],
-                ["ip", "-n", sw, "link", "set", br, "up"],
-            ],
-        )
-        for ln in self._links.values():
-            self._make(
-                "netns",
-                {"name": ln.ns},
-                f"namespace {ln.ns}",
-                [["ip", "netns", "add", ln.ns], ["ip", "-n", ln.ns, "link", "set", "lo", "up"]],
-            )
-            self._make(
-                "netns-link",
-                {"ns": ln.ns, "name": ln.dev, "peer_ns": sw, "peer": ln.switch_dev},
-                f"veth {ln.dev} ({ln.ns}) <-> {ln.switch_dev} ({sw})",
-                [
-                    # Both ends are created directly in their namespaces: the host never
-                    # sees either of them.
-                    [
-                        *("ip", "link", "add", ln.dev, "netns", ln.ns, "type", "veth"),
-                        *("peer", "name", ln.switch_dev, "netns", sw),
-                    ],
-                    ["ip", "-n", sw, "link", "set", ln.switch_dev, "master", br],
-                    ["ip", "-n", sw, "link", "set", ln.switch_dev, "up"],
-                    ["ip", "-n", ln.ns, "addr", "add", f"{ln.address}/24", "dev", ln.dev],
-                    ["ip", "-n", ln.ns, "link", "set", ln.dev, "up"],
-                ],
-            )
-            self.sink.emit(
-                "platform",
-                "netns_ready",
-                node=ln.node,
-                ns=ln.ns,
-                dev=ln.dev,
-                address=ln.address,
-                switch=f"{sw}/{br}",
-            )
-        if not self._cgroups and not any(e.kind == "run-processes" for e in self.ledger.pending()):
-            super()._prepare()
-
-    def _teardown(self) -> None:
-        track, self.net_track = self.net_track, None
-        if track is not None:
-            track.stop()  # its sockets hold references to the namespaces
-        super()._teardown()
-        assert self.ledger is not None
-        errors = []
-        for entry in reversed(self.ledger.pending()):
-            if entry.kind in ("netns-link", "netns"):
-                try:
-                    self.ledger.revert(entry.id)
-                except FaultError as exc:
-                    errors.append(str(exc))
-        if errors:
-            raise FaultError("; ".join(errors))
-
-    def leftovers(self) -> list[str]:
-        """Listening TCP sockets still open inside the nodes' namespaces (the host's port
-        table cannot see them)."""
-        out = []
-        for ln in self._links.values():
-            if not netns_exists(ln.ns):
-                continue
-            for port in _listening_in(ln.ns):
-                out.append(f"TCP port {port} still listening in namespace {ln.ns} ({ln.node})")
-        return out
-
-    # --- the network track ----------------------------------------------------------------
+    @net_track.setter
+    def net_track(self, track: NetSampler | None) -> None:
+        self.cluster.track = track
 
     def start_network_track(self, hz: float) -> None:
         """Start sampling interface counters, round trips and rule counters (idempotent)."""
-        from faultdrill.platforms.local.netsampler import NetSampler
+        self.cluster.start_network_track(hz)
 
-        if self.net_track is None:
-            self.net_track = NetSampler(self.links(), self.sink, hz, self.active_rules)
-            self.net_track.start()
-
-    def add_rule(self, rule: _ActiveRule) -> None:
-        with self._rules_lock:
-            self.rules[rule.rule_id] = rule
-
-    def drop_rule(self, rule_id: str) -> None:
-        with self._rules_lock:
-            self.rules.pop(rule_id, None)
-
-    def active_rules(self) -> list[_ActiveRule]:
-        with self._rules_lock:
-            return list(self.rules.values())
+    def active_rules(self) -> list[ActiveRule]:
+        return self.cluster.active_rules()
 
     # --- launching --------------------------------------------------------------------
 
@@ -405,9 +230,8 @@ class NetnsPlatform(LocalPlatform):
         usable = [n for n in self.members if self.state.get(n) not in ("down", "drained")]
         if not usable:
             raise PlatformError(f"no usable node left to run {job.run_id} on")
-        host = self._links[usable[0]]
-        self.rdzv_host = host.address
-        self.rdzv_port = _free_port_in(host.ns, host.address)
+        self.rdzv_host = self.node_address(usable[0])
+        self.rdzv_port = self.cluster.free_port(usable[0])
         for node in usable:
             self.start_agent(node, job, is_host=(node == usable[0]))
         for node in [n for n in self.members if n not in usable and n not in self._handled]:
@@ -416,7 +240,7 @@ class NetnsPlatform(LocalPlatform):
 
     def agent_env(self, node: str, job: JobSpec) -> dict[str, str]:
         env = super().agent_env(node, job)
-        env["FAULTDRILL_NODE_ADDR"] = self._links[node].address
+        env["FAULTDRILL_NODE_ADDR"] = self.node_address(node)
         return env
 
     # --- observing, and re-placement after a node loss -----------------------------------
@@ -499,7 +323,6 @@ class NetnsPlatform(LocalPlatform):
             kind, target = "script", argv[0] if argv else ""
         dirs = [str(job.work_dir), job.env.get("FAULTDRILL_CKPT_DIR", str(job.work_dir))]
         cmd = [
-            *self.launch_prefix(spare),
             sys.executable,
             "-c",
             _PRECHECK,
@@ -511,10 +334,8 @@ class NetnsPlatform(LocalPlatform):
         ]
         env = {**os.environ, "FAULTDRILL_RUN_ID": job.run_id, "FAULTDRILL_NODE": spare}
         try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=20, env=env, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            done = self.cluster.run(spare, cmd, env=env)
+        except OSError as exc:
             return {"runtime": f"cannot run {sys.executable} on {spare}: {exc}"}
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -525,7 +346,7 @@ class NetnsPlatform(LocalPlatform):
             return {"runtime": f"unreadable precondition report from {spare}: {done.stdout!r}"}
         return {k: str(v) for k, v in result.items() if v}
 
-    # --- what node faults use ------------------------------------------------------------
+    # --- actions: whole nodes (NodeActions) -----------------------------------------------
 
     def agent_pid(self, node: str) -> int | None:
         agent = self._agents.get(node)
@@ -536,6 +357,55 @@ class NetnsPlatform(LocalPlatform):
     def node_pids(self, node: str) -> list[int]:
         """Every live process of the node (its cgroup)."""
         return self.member_pids(node)
+
+    def node_down(self, node: str) -> list[Change]:
+        """Marked down first, so the platform never mistakes the agent's death for the
+        job's; then the cluster's link cut and kill."""
+        cut, kill = self.cluster.node_down(node)
+        mark = cut.preceded_by(lambda: self.set_node_state(node, "down", "node-down fault"))
+        return [mark, kill]
+
+    def node_freeze(self, node: str) -> list[Change]:
+        """The cluster's freeze, the node marked ``frozen`` once it is, ``up`` once thawed."""
+        freeze = self.cluster.freeze_node(node)
+        return [
+            replace(
+                freeze.followed_by(
+                    lambda: self.set_node_state(node, "frozen", "node-freeze fault")
+                ),
+                after_undo=lambda: self.set_node_state(node, "up", "thawed"),
+            )
+        ]
+
+    def node_drain(self, node: str) -> list[Change]:
+        """Marked ``drained`` (no work is placed on it again), then its agent stopped
+        cleanly (SIGTERM: torchrun stops its workers and leaves)."""
+        pid = self.agent_pid(node)
+        if pid is None:
+            raise FaultError(f"node-drain: node {node} runs no agent")
+        stop = signal_change(
+            pid,
+            procfs.start_time(pid),
+            "SIGTERM",
+            f"SIGTERM agent pid {pid} of {node} (drain)",
+            f"kill -TERM {pid}  # torchrun agent of {node}",
+            {"agent_pid": pid},
+        )
+        return [stop.preceded_by(lambda: self.set_node_state(node, "drained", "node-drain fault"))]
+
+    # --- actions: links (LinkActions) ------------------------------------------------------
+
+    def link_loss(self, node: str, percent: float, *, peer: str | None = None) -> list[Change]:
+        return self.cluster.link_loss(node, percent, peer=peer)
+
+    def link_slow(self, node: str, *, rate: str, burst: str, queue_ms: int) -> list[Change]:
+        return self.cluster.link_slow(node, rate=rate, burst=burst, queue_ms=queue_ms)
+
+    def link_down(self, node: str) -> Change:
+        return self.cluster.link_down(node)
+
+    def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
+        return self.cluster.link_cut(node, peer=peer)
 
 
 def without_netns_if_unavailable(plan: Plan) -> tuple[Plan, str | None]:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
-    from faultdrill.platforms.local.linux import NodeLink, _ActiveRule
+    from faultdrill.platforms.local.linux import ActiveRule, NodeLink
 
 __all__ = ["PROBE_PORT", "NetSampler", "read_rule_counters"]
 
@@ -65,7 +65,7 @@ _IPT_LINE = re.compile(r"^\s*(\d+)\s+(\d+)\s.*/\*\s*(\S+)\s*\*/")
 _TBF_SENT = re.compile(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)")
 
 
-def read_rule_counters(rule: _ActiveRule) -> dict[str, Any] | None:
+def read_rule_counters(rule: ActiveRule) -> dict[str, Any] | None:
     """The rule's counters now (None if the rule or its namespace is gone)."""
     base = ["nsenter", f"--net=/run/netns/{rule.ns}"]
     try:
@@ -112,7 +112,7 @@ class NetSampler:
         links: Sequence[NodeLink],
         sink: EventSink,
         hz: float,
-        rules: Callable[[], list[_ActiveRule]],
+        rules: Callable[[], list[ActiveRule]],
         rule_period_s: float = 1.0,
     ) -> None:
         self.links = list(links)
@@ -193,7 +193,7 @@ class NetSampler:
         finally:
             self._close()
 
-    def emit_rule(self, rule: _ActiveRule, *, final: bool) -> None:
+    def emit_rule(self, rule: ActiveRule, *, final: bool) -> None:
         counters = read_rule_counters(rule)
         if counters is None:
             return

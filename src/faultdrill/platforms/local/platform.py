@@ -1,11 +1,18 @@
 """The embedded local platform: real torchrun agents, one per simulated node.
 
 Each node is one torchrun agent (``faultdrill.platforms.local.agent``) with elastic
-c10d rendezvous on loopback; the first node hosts the rendezvous store. Each node's
-processes live in their own cgroup v1 freezer group, so that every process of a node can
-be found, frozen and killed even when a worker runs in its own session or leaves a
-detached child behind. Without cgroup access (not root) the run id in each process's
-environment is the fallback handle, recorded in the ledger like the groups.
+c10d rendezvous on loopback; the first node hosts the rendezvous store. The nodes are a
+:class:`~faultdrill.platforms.local.cluster.NodeCluster` (each node's processes in their
+own cgroup v1 freezer group, so that every process of a node can be found, frozen and
+killed even when a worker runs in its own session or leaves a detached child behind;
+without cgroup access, not root, the run id in each process's environment is the fallback
+handle, recorded in the ledger like the groups). Storage outages act on the checkpoint
+directory of this host (:class:`~faultdrill.platforms.local.storage.HostStorage`).
+
+Actions (:mod:`faultdrill.platforms.api`): a rank's replica is signalled through /proc
+(pid and start time), the control plane (the store's host, the first agent) is paused
+with SIGSTOP, and a copy of a replica is started on its node (``copies``). With ``isolation: netns`` the nodes and links can be acted on as well
+(:mod:`faultdrill.platforms.local.netns`).
 
 Settings taken from ``../shared/notes/torchrun.md`` (each fixed a measured failure):
 ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (restarted workers otherwise read stale gloo
@@ -16,10 +23,8 @@ leftovers; AF_UNIX socket paths of DataLoader workers stay under 108 bytes), one
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
-import shlex
 import shutil
 import socket
 import subprocess
@@ -27,11 +32,12 @@ import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from faultdrill.errors import EnvironmentPrepError, NotOursError, PlatformError
+from faultdrill.errors import FaultError, NotOursError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
-    ABILITY_SIGNAL_WORKERS,
+    Ability,
+    Change,
     JobSpec,
     JobState,
     NodeInfo,
@@ -39,14 +45,18 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
-from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local import owned, procfs
+from faultdrill.platforms.local.cluster import NodeCluster
+from faultdrill.platforms.local.copies import copy_change, reap
+from faultdrill.platforms.local.linux import signal_change, sigstop_change
+from faultdrill.platforms.local.storage import HostStorage, fuse_missing
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
     from faultdrill.ledger import Ledger
     from faultdrill.plan import Resources
 
-__all__ = ["AGENT_MODULE", "LocalPlatform", "free_port"]
+__all__ = ["AGENT_MODULE", "LocalPlatform", "describe_process", "free_port", "fuse_missing"]
 
 AGENT_MODULE = "faultdrill.platforms.local.agent"
 _SCRUB = (
@@ -69,11 +79,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-@undoer("cgroup")
-def _undo_cgroup(data: dict[str, object]) -> None:
-    procfs.Cgroup(Path(str(data["path"]))).remove()
-
-
 _SCRATCH_PARENT = Path("/tmp")
 _SCRATCH_NAME = re.compile(r"fd-[0-9a-f]{12}")
 
@@ -81,10 +86,10 @@ _SCRATCH_NAME = re.compile(r"fd-[0-9a-f]{12}")
 def scratch_root(run_id: str) -> Path:
     """``/tmp/fd-<12 hex digits of the run id's hash>``: short, and named so that the undo
     can tell it is ours."""
-    return _SCRATCH_PARENT / f"fd-{hashlib.sha1(run_id.encode()).hexdigest()[:12]}"
+    return owned.run_tmp_dir("fd-", 12, run_id)
 
 
-@undoer("scratch-dir")
+@undoer("scratch-dir", owns={"path": owned.tmp_dir("fd-", 12, in_run=False)})
 def _undo_scratch(data: dict[str, object]) -> None:
     """Remove a run's scratch directory; refuses any path that is not one of ours."""
     path = Path(str(data["path"]))
@@ -97,25 +102,6 @@ def _undo_scratch(data: dict[str, object]) -> None:
         raise OSError(f"cannot remove scratch directory {path}")
 
 
-@undoer("run-processes")
-def _undo_run_processes(data: dict[str, object]) -> None:
-    """Kill every process carrying the recorded run id (the fallback without cgroups)."""
-    import signal
-    import time
-
-    run_id = str(data["run_id"])
-    for _ in range(3):
-        pids = procfs.pids_with_env("FAULTDRILL_RUN_ID", run_id)
-        if not pids:
-            return
-        for pid in pids:
-            procfs.kill_checked(pid, None, signal.SIGKILL)
-        time.sleep(0.1)
-    left = procfs.pids_with_env("FAULTDRILL_RUN_ID", run_id)
-    if left:
-        raise OSError(f"processes {left} of run {run_id} survived SIGKILL")
-
-
 class _Agent:
     def __init__(self, node: str, proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
         self.node = node
@@ -123,10 +109,42 @@ class _Agent:
         self.log = log
 
 
+#: Abilities of the local platform on any layout, and those it adds with network
+#: namespaces (nodes and links of their own).
+_ALWAYS = frozenset(
+    {
+        Ability.SIGNAL_RANK,
+        Ability.CONTROL_PLANE_PAUSE,
+        Ability.STORAGE_READ_ONLY,
+        Ability.STORAGE_FULL,
+        Ability.STORAGE_UNREACHABLE,
+        Ability.CHECKPOINT_FILES,
+        Ability.REPLICA_COPY,
+    }
+)
+_WITH_NETNS = frozenset(
+    {
+        Ability.NODE_DOWN,
+        Ability.NODE_FREEZE,
+        Ability.NODE_DRAIN,
+        Ability.LINK_LOSS,
+        Ability.LINK_SLOW,
+        Ability.LINK_FLAP,
+        Ability.LINK_CUT,
+        Ability.CONTROL_PLANE_CUT,
+        Ability.NETWORK_TRACK,
+    }
+)
+_NO_STORE_RESTART = (
+    "the c10d rendezvous store lives inside the first node's torchrun agent and cannot be "
+    "stopped and restarted alone; use mode pause or cut"
+)
+
+
 @register
-class LocalPlatform(Platform):
-    """torchrun agents on this host; nodes are cgroups (and, with netns isolation, network
-    namespaces: see ``faultdrill.platforms.local.netns``)."""
+class LocalPlatform(HostStorage, Platform):
+    """torchrun agents on this host; nodes are a :class:`NodeCluster` of cgroups (and, with
+    netns isolation, network namespaces: see ``faultdrill.platforms.local.netns``)."""
 
     name = "local"
     host_processes = True
@@ -138,28 +156,44 @@ class LocalPlatform(Platform):
         n = resources.nodes
         self.node_names = [f"n{i}" for i in range(1, n + 1)]
         self.spare_names = [f"n{i}" for i in range(n + 1, n + 1 + resources.spares)]
-        self._cgroups: dict[str, procfs.Cgroup] = {}
+        self.cluster = NodeCluster(
+            ledger,
+            sink,
+            self.node_names,
+            self.spare_names,
+            netns=resources.isolation == "netns",
+        )
         self._agents: dict[str, _Agent] = {}
         self._retired: list[_Agent] = []  # agents of an earlier submission of the job
         self.rdzv_host = "127.0.0.1"
         self.rdzv_port = 0
         self._lineage = Lineage()
         self._scratch: Path | None = None
+        self._copies: list[subprocess.Popen[bytes]] = []  # replica copies (CopiesReplicas)
+
+    # --- abilities ----------------------------------------------------------------------
 
     @classmethod
-    def abilities_for(cls, resources: Resources) -> frozenset[str]:
-        if cls is LocalPlatform and resources.isolation == "netns":
-            return cls.variant_for(resources).abilities_for(resources) | set(ROUND3_ABILITIES)
-        return frozenset({ABILITY_SIGNAL_WORKERS, *ROUND3_ABILITIES})
+    def abilities_for(cls, resources: Resources) -> frozenset[Ability]:
+        return _ALWAYS | (_WITH_NETNS if resources.isolation == "netns" else frozenset())
 
     @classmethod
-    def machine_lacks(cls, abilities: frozenset[str]) -> dict[str, str]:
-        have = round3_abilities()
-        out = {}
-        for ability in sorted(abilities & set(ROUND3_ABILITIES) - have):
-            if ability == "checkpoint-fuse":
-                out[ability] = "; ".join(fuse_missing())
-            else:
+    def why_not(cls, ability: Ability, resources: Resources) -> str:
+        if ability in _WITH_NETNS:
+            return "set resources.isolation: netns (as root)"
+        if ability is Ability.CONTROL_PLANE_STOP:
+            return _NO_STORE_RESTART
+        return super().why_not(ability, resources)
+
+    @classmethod
+    def machine_lacks(cls, abilities: frozenset[Ability]) -> dict[Ability, str]:
+        out: dict[Ability, str] = {}
+        for ability in sorted(abilities, key=str):
+            if ability is Ability.STORAGE_UNREACHABLE:
+                missing = fuse_missing()
+                if missing:
+                    out[ability] = "; ".join(missing)
+            elif ability in (Ability.STORAGE_READ_ONLY, Ability.STORAGE_FULL) and os.geteuid():
                 out[ability] = "root (storage faults mount over the checkpoint directory)"
         return out
 
@@ -174,7 +208,7 @@ class LocalPlatform(Platform):
     # --- layout -------------------------------------------------------------------------
 
     def node_address(self, node: str) -> str:
-        return "127.0.0.1"
+        return self.cluster.address(node)
 
     def nodes(self) -> list[NodeInfo]:
         out = []
@@ -185,27 +219,10 @@ class LocalPlatform(Platform):
         return out
 
     def cgroup(self, node: str) -> procfs.Cgroup | None:
-        return self._cgroups.get(node)
+        return self.cluster.cgroup(node)
 
     def _prepare(self) -> None:
-        assert self.ledger is not None
-        run_id = self.ledger.run_id
-        self.ledger.mark_applied(self.ledger.record("run-processes", {"run_id": run_id}, run_id))
-        if not procfs.Cgroup.available():
-            return
-        root = procfs.FREEZER_ROOT / "faultdrill" / run_id
-        eid = self.ledger.record("cgroup", {"path": str(root)}, f"cgroup {root}")
-        procfs.Cgroup(root).create()
-        self.ledger.mark_applied(eid)
-        for name in [*self.node_names, *self.spare_names]:
-            group = procfs.Cgroup(root / name)
-            eid = self.ledger.record("cgroup", {"path": str(group.path)}, f"cgroup {group.path}")
-            try:
-                group.create()
-            except OSError as exc:
-                raise EnvironmentPrepError(f"cannot create cgroup {group.path}: {exc}") from exc
-            self.ledger.mark_applied(eid)
-            self._cgroups[name] = group
+        self.cluster.prepare()
 
     # --- launching ----------------------------------------------------------------------
 
@@ -278,34 +295,27 @@ class LocalPlatform(Platform):
         return env
 
     def gloo_ifname(self, node: str) -> str:
-        return "lo"
+        return self.cluster.interface(node)
 
     def launch_prefix(self, node: str) -> list[str]:
-        """Argv placed before the agent's (e.g. entering the node's network namespace)."""
-        return []
+        """Argv placed before the agent's (entering the node's network namespace)."""
+        return self.cluster.launch_prefix(node)
 
     def start_agent(self, node: str, job: JobSpec, *, is_host: bool) -> None:
-        """Start one node's agent inside the node's cgroup (joined before exec, so every
+        """Start one node's agent on the node (its cgroup joined before exec, so every
         descendant inherits it)."""
-        argv = [*self.launch_prefix(node), *self.agent_argv(node, job, is_host=is_host)]
-        group = self._cgroups.get(node)
-        if group is not None:
-            procs_file = shlex.quote(str(group.path / "cgroup.procs"))
-            argv = ["/bin/sh", "-c", f'echo $$ > {procs_file} && exec "$@"', "sh", *argv]
         log_path = job.work_dir / "logs" / f"agent-{node}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "ab")  # noqa: SIM115  (closed in _teardown)
         try:
-            proc = subprocess.Popen(
-                argv,
+            proc = self.cluster.launch(
+                node,
+                self.agent_argv(node, job, is_host=is_host),
                 env=self.agent_env(node, job),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
                 cwd=job.work_dir,
-                start_new_session=True,
+                log=log,
             )
-        except OSError as exc:
+        except PlatformError as exc:
             log.close()
             raise PlatformError(f"cannot start torchrun agent for node {node}: {exc}") from exc
         old = self._agents.get(node)
@@ -322,7 +332,7 @@ class LocalPlatform(Platform):
 
     def _submit(self, job: JobSpec) -> None:
         self.rdzv_host = self.node_address(job.nodes[0])
-        self.rdzv_port = free_port(self.rdzv_host)
+        self.rdzv_port = self.cluster.free_port(job.nodes[0])
         for i, node in enumerate(job.nodes):
             self.start_agent(node, job, is_host=(i == 0))
 
@@ -340,24 +350,19 @@ class LocalPlatform(Platform):
         return {n: a.proc.poll() for n, a in self._agents.items()}
 
     def member_pids(self, node: str | None = None) -> list[int]:
-        nodes = [node] if node else list(self._cgroups) or list(self._agents)
-        if self._cgroups:
-            return [pid for n in nodes if n in self._cgroups for pid in self._cgroups[n].pids()]
-        assert self.ledger is not None
-        pids = procfs.pids_with_env("FAULTDRILL_RUN_ID", self.ledger.run_id)
-        if node is None:
-            return pids
-        return [p for p in pids if procfs.environ(p).get("FAULTDRILL_NODE") == node]
+        """Every live process of ``node`` (of every node when None)."""
+        return self.cluster.node_pids(node) if node else self.cluster.pids()
 
     def replicas(self) -> list[Replica]:
         out = []
-        for node in [*self.node_names, *self.spare_names]:
-            for pid in self.member_pids(node) if self._cgroups else []:
-                rep = describe_process(pid, node)
-                if rep is not None:
-                    out.append(rep)
-        if not self._cgroups:
-            for pid in self.member_pids():
+        if self.cluster.cgroups:
+            for node in [*self.node_names, *self.spare_names]:
+                for pid in self.cluster.node_pids(node):
+                    rep = describe_process(pid, node)
+                    if rep is not None:
+                        out.append(rep)
+        else:
+            for pid in self.cluster.pids():
                 rep = describe_process(pid, procfs.environ(pid).get("FAULTDRILL_NODE", "?"))
                 if rep is not None:
                     out.append(rep)
@@ -394,18 +399,61 @@ class LocalPlatform(Platform):
                 agent.proc.kill()
             agent.proc.wait()
             agent.log.close()
-        assert self.ledger is not None
-        for entry in reversed(self.ledger.pending()):
-            if entry.kind in ("cgroup", "run-processes"):
-                self.ledger.revert(entry.id)
+        self.cluster.teardown()
+        reap(self._copies)
 
-    # --- control plane (faults.control_plane) --------------------------------------------
+    def leftovers(self) -> list[str]:
+        return self.cluster.leftovers()
+
+    # --- actions: signal a rank (SignalsRanks) -------------------------------------------
+
+    def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
+        reps = self.replicas()
+        found = [
+            r
+            for r in reps
+            if r.role == "worker"
+            and (rank is None or r.rank == rank)
+            and (node is None or r.node == node)
+        ]
+        if not found:
+            what = f"rank {rank}" if rank is not None else f"a worker on node {node}"
+            raise FaultError(f"no live worker holds {what}")
+        # A worker the platform launched (child of an agent) before any stray process that
+        # merely claims the rank, such as a detached old replica.
+        agents = {r.pid for r in reps if r.role == "agent"}
+        return min(
+            found,
+            key=lambda r: (r.ppid not in agents, r.rank if r.rank is not None else 1 << 30, r.pid),
+        )
+
+    def signal_replica(self, replica: Replica, sig: str) -> Change:
+        pid = replica.pid
+        return signal_change(
+            pid,
+            replica.start_time,
+            sig,
+            f"{sig} pid {pid} (rank {replica.rank}, node {replica.node})",
+            f"kill -{sig.removeprefix('SIG')} {pid}",
+            {"pid": pid, "rank": replica.rank, "node": replica.node},
+        )
+
+    def replica_alive(self, replica: Replica) -> bool:
+        return procfs.alive(replica.pid, replica.start_time)
+
+    # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
+
+    def replica_copy(self, replica: Replica) -> Change:
+        return copy_change(self.cluster, replica, self.work_dir / "logs", self._copies)
+
+    # --- actions: the control plane (ControlPlaneActions) ------------------------------------
 
     def control_plane_label(self) -> str:
         node = self.job.nodes[0] if self.job else self.node_names[0]
         return f"c10d rendezvous store {self.rdzv_host}:{self.rdzv_port} in the agent of {node}"
 
     def control_plane_endpoint(self) -> tuple[str, int] | None:
+        """(node hosting the control plane, its TCP port), None before the job runs."""
         if self.job is None or not self.rdzv_port:
             return None
         return self.job.nodes[0], self.rdzv_port
@@ -421,47 +469,30 @@ class LocalPlatform(Platform):
         rep = describe_process(agent.proc.pid, node)
         return [rep] if rep is not None else []
 
+    def control_plane_pause(self) -> list[Change]:
+        procs = self.control_plane_processes()
+        if not procs:
+            raise FaultError("no live process hosts the control plane")
+        return [
+            sigstop_change(
+                r.pid,
+                r.start_time,
+                f"SIGSTOP pid {r.pid} ({r.role} on {r.node}: control plane)",
+                node=r.node,
+            )
+            for r in procs
+        ]
 
-#: Abilities of round-3 faults, named here as strings to keep platforms free of fault
-#: imports: ``control-plane`` (faults.control_plane: ``control_plane_processes``),
-#: ``checkpoint-mounts`` (faults.storage: the harness may mount over the checkpoint dir,
-#: as root, and the job sees this host's mounts) and ``checkpoint-fuse`` (faults.storage,
-#: mode ``unreachable``: the checkpoint dir can be served through a FUSE mirror).
-ROUND3_ABILITIES = ("control-plane", "checkpoint-mounts", "checkpoint-fuse")
-_ROOT_ONLY = ("checkpoint-mounts", "checkpoint-fuse")
+    def control_plane_cut(self) -> list[Change]:
+        where = self.control_plane_endpoint()
+        if where is None:
+            raise FaultError("the control plane has no endpoint yet (job not running)")
+        node, port = where
+        changes = self.cluster.port_cut(node, port, purpose="control-plane-cut")
+        return [c.with_facts(port=port) for c in changes]
 
-
-def fuse_missing() -> list[str]:
-    """What this machine lacks to serve a directory through FUSE, each with its fix (empty:
-    nothing). Checked before a run, so a plan needing it fails before any drill."""
-    out = []
-    if os.geteuid() != 0:
-        out.append("root (the FUSE mirror is mounted over the checkpoint directory)")
-    if not os.path.exists("/dev/fuse"):
-        out.append("/dev/fuse (load the fuse kernel module: modprobe fuse)")
-    if shutil.which("fusermount") is None:
-        out.append("fusermount (apt-get install -y --no-install-recommends fuse libfuse2)")
-    try:
-        import fuse  # fusepy; importing it loads libfuse.so.2
-
-        if not hasattr(fuse, "FUSE"):
-            raise ImportError("the importable 'fuse' module is not fusepy")
-    except ImportError:
-        out.append("fusepy (pip install 'faultdrill[storage]')")
-    except OSError:  # fusepy without the C library
-        out.append("libfuse2 (apt-get install -y --no-install-recommends fuse libfuse2)")
-    return out
-
-
-def round3_abilities() -> frozenset[str]:
-    """The round-3 abilities this machine has now: ``checkpoint-mounts`` needs root,
-    ``checkpoint-fuse`` root and :func:`fuse_missing` empty. Without them, a run with such
-    storage faults is refused before it starts (and the demo leaves them out)."""
-    if os.geteuid() != 0:
-        return frozenset(a for a in ROUND3_ABILITIES if a not in _ROOT_ONLY)
-    if fuse_missing():
-        return frozenset(a for a in ROUND3_ABILITIES if a != "checkpoint-fuse")
-    return frozenset(ROUND3_ABILITIES)
+    def control_plane_stop(self) -> list[Change]:
+        raise FaultError(_NO_STORE_RESTART)
 
 
 def describe_process(pid: int, node: str) -> Replica | None:

@@ -1,0 +1,282 @@
+"""The embedded Slurm cluster, for real: bring-up, a job on two nodes, tear-down, and a
+harness SIGKILL followed by ``faultdrill cleanup``; nothing may be left behind.
+
+Needs root, the namespace cluster's tools and Debian's Slurm packages::
+
+    apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge
+
+``python -m tests.test_slurm_embedded RUN_DIR`` is the harness the crash test kills: it
+brings the cluster up, submits a job that sleeps, prints ``READY <job id>`` and waits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultdrill.errors import EnvironmentPrepError
+from faultdrill.events import EventSink
+from faultdrill.ledger import Ledger
+from faultdrill.plan import Resources
+from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.linux import netns_exists, netns_unavailable, run_in_netns
+from faultdrill.platforms.slurm.embedded import EmbeddedSlurm, slurm_missing
+from faultdrill.platforms.slurm.jobs import SlurmWatch
+from faultdrill.platforms.slurm.nodes import SlurmNodes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_WHY = netns_unavailable() or slurm_missing()
+needs_slurm = pytest.mark.skipif(_WHY is not None, reason=f"no embedded Slurm here: {_WHY}")
+pytestmark = [pytest.mark.drill, pytest.mark.root, needs_slurm]
+
+RES = Resources(isolation="netns", nodes=2, spares=1)
+# Where Slurm and munge put files by default: none of them may gain a file.
+DEFAULT_PLACES = [
+    Path(p)
+    for p in (
+        "/etc/slurm",
+        "/etc/munge",
+        "/var/spool/slurmd",
+        "/var/spool/slurmctld",
+        "/var/spool/slurm",
+        "/var/log/slurm",
+        "/var/log/munge",
+        "/var/lib/munge",
+        "/var/lib/slurm",
+        "/run/munge",
+        "/run/slurm",
+        "/run/slurmctld.pid",
+        "/run/slurmd.pid",
+    )
+]
+
+
+def make(work: Path) -> tuple[SlurmNodes, EmbeddedSlurm]:
+    """A cluster of :data:`RES` in ``work``, not brought up yet (unique run id)."""
+    run_id = f"t-slurm-{uuid.uuid4().hex[:10]}"
+    ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
+    sink = EventSink(work / "events", "t")
+    nodes = SlurmNodes(RES, work, ledger, sink)
+    return nodes, EmbeddedSlurm(nodes, work / "slurm")
+
+
+def snapshot() -> dict[str, float]:
+    """Path -> mtime of everything under the default places (to diff after a run)."""
+    out = {}
+    for place in DEFAULT_PLACES:
+        if place.is_file():
+            out[str(place)] = place.stat().st_mtime
+        elif place.is_dir():
+            for p in [place, *place.rglob("*")]:
+                out[str(p)] = p.stat().st_mtime
+    return out
+
+
+def records(ledger: Path) -> list[dict[str, Any]]:
+    """Last version of each ledger record, with its reverted flag."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in ledger.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["op"] == "record":
+            out[rec["id"]] = {**rec, "reverted": out.get(rec["id"], {}).get("reverted", False)}
+        elif rec["op"] == "reverted":
+            out[rec["id"]]["reverted"] = True
+    return list(out.values())
+
+
+def leftovers(ledger: Path) -> list[str]:
+    """What the ledger recorded that still exists: daemons (pid + start time), namespaces,
+    cgroups, and processes still inside a recorded cgroup."""
+    left = []
+    for rec in records(ledger):
+        kind, data = rec["kind"], rec["data"]
+        if kind == "slurm-daemon" and isinstance(data.get("pid"), int):
+            if procfs.alive(data["pid"], data.get("start_time")):
+                left.append(f"daemon {data['name']} (pid {data['pid']})")
+        elif kind == "netns" and netns_exists(data["name"]):
+            left.append(f"namespace {data['name']}")
+        elif kind == "cgroup" and Path(data["path"]).exists():
+            pids = procfs.Cgroup(Path(data["path"])).pids()
+            left.append(f"cgroup {data['path']} (processes {pids})")
+    return left
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path) -> Iterator[tuple[SlurmNodes, EmbeddedSlurm]]:
+    nodes, slurm = make(tmp_path)
+    try:
+        yield nodes, slurm
+    finally:
+        try:
+            slurm.down()
+        finally:
+            nodes.teardown()
+            nodes.ledger.revert_all()
+
+
+def test_bring_up_run_a_job_on_two_nodes_tear_down_leaves_nothing(
+    tmp_path: Path, cluster: tuple[SlurmNodes, EmbeddedSlurm]
+) -> None:
+    nodes, slurm = cluster
+    before = snapshot()
+    t0 = time.monotonic()
+    nodes.prepare()
+    slurm.up()
+    up_s = time.monotonic() - t0
+    assert slurm.node_states() == {"n1": "IDLE", "n2": "IDLE", "n3": "IDLE"}
+    assert up_s < 30, f"bring-up took {up_s:.1f} s"
+
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "srun --ntasks-per-node=1 /bin/sh -c "
+        "'echo \"task $SLURMD_NODENAME $(hostname) $(grep freezer /proc/self/cgroup)\"'\n"
+    )
+    out = tmp_path / "job.out"
+    job_id = slurm.client(
+        ["sbatch", "--parsable", "--nodes=2", f"--output={out}", str(script)]
+    ).stdout.strip()
+    events: list[tuple[str, dict[str, Any]]] = []
+    watch = SlurmWatch(slurm, lambda kind, **f: events.append((kind, f)), job_id=job_id)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and watch.job.get("JobState") != "COMPLETED":
+        watch.tick()
+        time.sleep(0.2)
+    assert watch.job.get("JobState") == "COMPLETED", watch.job
+    # Each task ran on its own node: own hostname, in that node's cgroup.
+    run_id = nodes.ledger.run_id
+    lines = sorted(x.split() for x in out.read_text().splitlines() if x.startswith("task "))
+    assert [ln[1:3] for ln in lines] == [["n1", "n1"], ["n2", "n2"]], lines
+    assert [ln[3].split(":", 2)[2] for ln in lines] == [
+        f"/faultdrill/{run_id}/n1",
+        f"/faultdrill/{run_id}/n2",
+    ]
+    allocs = [f for k, f in events if k == "allocation"]
+    assert allocs and allocs[0]["nodes"] == ["n1", "n2"]
+
+    daemons = {d.name: d.proc.pid for d in slurm.daemons.values()}
+    assert set(daemons) == {"munged", "slurmctld", "slurmd-n1", "slurmd-n2", "slurmd-n3"}
+    slurm.down()
+    nodes.teardown()
+    slurm.down()  # idempotent
+    nodes.teardown()
+    assert leftovers(nodes.ledger.path) == []
+    assert nodes.leftovers() == []
+    assert not any(procfs.alive(pid) for pid in daemons.values())
+    assert not (procfs.FREEZER_ROOT / "faultdrill" / run_id).exists()
+    assert snapshot() == before, "a file appeared outside the run directory"
+    assert (tmp_path / "slurm" / "slurm.conf").exists()
+    assert not (tmp_path / "slurm" / "munge" / "munge.socket").exists()
+
+
+def test_a_slurmd_that_cannot_start_is_named_with_its_log(
+    cluster: tuple[SlurmNodes, EmbeddedSlurm],
+) -> None:
+    """Bring-up fails at once, naming the node, its slurmd's exit and its log's tail, when a
+    slurmd cannot start (here: its port is taken inside its node), and never hangs."""
+    nodes, slurm = cluster
+    nodes.prepare()
+
+    def occupy() -> socket.socket:
+        s = socket.socket()
+        s.bind(("0.0.0.0", slurm.settings.slurmd_port))
+        s.listen()
+        return s
+
+    blocker = run_in_netns(nodes.cluster.link("n2").ns, occupy)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(EnvironmentPrepError) as err:
+            slurm.up()
+        assert time.monotonic() - t0 < 20
+    finally:
+        blocker.close()
+    text = str(err.value)
+    assert "slurmd of n2 exited" in text and "slurmd-n2" in text, text
+    assert "Address already in use" in text, text
+
+
+def _harness(work: Path) -> None:
+    """Bring the cluster up, submit a job that sleeps, print READY, wait to be killed."""
+    nodes, slurm = make(work)
+    nodes.ledger.activate()
+    nodes.prepare()
+    slurm.up()
+    script = work / "sleep.sh"
+    script.write_text("#!/bin/bash\nsrun --ntasks-per-node=1 sleep 600\n")
+    job_id = slurm.client(
+        ["sbatch", "--parsable", "--nodes=2", f"--output={work}/sleep.out", str(script)],
+        env={"FAULTDRILL_RUN_ID": nodes.ledger.run_id},
+    ).stdout.strip()
+    print(f"READY {job_id} {nodes.ledger.run_id}", flush=True)
+    time.sleep(600)
+
+
+def test_harness_sigkill_then_cleanup_leaves_nothing(tmp_path: Path) -> None:
+    work, state = tmp_path / "run", tmp_path / "state"
+    work.mkdir()
+    env = {**os.environ, "FAULTDRILL_STATE_DIR": str(state)}
+    before = snapshot()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.test_slurm_embedded", str(work)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("READY"), line + proc.stdout.read()
+        _, _, run_id = line.split()
+        deadline = time.monotonic() + 30
+        while (
+            time.monotonic() < deadline
+            and len(procfs.pids_with_env("FAULTDRILL_RUN_ID", run_id)) < 2
+        ):
+            time.sleep(0.2)
+        tasks = procfs.pids_with_env("FAULTDRILL_RUN_ID", run_id)
+        assert len(tasks) >= 2, "the job's tasks should be running on two nodes"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        # What makes this test mean something: the cluster outlived its harness.
+        assert len(leftovers(work / "ledger.jsonl")) >= 10
+        done = subprocess.run(
+            [sys.executable, "-m", "faultdrill.cli", "cleanup", str(work)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "undone" in done.stdout
+        assert leftovers(work / "ledger.jsonl") == []
+        assert procfs.pids_with_env("FAULTDRILL_RUN_ID", run_id) == []
+        assert not (procfs.FREEZER_ROOT / "faultdrill" / run_id).exists()
+        assert snapshot() == before, "a file appeared outside the run directory"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if (work / "ledger.jsonl").exists() and leftovers(work / "ledger.jsonl"):
+            ledger = Ledger(work / "ledger.jsonl", run_id="cleanup")
+            ledger.revert_all()
+
+
+if __name__ == "__main__":
+    _harness(Path(sys.argv[1]))
