@@ -41,13 +41,15 @@ from typing import Any
 from faultdrill.engine.item import _inject
 from faultdrill.engine.samplers import ProcessSampler
 from faultdrill.engine.watch import Watch
+from faultdrill.errors import FaultError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
 from faultdrill.judge.analysis import answer_questions
 from faultdrill.ledger import Ledger
 from faultdrill.plan import load_plan
-from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Platform, Replica
+from faultdrill.platforms.api import Change, JobSpec, JobState, NodeInfo, Platform, Replica
 from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.linux import signal_change
 from faultdrill.timeline import Timeline
 
 __all__ = ["TARGET_MS", "measure"]
@@ -87,7 +89,8 @@ while True:
 class BenchProcesses(Platform):
     """Not a platform: the bench's own replica processes of this host (rank = position),
     listed the way the local platform lists torchrun's workers, so that the sampler, the
-    exit watch and the kill-worker fault act on real processes."""
+    exit watch and the kill-worker fault act on real processes (it signals a rank as the
+    local platform does: :class:`~faultdrill.platforms.api.SignalsRanks`)."""
 
     name = "bench-processes"
     host_processes = True
@@ -111,6 +114,20 @@ class BenchProcesses(Platform):
 
     def nodes(self) -> list[NodeInfo]:
         return [NodeInfo("n1", "127.0.0.1", "up")]
+
+    def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
+        found = [r for r in self.replicas() if rank is None or r.rank == rank]
+        if not found:
+            raise FaultError(f"no live replica holds rank {rank}")
+        return found[0]
+
+    def signal_replica(self, replica: Replica, sig: str) -> Change:
+        pid = replica.pid
+        facts = {"pid": pid, "rank": replica.rank, "node": replica.node}
+        return signal_change(pid, replica.start_time, sig, f"{sig} pid {pid}", "kill", facts)
+
+    def replica_alive(self, replica: Replica) -> bool:
+        return procfs.alive(replica.pid, replica.start_time)
 
     def start(self, events: Path, master: str, resume: int) -> list[subprocess.Popen[str]]:
         started = []
@@ -201,11 +218,14 @@ def one_round(root: Path) -> dict[str, float]:
         watch.poll()
         os.kill = timed_kill
         try:
-            _inject(make_fault(item.fault), ctx, item, watch)
+            injected = _inject(make_fault(item.fault), ctx, item, watch)
         finally:
             os.kill = real_kill
         returned = time.monotonic()
-        old[1].wait()
+        if injected < 0:
+            failed = [e.get("error") for e in Timeline.load(events).of("fault", "inject_failed")]
+            raise RuntimeError(f"the kill-worker fault was not injected: {failed}")
+        old[1].wait(timeout=30)
         time.sleep(0.05)
         assert old[0].stdin is not None
         old[0].stdin.write("end\n")

@@ -312,6 +312,7 @@ def test_the_harness_overhead_is_the_item_beyond_the_job_by_phase() -> None:
     assert over["phases_s"] == {
         "bring-up": 0.3,
         "settle": 0.1,
+        "post-window": 0.0,
         "sampling": 0.05,
         "teardown": 0.3,
         "checks": 0.4,

@@ -5,6 +5,7 @@ which order, on which clock."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -223,7 +224,8 @@ def test_the_injection_is_stamped_when_its_first_change_was_applied(
     later = ledger.entries[second].applied_mono
     assert at is not None and later is not None and t0 <= at <= later
     assert _first_change_applied(ledger, set(ledger.entries)) is None
-    applied = [r for r in read_jsonl(tmp_path / "ledger.jsonl") if r["op"] == "applied"]
+    records = [json.loads(x) for x in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    applied = [r for r in records if r["op"] == "applied"]
     assert [r["mono"] for r in applied][1] == at  # the ledger file says it too
 
 

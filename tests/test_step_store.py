@@ -12,9 +12,16 @@ import numpy as np
 import pytest
 
 from faultdrill.engine.watch import Watch
+from faultdrill.events import EventSink
+from faultdrill.joblogs import LogPatterns
+from faultdrill.joblogs.tail import LogTail
+from faultdrill.platforms.api import Replica
 from faultdrill.probe import Probe
 from faultdrill.timeline import Timeline
 from faultdrill.timeline.store import STORE_DIR, StepStoreWriter, read_store
+from tests.drillkit import same_timeline
+from tests.test_joblogs import PLAIN
+from tests.timelines import NEW, OLD, TL, ids, restart
 
 COLUMNS = ("mono", "rank", "pid", "step", "loss", "rng_start", "rng_end", "inc")
 
@@ -134,3 +141,94 @@ def test_the_store_refuses_lines_out_of_order(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="covers 0 bytes"):
         store.add("probe-rank0.jsonl", b"x\n", 10)
     store.close()
+
+
+# --- what main's timeline derives from the same lines: lineage, log-line mode ---------------
+
+
+def _files_of(tl: TL) -> dict[str, bytes]:
+    """The records of ``tl`` as a run's files: the probe's one per rank, one per source."""
+    files: dict[str, list[bytes]] = {}
+    for rec in tl.records():
+        name = f"probe-rank{rec['rank']}" if rec["src"] == "probe" else rec["src"]
+        files.setdefault(f"{name}.jsonl", []).append(json.dumps(rec).encode() + b"\n")
+    return {name: b"".join(lines) for name, lines in files.items()}
+
+
+def test_lineage_from_the_store_is_the_lineage_from_the_json_lines(tmp_path: Path) -> None:
+    """Replicas, their children, a wrapper whose child announced itself, and a detached
+    child of the killed rank writing steps under its own pid (attributed to its replica):
+    written while the watch tails the files into the store, then loaded both ways."""
+    tl = restart().drop("sampler", where=lambda r: r["pid"] == NEW[0])
+    tl.proc(55, 0, 7.0, 12.0, node="n0")  # sh -c "python train.py": a wrapper
+    tl.proc(NEW[0], 0, 7.05, 12.0, role="child", owner=55, ppid=55, node="n0")
+    tl.proc(1019, 1, 2.0, 10.0, role="child", owner=OLD[1], ppid=OLD[1], node="n1")
+    tl.proc(1020, 0, 7.2, 11.0, role="child", owner=NEW[0], ppid=NEW[0], node="n0")
+    tl.step(1019, 1, 6, 8.6, [ids(6, 1)])
+    events = tmp_path / "events"
+    events.mkdir()
+    watch = Watch(events, StepStoreWriter(events))
+    for name, data in _files_of(tl).items():  # half, a poll, the rest
+        cut = data.index(b"\n", len(data) // 2) + 1
+        (events / name).write_bytes(data[:cut])
+        watch.poll()
+        with open(events / name, "ab") as f:
+            f.write(data[cut:])
+    watch.close()
+    stored = read_store(events)
+    assert stored is not None and set(stored.covered) == {"probe-rank0.jsonl", "probe-rank1.jsonl"}
+    from_store, from_json = Timeline.load(events), Timeline.load(events, use_store=False)
+    same_timeline(from_store, from_json)
+    roles = {p.pid: (p.role, p.owner) for p in from_store.procs}
+    assert roles[55][0] == "wrapper" and roles[NEW[0]][0] == "worker"
+    assert roles[1019] == ("child", OLD[1]) and roles[1020] == ("child", NEW[0])
+    child_rows = from_store.steps.pid == 1019
+    assert child_rows.any() and (from_store.steps.inc[child_rows] == 0).all()  # its replica's
+
+
+def test_log_line_events_from_the_store_are_the_json_lines(tmp_path: Path) -> None:
+    """Log-line mode: the live tail writes ``joblog-<node>.jsonl`` while the watch tails
+    it into the store, across polls (a line written in between, a half line at a poll)."""
+    (tmp_path / "logs").mkdir()
+    live = [
+        Replica(50, 1050, "agent", "n1", None, ppid=1),
+        Replica(51, 1051, "worker", "n1", 0, ppid=50),
+        Replica(52, 1052, "worker", "n1", 1, ppid=50),
+    ]
+    sink = EventSink(tmp_path / "events", "t")
+    tail = LogTail(
+        LogPatterns(**PLAIN),
+        tmp_path / "logs",
+        sink,
+        lambda: list(live),
+        world_size=2,
+        ckpt_dir=tmp_path / "ckpt",
+    )
+    events = tmp_path / "events"
+    watch = Watch(events, StepStoreWriter(events))
+    log = tmp_path / "logs" / "agent-n1.log"
+    with open(log, "a") as f:
+        f.write("[rank 0] start world=2\n[rank 1] start world=2\n")
+    for step in range(1, 7):
+        with open(log, "a") as f:
+            for rank in (0, 1):
+                lo = (step - 1) * 8 + rank * 4
+                f.write(
+                    f"[rank {rank}] step {step} loss {3 - step / 10} samples {lo}:{lo + 4} t=1\n"
+                )
+            f.write("[rank 0] half a li" if step == 3 else "")
+        tail.poll()
+        watch.poll()
+        if step == 3:
+            with open(log, "a") as f:
+                f.write("ne\n")
+    tail.stop()
+    sink.close()
+    watch.close()
+    assert watch.max_step == 6 and watch.ranks_seen == {0, 1}
+    stored = read_store(events)
+    assert stored is not None and "joblog-n1.jsonl" in stored.covered
+    from_store, from_json = Timeline.load(events), Timeline.load(events, use_store=False)
+    same_timeline(from_store, from_json)
+    assert len(from_store.steps) == 12 and set(from_store.steps.pid.tolist()) == {51, 52}
+    assert [i.members for i in from_store.incarnations] == [{51: 0, 52: 1}]

@@ -114,7 +114,7 @@ def malformed(raw: dict[str, Any]) -> str | None:
         return "mono (and ts) must be finite numbers"
     if not all(type(raw.get(k, "")) is str for k in ("src", "kind", "task")):
         return "src, kind and task must be strings"
-    shape = SHAPES.get((raw["src"], raw["kind"]))
+    shape = SHAPES.get((raw.get("src", ""), raw.get("kind", "")))  # absent: "" (from_json)
     if shape is None:
         return None
     for name, spec in shape.items():

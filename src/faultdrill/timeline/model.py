@@ -201,8 +201,8 @@ class Timeline:
         paths = sorted(events_dir.glob("*.jsonl"))
         stored = read_store(events_dir) if use_store else None
         if stored is not None:
-            first = _Part(stored.task, stored.events, [[c] for c in stored.columns], stored.torn)
-            rest = _read_files(paths, stored.covered)
+            first = _Part(stored.task, [], [[c] for c in stored.columns], stored.torn)
+            rest = _read_files(paths, stored.covered, stored.events)
             rest.bad = stored.bad_lines(rest.bad)
             parts = [first, rest]
         else:
@@ -240,10 +240,17 @@ class Timeline:
 
     @classmethod
     def _assemble(cls, task: str, events: list[Event], steps: StepTable) -> Timeline:
-        """Sort events and steps by time (stable: ties keep file order), then derive."""
+        """Sort events and steps by time (stable: ties keep file order; steps at one time
+        by rank, then in file order), then derive."""
         mono = steps.mono
         if len(steps) and not bool((mono[1:] >= mono[:-1]).all()):
             _reorder(steps, np.argsort(mono, kind="stable"))
+            mono = steps.mono
+        if len(steps) > 1 and bool((mono[1:] == mono[:-1]).any()):
+            # Steps of several files at one time: ordered by rank, which the probe's files
+            # are named by, so the order does not depend on how the files were read (the
+            # step store holds them in the order the harness polled them).
+            _reorder(steps, np.lexsort((steps.rank, mono)))
         events.sort(key=lambda e: e.mono)
         return cls.from_parts(task, events, steps)
 

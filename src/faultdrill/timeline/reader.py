@@ -45,16 +45,23 @@ class _Part:
     bad: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
-def _read_files(paths: list[Path], offsets: dict[str, int] | None = None) -> _Part:
+def _read_files(
+    paths: list[Path],
+    offsets: dict[str, int] | None = None,
+    before: dict[str, list[Event]] | None = None,
+) -> _Part:
     """Read ``paths`` (each from the byte ``offsets`` gives for its name, else from its
-    start) into one part."""
+    start) into one part; ``before``: per file name, the events of the bytes skipped (the
+    step store's), put where they were in the file, so that ties in time keep file order."""
     events: list[Event] = []
     steps = _StepColumns()
     task = ""
     torn = 0
     bad: dict[str, tuple[int, str]] = {}
     for path in paths:
-        before = torn + steps.bad
+        if before:
+            events.extend(before.get(path.name, ()))
+        skipped_before = torn + steps.bad
         source = ""
         last_torn = 0  # a line without its newline can only be the file's last
         try:
@@ -91,7 +98,7 @@ def _read_files(paths: list[Path], offsets: dict[str, int] | None = None) -> _Pa
                     continue
                 task = task or str(raw.get("task", ""))
         steps.close_chunk()  # rows it drops are counted against this file
-        skipped = torn + steps.bad - before - last_torn
+        skipped = torn + steps.bad - skipped_before - last_torn
         if skipped:
             bad[path.name] = (skipped, source)
     chunks = steps.chunks()

@@ -213,7 +213,7 @@ class Stored:
     """What the store of an events dir holds, checked against the files it covers."""
 
     task: str
-    events: list[Event]
+    events: dict[str, list[Event]]  # per covered source: its other lines, in file order
     columns: list[np.ndarray]  # COLUMNS order
     torn: int
     covered: dict[str, int]  # source file name -> bytes covered
@@ -280,17 +280,18 @@ def _covers(path: Path, covered: int, tail: bytes) -> bool:
         return False
 
 
-def _lines(folder: Path, sources: dict[str, Any]) -> list[Event] | None:
-    """The other lines of every covered source, as events, in source order."""
-    events: list[Event] = []
+def _lines(folder: Path, sources: dict[str, Any]) -> dict[str, list[Event]] | None:
+    """The other lines of every covered source, as events, per source."""
+    out: dict[str, list[Event]] = {}
     for name in sorted(sources):
         path = folder / name
         if not path.exists():
             continue
+        events = out.setdefault(name, [])
         with open(path, "rb") as f:
             for line in f:
                 raw = _parse_line(line)
                 if raw is None:
                     return None  # the store wrote only lines that parsed: not ours
                 events.append(Event.from_json(raw))
-    return events
+    return out
