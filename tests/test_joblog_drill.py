@@ -22,7 +22,8 @@ import yaml
 
 from faultdrill.engine.run import run_plan
 from faultdrill.plan import parse_plan
-from tests.drillkit import ROOT, finding, item, kill_task
+from faultdrill.timeline.store import read_store
+from tests.drillkit import ROOT, assert_store_is_the_json_lines, finding, item, kill_task
 
 pytestmark = [pytest.mark.drill]
 
@@ -57,6 +58,16 @@ def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
 
 def test_the_job_never_imports_faultdrill() -> None:
     assert "faultdrill" not in re.sub(r'""".*?"""', "", JOB.read_text(), count=1, flags=re.S)
+
+
+def test_the_step_store_holds_the_log_lines_and_loads_as_they_do(
+    drill: tuple[Path, dict[str, Any]],
+) -> None:
+    run_dir, report = drill
+    assert assert_store_is_the_json_lines(run_dir) == 1 + len(report["scenarios"])
+    stored = read_store(run_dir / "baseline" / "events")
+    assert stored is not None and stored.columns[0].size > 0
+    assert any(name.startswith("joblog-") for name in stored.covered)
 
 
 def test_a_killed_worker_resumes_healthily_and_passes_on_evidence_from_logs(
