@@ -11,30 +11,40 @@ import pytest
 from faultdrill.cli import build_parser
 from faultdrill.errors import DrillError
 from faultdrill.report.html import render_html
-from faultdrill.report.i18n import CATALOG, CHECK_NAMES, translator
+from faultdrill.report.i18n import catalog, translator
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.runbook import render_runbook
 from tests.report_data import report_of, synthetic_report
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
+EN, ZH = catalog("en"), catalog("zh")
 
 
 def _fields(text: str) -> set[str]:
     return {f for _, f, _, _ in string.Formatter().parse(text) if f}
 
 
-@pytest.mark.parametrize("key", sorted(CATALOG))
+@pytest.mark.parametrize("key", sorted(EN))
 def test_every_message_exists_in_both_languages_with_the_same_fields(key: str) -> None:
-    en, zh = CATALOG[key]
+    en, zh = EN[key], ZH[key]
     assert en.strip() and zh.strip()
     assert _fields(en) == _fields(zh)
     assert not CJK.search(en)
+    literal = "".join(lit for lit, *_ in string.Formatter().parse(zh))
+    if re.sub(r"\brank\b|[\s，；、（）()\[\]：:;,.'`/_-]", "", literal):
+        assert CJK.search(zh), "a Chinese text in English words"
+
+
+def test_chinese_has_no_key_english_lacks() -> None:
+    assert set(ZH) <= set(EN)
 
 
 def test_check_names_are_translated() -> None:
     core = {"progress.resume-point", "resources.no-stale-replica", "results.loss-matches-baseline"}
-    assert core <= set(CHECK_NAMES)
-    for en, zh in CHECK_NAMES.values():
+    names = {k.removeprefix("check.") for k in EN if k.startswith("check.")}
+    assert core <= names
+    for name in names:
+        en, zh = EN[f"check.{name}"], ZH[f"check.{name}"]
         assert en and CJK.search(zh) and not CJK.search(en)
     t = translator("zh")
     assert "从最新有效检查点继续" in t.check_name("progress.resume-point")

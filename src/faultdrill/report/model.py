@@ -74,6 +74,7 @@ __all__ = [
     "Goodput",
     "Inventory",
     "Item",
+    "Message",
     "NetworkTrack",
     "Placement",
     "Questions",
@@ -307,6 +308,13 @@ class Finding(Record):
     message: str
     data: dict[str, JsonValue] = {}
     message_id: str | None = None
+    params: dict[str, JsonValue] = {}
+
+
+class Message(Record):
+    """A message by id, with the values it says (see :mod:`faultdrill.report.i18n`)."""
+
+    message_id: str
     params: dict[str, JsonValue] = {}
 
 
@@ -639,6 +647,9 @@ class LevelProof(Record):
     findings: list[str] = []
     #: Compact references to the events that show it (src, kind, mono, ...).
     events: list[dict[str, JsonValue]] = []
+    #: ``why`` as a message (id and params), for reports in other languages.
+    message_id: str | None = None
+    params: dict[str, JsonValue] = {}
 
 
 class Conclusion(Record):
@@ -660,6 +671,8 @@ class Clue(Record):
     why: str = ""
     events: list[dict[str, JsonValue]] = []
     findings: list[str] = []
+    message_id: str | None = None
+    params: dict[str, JsonValue] = {}
 
 
 class FailingLayer(Record):
@@ -673,6 +686,8 @@ class FailingLayer(Record):
     findings: list[str] = []
     also: list[Clue] = []
     ruled_out: list[Clue] = []
+    message_id: str | None = None
+    params: dict[str, JsonValue] = {}
 
 
 class Failure(Record):
@@ -683,7 +698,8 @@ class Failure(Record):
     signal: str | None = None
     node: str | None = None
     local_rank: int | None = None
-    worker_failures: list[dict[str, JsonValue]] = []
+    #: How many worker failures the launcher logged.
+    worker_failures: int = 0
     error_tail: list[str] = []
     #: The launcher's log holding the rest, relative to the run directory.
     log: str | None = None
@@ -737,6 +753,10 @@ class Item(Record):
     failure: Failure | None = None
     #: No rank reported anything: the script is not instrumented, or died first.
     no_probe_events: bool = False
+    #: The message behind an English field the judge wrote (``recovery_class_why``,
+    #: ``aborted``, ``not_proven_why``): field -> message id and params, so that a report
+    #: can say it in its own language.
+    field_messages: dict[str, Message] = {}
 
     @property
     def not_as_planned(self) -> str | None:

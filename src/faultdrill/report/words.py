@@ -112,12 +112,10 @@ def conditions(t: Translator, c: Conditions | None, *, pairs: bool = False) -> s
 
 
 def finding_text(t: Translator, f: Finding) -> str:
-    """A finding's message as the report shows it.
-
-    The message as recorded (English) for now; a translation keyed by ``f.message_id``
-    with ``f.params`` belongs here, so that every report says it the same way."""
-    del t  # the hook for translated findings (see docstring)
-    return f.message
+    """A finding's message as the report shows it: said again in the report's language
+    from its ``message_id`` and ``params``; a finding without an id (a check that does not
+    name its messages, a run judged by an older version) as recorded, in English."""
+    return t.message(f.message_id, f.params, f.message)
 
 
 def permissions(report: Report, t: Translator) -> str:
