@@ -13,16 +13,18 @@ from typing import Any
 
 from faultdrill.events import read_jsonl
 from faultdrill.report import words
+from faultdrill.report.blocks import to_html
 from faultdrill.report.html.generic import e, generic, vb
 from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Item, Report
+from faultdrill.report.parts.common import level_anchor
+from faultdrill.report.parts.verdict import failure_part, no_probe_part
 from faultdrill.report.scope import derive_scope
 from faultdrill.report.svg import item_events_dir, load_item
 
 __all__ = [
     "ManualStep",
     "conditions_html",
-    "dossiers_html",
     "manual_html",
     "manual_steps",
     "replay_html",
@@ -37,21 +39,13 @@ _VERDICT_COLS = (
     "col.fault",
     "col.verdict",
     "col.class",
+    "col.level",
+    "col.layer",
     "col.resume",
     "col.detect",
     "col.ready",
     "col.recover",
     "col.recomputed",
-)
-#: Dossier sections shown first, in this order, under their translated names.
-_DOSSIERS = (
-    "task",
-    "data",
-    "resources",
-    "recovery",
-    "responsibility",
-    "observation",
-    "environment",
 )
 
 
@@ -91,6 +85,26 @@ def _summary_list(t: Translator, report: Report) -> list[str]:
     ]
 
 
+def level_cell(t: Translator, s: Item) -> str:
+    """The conclusion level reached, linked to its proof in the item."""
+    c = s.conclusion
+    if c is None:
+        return "—"
+    level = c.level or (c.levels[0].level if c.levels else None)
+    name = e(t.level(c.level))
+    if level is None:
+        return name
+    return (
+        f"<a href='#{e(level_anchor(s.id, level))}' data-level='{e(c.level or 'none')}'>{name}</a>"
+    )
+
+
+def layer_cell(t: Translator, s: Item) -> str:
+    if s.layer is None:
+        return "—"
+    return f"<a href='#layer-{e(s.id)}' data-layer='{e(s.layer.layer)}'>{e(t.layer(s.layer.layer))}</a>"
+
+
 def _scenario_row(t: Translator, s: Item) -> str:
     tm, fault, rs = s.times, s.fault, s.questions.resumed_from
     resume = "—" if rs is None else f"{rs.checkpoint or '0'} / {rs.step} / {rs.data_position}"
@@ -100,6 +114,7 @@ def _scenario_row(t: Translator, s: Item) -> str:
         f"<td>{e(s.round)}</td><td>{e(fault.kind if fault else None)} "
         f"({e(fault.target if fault else None)})</td>"
         f"<td>{vb(t, s.verdict)}</td><td>{e(t.cls(s.recovery_class))}</td>"
+        f"<td>{level_cell(t, s)}</td><td>{layer_cell(t, s)}</td>"
         f"<td>{e(resume)}</td><td>{e(t.seconds(tm.detect_s))}</td>"
         f"<td>{e(t.seconds(tm.ready_s))}</td><td>{e(t.seconds(tm.recover_s))}</td>"
         f"<td>{e(t('na') if rc is None else rc)}</td></tr>"
@@ -112,13 +127,14 @@ def _controls_table(t: Translator, report: Report) -> str:
         f"<td><code>{e(json.dumps(s.workload_mutation, ensure_ascii=False))}</code></td>"
         f"<td><code>{e(s.expected_check)}</code></td>"
         f"<td data-caught='{_caught_attr(s.caught)}'>"
-        f"{e(_caught_text(t, s.caught))}</td><td>{vb(t, s.verdict)}</td></tr>"
+        f"{e(_caught_text(t, s.caught))}</td><td>{vb(t, s.verdict)}</td>"
+        f"<td>{layer_cell(t, s)}</td></tr>"
         for s in report.control_items
     )
     return (
         f"<table class='controls'><tr><th>{t('col.control')}</th><th>{t('col.bug')}</th>"
         f"<th>{t('col.expected_check')}</th><th>{t('col.caught')}</th><th>{t('col.verdict')}</th>"
-        f"</tr>{rows}</table>"
+        f"<th>{t('col.layer')}</th></tr>{rows}</table>"
     )
 
 
@@ -129,7 +145,7 @@ def summary_html(t: Translator, report: Report) -> str:
     for sk in report.skipped:
         rows.append(
             f"<tr data-skipped='{e(sk.id)}'><td>{e(sk.id)}</td><td></td><td></td>"
-            f"<td>{vb(t, 'not-run')}</td><td colspan='6'>{e(sk.reason)}</td></tr>"
+            f"<td>{vb(t, 'not-run')}</td><td colspan='8'>{e(words.skip_reason(t, sk.reason))}</td></tr>"
         )
     out = [
         *_summary_list(t, report),
@@ -137,6 +153,12 @@ def summary_html(t: Translator, report: Report) -> str:
     ]
     if report.control_items:
         out.append(_controls_table(t, report))
+    base = report.baseline
+    said = [
+        failure_part(t, base.failure, "baseline-failure"),
+        no_probe_part(t, base.no_probe_events),
+    ]
+    out.append(to_html([p for p in said if p is not None]))
     return "\n".join(out)
 
 
@@ -249,37 +271,6 @@ def scope_html(t: Translator, report: Report) -> str:
         f"<table class='scope'><tr><th>{t('col.dimension')}</th><th>{t('col.verified')}</th>"
         f"<th>{t('col.to_verify')}</th></tr>{rows}</table>"
     )
-
-
-def _recorded_dossiers(report: Report) -> dict[str, Any]:
-    """The baseline's dossiers as recorded, or (an old or partial run) the plan's sections."""
-    dossier = report.baseline.dossier.to_json() if report.baseline.dossier else {}
-    if dossier:
-        return dossier
-    plan = report.plan
-    return {
-        "task": plan.task.to_json(),
-        "data": plan.data.to_json(),
-        "resources": plan.resources.to_json(),
-        "recovery": {"checkpoint": plan.checkpoint.to_json()},
-        "responsibility": plan.responsibility.to_json(),
-    }
-
-
-def dossiers_html(t: Translator, report: Report) -> str:
-    """Every dossier section as recorded: the known ones first, under translated names."""
-    dossier = _recorded_dossiers(report)
-    out = [
-        f"<h4 data-dossier='{key}'>{t('dossier.' + key)}</h4>{generic(dossier[key])}"
-        for key in _DOSSIERS
-        if key in dossier
-    ]
-    out += [
-        f"<h4 data-dossier='{e(k)}'>{e(k)}</h4>{generic(v)}"
-        for k, v in dossier.items()
-        if k not in _DOSSIERS
-    ]
-    return "\n".join(out)
 
 
 def _conditions_row(t: Translator, s: Item) -> str:
