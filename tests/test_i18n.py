@@ -1,19 +1,26 @@
-"""zh/en: a complete catalogue, the methodology's terms in Chinese, one structure in both."""
+"""Languages: a complete catalogue keyed by message id, the methodology's terms in Chinese,
+one structure in every language, every finding said in the report's language, and a third
+language that is one file."""
 
 from __future__ import annotations
 
+import ast
 import re
 import string
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import faultdrill
 from faultdrill.cli import build_parser
 from faultdrill.errors import DrillError
+from faultdrill.report import i18n
 from faultdrill.report.html import render_html
-from faultdrill.report.i18n import catalog, translator
+from faultdrill.report.i18n import Msg, catalog, format_message, translator
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.runbook import render_runbook
+from tests.i18n_kit import english_in, finding_texts, message_chunks
 from tests.report_data import report_of, synthetic_report
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -135,8 +142,177 @@ def test_markdown_structure_is_the_same_in_both_languages() -> None:
     )
 
 
-def test_findings_stay_as_recorded_and_json_stays_neutral() -> None:
+def test_a_finding_without_a_message_id_is_shown_as_recorded() -> None:
     rep = synthetic_report()
     md = render_markdown(report_of(rep), "zh")
-    assert "pid 77 of incarnation 0 alive" in md  # a check's message is data
+    assert "pid 77 of incarnation 0 alive" in md  # no id: said as recorded, in English
     assert "`resources.no-stale-replica`" in md
+
+
+def test_a_finding_with_a_message_id_is_said_in_the_reports_language() -> None:
+    rep = synthetic_report()
+    said = Msg("progress.resume-point.newest-valid", inc=1, ckpt="step-000010", step=10)
+    finding = rep["scenarios"][0]["evidence"]["progress"]["findings"][0]
+    finding.update(message=said.text(), message_id=said.id, params=said.json_params())
+    zh = render_markdown(report_of(rep), "zh")
+    assert "第 1 代副本从 step-000010（第 10 步）继续，即最新有效检查点" in zh
+    en = render_markdown(report_of(rep), "en")
+    assert "incarnation 1 resumed from step-000010 (step 10), the newest valid checkpoint" in en
+    texts = finding_texts(render_html(report_of(rep), None, "zh"), html_page=True)
+    said_zh = "第 1 代副本从 step-000010（第 10 步）继续，即最新有效检查点"
+    assert said_zh in texts and said_zh not in english_in(texts)
+    # what stays English are the synthetic findings recorded without an id
+    assert "pid 77 of incarnation 0 alive" in english_in(texts)
+
+
+LEVELS_AND_LAYERS = [
+    "重新进入运行态",
+    "从有效进度继续",
+    "结果保持一致",
+    "调度",
+    "控制面",
+    "存储",
+    "框架",
+    "检查点",
+    "网络",
+    "环境准备",
+]
+
+
+def test_levels_and_layers_use_the_methodologys_words() -> None:
+    t = translator("zh")
+    levels = [t.level(lv) for lv in ("running-again", "valid-progress", "consistent-results")]
+    assert levels == LEVELS_AND_LAYERS[:3]
+    layers = [
+        t.layer(x)
+        for x in (
+            "scheduling",
+            "control-plane",
+            "storage",
+            "framework",
+            "checkpoint",
+            "network",
+            "environment-preparation",
+        )
+    ]
+    assert layers == LEVELS_AND_LAYERS[3:]
+    rep = report_of(synthetic_report())
+    for text in (render_markdown(rep, "zh"), render_html(rep, None, "zh")):
+        for word in (
+            "重新进入运行态",
+            "从有效进度继续",
+            "结果保持一致",
+            "调度",
+            "待商定",
+            "平台能力",
+        ):
+            assert word in text, word
+
+
+def _dummy(spec: str) -> Any:
+    """A value a ``{field:spec}`` accepts."""
+    if spec.startswith("@"):
+        return "automatic"
+    if spec and spec[-1] in "fge%":
+        return 1.5
+    if spec:
+        return ["a1", "b2"]  # a list joined with the spec as separator
+    return "x1"
+
+
+@pytest.mark.parametrize(
+    "key",
+    sorted(
+        k
+        for k in EN
+        if k.split(".")[0]
+        in {
+            "progress",
+            "resources",
+            "results",
+            "expectation",
+            "timeline",
+            "check",
+            "evaluate",
+            "level",
+            "layer",
+            "trend",
+            "timeout",
+        }
+        and not k.startswith(("check.", "level.name.", "layer.name."))
+    ),
+)
+def test_every_message_is_said_in_chinese_without_its_english_wording(key: str) -> None:
+    params = {f: _dummy(spec or "") for _, f, spec, _ in string.Formatter().parse(EN[key]) if f}
+    zh = format_message("zh", key, params)
+    words = re.sub(TECHNICAL + r"|x1|a1|b2|[^A-Za-z]", "", zh)
+    assert CJK.search(zh) or not words
+    assert not [c for c in message_chunks() if c in zh], zh
+
+
+_PLAIN = (ast.Constant, ast.JoinedStr, ast.BinOp)
+
+
+def _says_plain_text(call: ast.Call) -> bool:
+    """``ctx.finding(check, verdict, <message>)`` with a message that is a string: a literal,
+    an f-string, a concatenation, or a ``"...".join(...)``."""
+    if len(call.args) < 3:
+        return False
+    msg = call.args[2]
+    joined = isinstance(msg, ast.Call) and getattr(msg.func, "attr", "") == "join"
+    return isinstance(msg, _PLAIN) or joined
+
+
+def test_every_finding_of_every_check_names_its_message() -> None:
+    """A check that writes a finding as a plain English string leaves every other language
+    with that English: each ``ctx.finding`` says a ``Msg`` (an id with its values)."""
+    root = Path(faultdrill.__file__).parent
+    plain = []
+    for path in [*sorted((root / "checks").glob("*.py")), root / "judge" / "evaluate.py"]:
+        tree = ast.parse(path.read_text())
+        legacy = [  # keeps a finding recorded without an id as it was, not judged
+            f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "not_judged"
+        ]
+        skip = {id(n) for f in legacy for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if not isinstance(node, ast.Call):
+                continue
+            if getattr(node.func, "attr", "") == "finding" and _says_plain_text(node):
+                plain.append(f"{path.name}:{node.lineno}")
+            if getattr(node.func, "id", "") == "Finding":
+                plain.append(f"{path.name}:{node.lineno} Finding(...): use Finding.of(..., Msg)")
+    known_bad = ast.parse('ctx.finding(name, F, f"{n} bad")').body[0].value  # type: ignore[attr-defined]
+    assert _says_plain_text(known_bad)
+    allowed = {"api.py"}  # the seam itself builds findings from a Msg or a legacy string
+    assert [p for p in plain if p.split(":")[0] not in allowed] == []
+
+
+def test_a_third_language_is_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drop ``xx.py`` (a catalogue that marks every English text) beside en.py and zh.py:
+    every report renders in it, findings included, and ``--lang xx`` is accepted."""
+    pseudo = {k: f"«{v}»" for k, v in EN.items()}
+    (tmp_path / "xx.py").write_text(
+        f"NAME = 'pseudo'\nHTML_LANG = 'x-pseudo'\nCATALOG = {pseudo!r}\n", encoding="utf-8"
+    )
+    monkeypatch.setattr(i18n, "__path__", [*i18n.__path__, str(tmp_path)])
+    try:
+        assert list(i18n.discover()) == ["en", "xx", "zh"]
+        rep = synthetic_report()
+        said = Msg("progress.no-jump.contiguous")
+        rep["scenarios"][0]["evidence"]["progress"]["findings"][0].update(
+            message=said.text(), message_id=said.id, params={}
+        )
+        md = render_markdown(report_of(rep), "xx")
+        page = render_html(report_of(rep), None, "xx")
+        runbook = render_runbook(report_of(rep), None, "xx")
+        assert "«PASS»" in md and "«Preconditions»" in page and "«Recovery runbook: " in runbook
+        assert "<html lang='x-pseudo'>" in page
+        assert f"«{said.text()}»" in md and f"«{said.text()}»" in page
+        assert build_parser().parse_args(["check", "x", "--lang", "xx"]).lang == "xx"
+    finally:
+        monkeypatch.undo()
+        i18n.discover()
+    with pytest.raises(DrillError):
+        translator("xx")

@@ -72,6 +72,7 @@ def chain_notes(notes: list[str]) -> list[Msg | str]:
 
 
 _CHAIN_NOTES = (
+    ("timeline.chain.no-progress", re.compile(r"no incarnation made progress")),
     (
         "timeline.chain.no-load-decision",
         re.compile(r"incarnation (?P<inc>\d+) recorded no checkpoint load decision"),

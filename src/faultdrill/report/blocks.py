@@ -29,6 +29,7 @@ __all__ = [
     "Strong",
     "Table",
     "Text",
+    "html_block",
     "plain",
     "to_html",
     "to_markdown",
@@ -195,7 +196,8 @@ def _attrs(row: Row) -> str:
     return out + (f" id='{escape(row.anchor)}'" if row.anchor else "")
 
 
-def _html_block(block: Block) -> str:
+def html_block(block: Block) -> str:
+    """One block as HTML (escaped)."""
     name = "" if isinstance(block, Pre) else block.cls
     cls = f" class='{escape(name)}'" if name else ""
     if isinstance(block, Para):
@@ -221,7 +223,7 @@ def to_html(parts: Sequence[Part]) -> str:
         out.append(
             f"<div class='part' data-part='{escape(part.key)}'{anchor}>"
             f"<h4>{escape(part.title)}</h4>"
-            + "".join(_html_block(b) for b in part.blocks)
+            + "".join(html_block(b) for b in part.blocks)
             + "</div>"
         )
     return "\n".join(out)

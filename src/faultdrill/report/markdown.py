@@ -108,7 +108,7 @@ def _item_table(s: Item, t: Translator) -> list[str]:
 
 def _questions(s: Item, t: Translator) -> list[str]:
     q = s.questions
-    by, note2 = q.worker_lost_by, q.old_replica_note
+    by, note2 = q.worker_lost_by, words.note_text(t, q.old_replica_note)
     return [
         f"**{t('q.title')}**",
         "",
@@ -120,7 +120,7 @@ def _questions(s: Item, t: Translator) -> list[str]:
         f"4. {t('q.4')}: {words.resumed(t, q.resumed_from)}; "
         + t("q.first_step", when=words.when(t, q.first_step_after_at)),
         "",
-        *([t("q.note", note=q.note), ""] if q.note else []),
+        *([t("q.note", note=words.note_text(t, q.note)), ""] if q.note else []),
         words.times_line(t, s.times),
         "",
     ]

@@ -443,6 +443,9 @@ class Goodput(Record):
     recomputed_steps: int | None = None
     conditions: str = ""
     notes: list[str] = []
+    #: ``why`` and ``notes`` as messages (a note written in words: the text).
+    why_message: Message | None = None
+    note_messages: list[Message | str] = []
 
 
 class Pointer(Record):

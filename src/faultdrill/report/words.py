@@ -36,6 +36,7 @@ __all__ = [
     "field_text",
     "finding_text",
     "not_as_planned",
+    "note_text",
     "outcome",
     "permissions",
     "resumed",
@@ -219,6 +220,23 @@ _SKIPS = (
     ),
     (re.compile(r"not run"), "skip.not-run"),
 )
+
+
+#: Notes of the four answers, as the judge writes them (judge/analysis.py) -> message key.
+_NOTES = (
+    (re.compile(r"no replica was lost: the job rode the fault out"), "note.rode-out"),
+    (re.compile(r"no new incarnation started after the fault"), "note.no-restart"),
+    (re.compile(r"pids \[(?P<pids>[0-9, ]*)\] never sampled"), "note.never-sampled"),
+)
+
+
+def note_text(t: Translator, note: str) -> str:
+    """A note of the four answers in the report's language (unknown: as recorded)."""
+    for pattern, key in _NOTES:
+        m = pattern.fullmatch(note)
+        if m is not None:
+            return t(key, **m.groupdict())
+    return note
 
 
 def skip_reason(t: Translator, reason: str) -> str:

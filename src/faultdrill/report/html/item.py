@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from faultdrill.report import words
-from faultdrill.report.blocks import to_html
+from faultdrill.report.blocks import Table, html_block, to_html
 from faultdrill.report.html.generic import e, generic, vb
 from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Evidence, Item, Report
@@ -140,7 +141,7 @@ def _row_table(t: Translator, s: Item) -> str:
 
 def _questions(t: Translator, s: Item) -> str:
     q = s.questions
-    lost_by, note2 = q.worker_lost_by, q.old_replica_note
+    lost_by, note2 = q.worker_lost_by, words.note_text(t, q.old_replica_note)
     first = words.when(t, q.first_step_after_at)
     return (
         f"<h4>{t('q.title')}</h4><ol class='questions'>"
@@ -157,7 +158,11 @@ def _questions(t: Translator, s: Item) -> str:
         f"<li data-q='4'><span class='qlabel'>{t('q.4')}</span>: "
         f"{e(words.resumed(t, q.resumed_from, markup=False))}; "
         f"{e(t('q.first_step', when=first))}</li></ol>"
-        + (f"<p class='note q-note'>{e(t('q.note', note=q.note))}</p>" if q.note else "")
+        + (
+            f"<p class='note q-note'>{e(t('q.note', note=words.note_text(t, q.note)))}</p>"
+            if q.note
+            else ""
+        )
         + f"<p>{e(words.times_line(t, s.times))}</p>"
     )
 
@@ -221,10 +226,36 @@ def _resources_block(t: Translator, s: Item, view: ItemView | None) -> str:
     if rows:
         procs = (
             f"<details><summary>{t('html.procs')} ({len(rows)})</summary>"
-            + generic(rows)
+            + html_block(_proc_table(t, rows))
             + "</details>"
         )
     return f"<h4>{t('html.resources')}</h4>{head}{procs}"
+
+
+def _proc_table(t: Translator, rows: list[dict[str, Any]]) -> Table:
+    """The sampler's process lives: who, and when seen and gone after the injection."""
+    head = [
+        t("field.pid"),
+        t("col.role_proc"),
+        t("field.rank"),
+        t("col.node"),
+        t("col.incarnation"),
+        t("col.seen"),
+        t("col.gone"),
+    ]
+    body = [
+        [
+            str(r["pid"]),
+            words.value(t, r["role"]),
+            words.value(t, r["rank"]),
+            words.value(t, r["node"]),
+            words.value(t, r["incarnation"]),
+            words.after_injection(t, r["seen_s"]),
+            words.after_injection(t, r["gone_s"]) if r["gone_s"] is not None else t("proc.alive"),
+        ]
+        for r in rows
+    ]
+    return Table(head, body, cls="procs")
 
 
 def _findings_table(t: Translator, ev: Evidence, item_id: str, seen: set[str]) -> str:
@@ -269,7 +300,7 @@ def _more(t: Translator, s: Item) -> list[str]:
         big = len(json.dumps(v, default=str)) > 1500
         out.append(
             f"<details class='extra' data-extra='{e(k)}'{'' if big else ' open'}>"
-            f"<summary>{e(k)}</summary>{generic(v)}</details>"
+            f"<summary>{e(k)}</summary>{generic(v, 0, t)}</details>"
         )
     return out
 

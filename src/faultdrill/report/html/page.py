@@ -85,7 +85,9 @@ def _more(t: Translator, report: Report) -> list[str]:
         return []
     return [
         f"<section id='extra'><h2>{t('html.more')}</h2>"
-        + "".join(f"<h4 data-extra='{e(k)}'>{e(k)}</h4>{generic(v)}" for k, v in extra.items())
+        + "".join(
+            f"<h4 data-extra='{e(k)}'>{e(k)}</h4>{generic(v, 0, t)}" for k, v in extra.items()
+        )
         + "</section>"
     ]
 

@@ -328,8 +328,30 @@ def replay_html(t: Translator, report: Report, run_dir: Path | None) -> str:
             f"<p data-replay-match='{str(bool(ok)).lower()}'><b>"
             f"{t('replay.match') if ok else t('replay.mismatch')}</b></p>"
         )
-        out.append(generic(comp.get("items", [])))
+        out.append(_replay_items(t, comp.get("items")))
     return "\n".join(out)
+
+
+def _replay_items(t: Translator, items: Any) -> str:
+    """Each replayed item: whether it reproduced the original, and each difference."""
+    rows = []
+    for it in items if isinstance(items, list) else []:
+        if not isinstance(it, dict):
+            continue
+        pair = [str(x) for x in (it.get("verdict") or [])]
+        diffs = "".join(f"<li>{e(d)}</li>" for d in it.get("differences") or [])
+        match = "pass" if it.get("matches") else "fail"
+        said = t("replay.match") if it.get("matches") else t("replay.mismatch")
+        rows.append(
+            f"<tr data-replayed='{e(it.get('id'))}'><td>{e(it.get('id'))}</td>"
+            f"<td><span class='v {match}'>{e(said)}</span></td>"
+            f"<td>{e(' → '.join(t.verdict(v) for v in pair))}</td>"
+            f"<td>{'<ul>' + diffs + '</ul>' if diffs else '—'}</td></tr>"
+        )
+    return (
+        f"<table class='replay'><tr><th>{t('col.item')}</th><th>{t('col.outcome')}</th>"
+        f"<th>{t('col.verdict')}</th><th>{t('col.differences')}</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def signoff_html(t: Translator, report: Report) -> str:

@@ -961,4 +961,23 @@ CATALOG: dict[str, str] = {
     "skip.baseline": "not run: the baseline did not pass its own checks",
     "skip.round": "not run: round {round} did not pass (set continue_on_failure to go on)",
     "skip.not-run": "not run",
+    # --- replay table
+    "col.outcome": "reproduced",
+    "col.differences": "differences",
+    # --- the sampler's process table
+    "col.role_proc": "role",
+    "col.seen": "first seen (after the injection)",
+    "col.gone": "gone (after the injection)",
+    "proc.alive": "alive at the end",
+    # --- notes of the judge
+    "timeline.chain.no-progress": "no incarnation made progress",
+    "goodput.why.no-window": "no job submission and end on the timeline",
+    "goodput.note.save-duration": "{n} save(s) reported no duration_s",
+    "goodput.note.load-duration": "incarnation {inc}'s load reported no duration_s",
+    "goodput.note.no-step": "no incarnation made a step",
+    "goodput.note.over": "attributed time exceeds the window by {seconds:.2f} s",
+    "goodput.note.ended": "the job ended {state:@job.ended.}: time after its last step counts as other",
+    "note.rode-out": "no replica was lost: the job rode the fault out",
+    "note.no-restart": "no new incarnation started after the fault",
+    "note.never-sampled": "pids [{pids}] never sampled",
 }

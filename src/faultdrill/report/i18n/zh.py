@@ -511,7 +511,7 @@ CATALOG: dict[str, str] = {
     "expectation.restart-during-outage.failed": "重启探测失败：{error}",
     "expectation.restart-during-outage.never": "重启探测从未在异常期间触发",
     "expectation.restart-during-outage.too-late": "重启探测在异常结束后才触发",
-    "expectation.restart-during-outage.killed": "在持续 {outage_s:.1f} 秒的异常开始后第 {at_s:.1f} 秒，终止了 worker rank {rank}（pid {pid}）",
+    "expectation.restart-during-outage.killed": "在持续 {outage_s:.1f} 秒的异常开始后第 {at_s:.1f} 秒，终止了 rank {rank} 的进程（pid {pid}）",
     # --- findings: network and nodes
     "timeout.keep-alive": "汇合保活超时",
     "timeout.keep-alive.set": "汇合保活超时（{interval} 秒 × {attempts} 次）",
@@ -963,4 +963,23 @@ CATALOG: dict[str, str] = {
     "skip.baseline": "未执行：基线本身没有通过检查",
     "skip.round": "未执行：第 {round} 轮没有通过（设置 continue_on_failure 可继续执行）",
     "skip.not-run": "未执行",
+    # --- replay table
+    "col.outcome": "是否复现",
+    "col.differences": "差异",
+    # --- the sampler's process table
+    "col.role_proc": "角色",
+    "col.seen": "首次采样到（注入后）",
+    "col.gone": "退出（注入后）",
+    "proc.alive": "结束时仍存活",
+    # --- notes of the judge
+    "timeline.chain.no-progress": "没有任何一代副本取得进展",
+    "goodput.why.no-window": "时间线上没有任务的提交与结束",
+    "goodput.note.save-duration": "{n} 次检查点写入没有报告耗时（duration_s）",
+    "goodput.note.load-duration": "第 {inc} 代副本的检查点加载没有报告耗时（duration_s）",
+    "goodput.note.no-step": "没有任何一代副本完成训练步",
+    "goodput.note.over": "归类的时间比观察窗口多 {seconds:.2f} 秒",
+    "goodput.note.ended": "任务{state:@job.ended.}：最后一个训练步之后的时间计入“其他”",
+    "note.rode-out": "没有副本失联：任务扛过了故障",
+    "note.no-restart": "故障后没有启动新一代副本",
+    "note.never-sampled": "pid {pids} 从未被采样到",
 }

@@ -105,7 +105,9 @@ def goodput_part(t: Translator, g: Goodput | None, every: int) -> Part | None:
     if g is None:
         return None
     if not g.available:
-        return Part("goodput", t("part.goodput"), [Para(t("goodput.na", why=g.why or t("na")))])
+        w = g.why_message
+        why = t.message(w.message_id, w.params, g.why or "") if w else (g.why or t("na"))
+        return Part("goodput", t("part.goodput"), [Para(t("goodput.na", why=why))])
     line = t(
         "goodput.line",
         share=f"{g.goodput * 100:.1f}",
@@ -135,8 +137,12 @@ def goodput_part(t: Translator, g: Goodput | None, every: int) -> Part | None:
         Table(head, rows, cls="goodput"),
         Para(t("goodput.conditions", every=every), cls="note"),
     ]
-    if g.notes:
-        blocks.append(Para(t("goodput.notes", notes="; ".join(g.notes)), cls="note"))
+    notes = [
+        n if isinstance(n, str) else t.message(n.message_id, n.params, "")
+        for n in (g.note_messages or g.notes)
+    ]
+    if notes:
+        blocks.append(Para(t("goodput.notes", notes=t("list.sep").join(notes)), cls="note"))
     return Part("goodput", t("part.goodput"), blocks)
 
 
