@@ -105,6 +105,7 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "RestartProbe": ("rounds.2.scenarios.0.fault.restart_during", None),
     "StorageOutageSpec": ("rounds.2.scenarios.2.fault", None),
     "CorruptCheckpointSpec": ("rounds.2.scenarios.3.fault", None),
+    "RollbackLatestSpec": ("controls.0.fault", {"kind": "rollback-latest"}),
 }
 
 #: Values no numeric field may take, as (label, value).

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from faultdrill import cli
-from faultdrill.ledger import UNDOERS, Ledger, active_entries
+from faultdrill.ledger import OWNS, PATH, UNDOERS, Ledger, active_entries
 from faultdrill.platforms.local import procfs
 
 
@@ -29,6 +29,7 @@ def _state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     state = tmp_path / "state"
     monkeypatch.setenv("FAULTDRILL_STATE_DIR", str(state))
     monkeypatch.setitem(UNDOERS, "test-marker", _undo_marker)
+    monkeypatch.setitem(OWNS, "test-marker", {"path": PATH})
     return state
 
 

@@ -51,6 +51,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                 "--out",
                 str(run),
                 "--quiet",
+                "--no-controls",
             ],
             env=cli_env(base / "state"),
             capture_output=True,

@@ -289,6 +289,7 @@ def test_known_bad_workload_recorded_from_scratch_regresses(
                 "--out",
                 f"{run}",
                 "--quiet",
+                "--no-controls",
             ],
             env=recorded_demo.env,
             capture_output=True,

@@ -148,8 +148,10 @@ def base(tmp_path: Path, plan: Plan) -> ItemResult:
     return judge_item(tmp_path, plan, "baseline", None, baseline(), ref)
 
 
-def run_of(plan: Plan, base: ItemResult, items: list[ItemResult]) -> RunResult:
-    return RunResult(plan, Path("/nonexistent"), base, base_ref(), items, [])
+def run_of(
+    plan: Plan, base: ItemResult, items: list[ItemResult], *, waived: bool = False
+) -> RunResult:
+    return RunResult(plan, Path("/nonexistent"), base, base_ref(), items, [], waived)
 
 
 def base_ref() -> Reference:
@@ -167,8 +169,24 @@ def test_a_run_is_ok_when_every_scenario_passed_and_every_control_was_caught(
     ref = base_ref()
     ok = judge_item(tmp_path, plan, "scenario", scenario, restart(), ref)
     caught = judge_item(tmp_path, plan, "control", control, resume_ignored(), ref)
-    assert run_of(plan, base, [ok]).ok
     assert run_of(plan, base, [ok, caught]).ok
+    assert run_of(plan, base, [ok, caught]).to_json()["summary"]["controls_note"] is None
+
+
+def test_a_run_without_any_control_is_not_ok_unless_controls_were_waived(
+    tmp_path: Path, plan: Plan, scenario: Scenario, base: ItemResult
+) -> None:
+    ok = judge_item(tmp_path, plan, "scenario", scenario, restart(), base_ref())
+    run = run_of(plan, base, [ok])
+    assert not run.ok
+    summary = run.to_json()["summary"]
+    assert (summary["ok"], summary["controls_waived"]) == (False, False)
+    assert summary["controls_note"] == (
+        "no negative control ran: the checks were not shown to catch a defect in this workload"
+    )
+    waived = run_of(plan, base, [ok], waived=True)
+    assert waived.ok
+    assert waived.to_json()["summary"]["controls_note"].endswith("(waived with --no-controls)")
 
 
 def test_a_control_not_proven_keeps_the_run_from_ok(

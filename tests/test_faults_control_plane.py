@@ -4,6 +4,7 @@ when it already exited, and by ``faultdrill cleanup`` after the harness was SIGK
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -59,7 +60,9 @@ def test_local_platform_declares_the_ability() -> None:
 
 
 def test_pause_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # The run's processes carry its id (the undo resumes only a process of the run).
+    env = {**os.environ, "FAULTDRILL_RUN_ID": "t-cp"}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
         fault = make_fault(ControlPlaneOutageSpec(for_s=5))
         ctx = _ctx(_store(tmp_path, proc.pid, monkeypatch))

@@ -16,6 +16,7 @@ from faultdrill.events import EventSink
 from faultdrill.faults.api import FAULTS, Fault, FaultContext, FaultSpec, make_fault
 from faultdrill.faults.checkpoint import CorruptCheckpointSpec
 from faultdrill.faults.control_plane import ControlPlaneOutageSpec
+from faultdrill.faults.harness import HideCheckpointsSpec, RollbackLatestSpec, StaleCopySpec
 from faultdrill.faults.network import LinkFlapSpec, LinkLossSpec, LinkSlowSpec, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
 from faultdrill.faults.process import KillWorkerSpec
@@ -50,6 +51,9 @@ CASES: list[tuple[FaultSpec, list[str]]] = [
         ["storage_prepare", "storage_unreachable"],
     ),
     (CorruptCheckpointSpec(damage="truncate"), ["rank_replica", "signal_replica"]),
+    (RollbackLatestSpec(), ["rank_replica", "signal_replica"]),
+    (HideCheckpointsSpec(), ["rank_replica", "signal_replica"]),
+    (StaleCopySpec(), ["rank_replica", "replica_copy", "signal_replica"]),
 ]
 
 
@@ -64,9 +68,10 @@ def test_every_fault_kind_has_a_case() -> None:
 
 def _fake(tmp_path: Path, platform: type[FakePlatform] = FakePlatform) -> FaultContext:
     """A fault context on a fake platform (2 nodes, 1 spare), with a checkpoint directory
-    holding one checkpoint that ``latest`` names."""
+    holding two checkpoints, the newer of which ``latest`` names."""
     item = tmp_path / "item"
     ckpt = item / "ckpt"
+    (ckpt / "step-000005").mkdir(parents=True)
     (ckpt / "step-000010").mkdir(parents=True)
     (ckpt / "step-000010" / "state.pt").write_bytes(b"x" * 64)
     (ckpt / "latest").write_text("step-000010\n")

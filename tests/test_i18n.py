@@ -15,10 +15,13 @@ import pytest
 import faultdrill
 from faultdrill.cli import build_parser
 from faultdrill.errors import DrillError
+from faultdrill.joblogs.spec import LogPatterns
 from faultdrill.report import i18n
+from faultdrill.report.blocks import to_html, to_markdown
 from faultdrill.report.html import render_html
 from faultdrill.report.i18n import Msg, catalog, format_message, translator
 from faultdrill.report.markdown import render_markdown
+from faultdrill.report.parts.joblog import log_evidence_part
 from faultdrill.report.runbook import render_runbook
 from tests.i18n_kit import english_in, finding_texts, message_chunks
 from tests.report_data import report_of, synthetic_report
@@ -287,6 +290,112 @@ def test_every_finding_of_every_check_names_its_message() -> None:
     assert _says_plain_text(known_bad)
     allowed = {"api.py"}  # the seam itself builds findings from a Msg or a legacy string
     assert [p for p in plain if p.split(":")[0] not in allowed] == []
+
+
+def _ids_said(arg: ast.expr) -> list[str]:
+    """The message ids a ``Msg(...)``'s first argument can be: a literal, or either branch
+    of ``"a" if cond else "b"`` (anything else is computed: covered by the catalogue
+    tests, which hold every id English has to Chinese)."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    if isinstance(arg, ast.IfExp):
+        return _ids_said(arg.body) + _ids_said(arg.orelse)
+    return []
+
+
+def test_every_message_id_in_the_source_has_an_english_and_a_chinese_text() -> None:
+    """Each ``Msg("id", ...)`` anywhere in faultdrill (checks, judge, goodput, log-line
+    mode) names a message both catalogues hold: none falls back to English in a report."""
+    root = Path(faultdrill.__file__).parent
+    used: dict[str, str] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Msg" and node.args:
+                for mid in _ids_said(node.args[0]):
+                    used.setdefault(mid, f"{path.relative_to(root)}:{node.lineno}")
+    assert len(used) > 250  # the walk found the checks' messages
+    assert "progress.checkpoint-verified.unsaid" in used and "logs.blind.no-digest" in used
+    missing = {mid: where for mid, where in used.items() if mid not in EN or mid not in ZH}
+    assert missing == {}
+    known_bad = ast.parse('Msg("x.y" if a else "no.such-id")').body[0].value  # type: ignore[attr-defined]
+    assert _ids_said(known_bad.args[0]) == ["x.y", "no.such-id"]
+
+
+def _log_read_item(rep: dict[str, Any]) -> dict[str, Any]:
+    """A scenario read from its job's log lines, with what the patterns cannot show."""
+    blind = LogPatterns(step=r"step (?P<step>\d+) n=(?P<samples>\d+)", run_end=r"done")
+    said = Msg(
+        "progress.checkpoint-verified.unsaid",
+        count=2,
+        rank=1,
+        ckpt="step-000010",
+        step=10,
+        via=Msg("progress.via-log"),
+    )
+    item: dict[str, Any] = rep["scenarios"][0]
+    item["log_evidence"] = {
+        "source": "the job's own log lines (plan: logs)",
+        "stamped": "each event when the harness read its line",
+        "stamp_bound_s": 0.06,
+        "from_logs": {"run_start": 4, "step": 40, "ckpt_load": 2},
+        "from_probe": {},
+        "read": {"unattributed": 1, "ambiguous": 0, "unreadable": 0, "synthesized_starts": 2},
+        "not_observable": [
+            {"check": c, "why": m.text(), "verdict": "retest", "why_message": m.to_json()}
+            for c, m in blind.blind_spot_messages()
+        ],
+        "undecided": [
+            {"check": "progress.checkpoint-verified", "message": said.text(), **said.to_json()}
+        ],
+    }
+    return item
+
+
+def test_log_line_evidence_and_the_controls_note_are_said_in_chinese() -> None:
+    rep = synthetic_report()
+    _log_read_item(rep)
+    rep["scenarios"] = [s for s in rep["scenarios"] if not s.get("control")]
+    rep["summary"].update(
+        controls=0,
+        controls_caught=0,
+        controls_waived=True,
+        controls_note="no negative control ran: (as the judge wrote it)",
+    )
+    item = report_of(rep).scenarios[0]
+    part = log_evidence_part(translator("zh"), item)
+    assert part is not None
+    said = ["\n".join(to_markdown([part])), to_html([part])]
+    for text in said:
+        assert "读自任务日志行的证据" in text
+        assert "任务的训练步日志行只给出样本数量" in text  # why the sample ledger is blind
+        assert "logs.run_end 没有 digest 分组" in text
+        assert "次加载没有说明使用前是否校验了检查点" in text and "（读自任务的日志行）" in text
+        assert not [c for c in message_chunks() if c in text], text
+        for english in ("not observable", "log line", "harness", "from the probe"):
+            assert english not in text, english
+    assert english_in(finding_texts(said[1], html_page=True)) == []
+    md_zh, md_en = render_markdown(report_of(rep), "zh"), render_markdown(report_of(rep), "en")
+    page = render_html(report_of(rep), None, "zh")
+    assert "读自任务日志行的证据" in md_zh and "读自任务日志行的证据" in page
+    assert "- 没有执行任何阴性对照：" in md_zh and "（已用 --no-controls 豁免。）" in md_zh
+    assert "data-controls-note>没有执行任何阴性对照" in page
+    assert "Evidence read from the job's log lines" in md_en
+    assert "the job's step line gives a count of samples" in md_en
+    assert "No negative control ran" in md_en and "(Waived with --no-controls.)" in md_en
+    # a run whose judge said nothing about controls says nothing either
+    assert "没有执行任何阴性对照" not in render_markdown(report_of(synthetic_report()), "zh")
+    assert log_evidence_part(translator("zh"), report_of(synthetic_report()).scenarios[0]) is None
+
+
+def test_a_harness_control_says_its_fault_not_an_empty_mutation() -> None:
+    rep = synthetic_report()
+    ctl = next(s for s in rep["scenarios"] if s.get("control"))
+    ctl["workload_mutation"] = None
+    ctl["fault"] = {"kind": "rollback-latest", "target": "rank 1", "spec": {}}
+    zh, en = render_markdown(report_of(rep), "zh"), render_markdown(report_of(rep), "en")
+    assert "`演练工具注入：rollback-latest`" in zh
+    assert "`harness: rollback-latest`" in en and "``" not in en.split("## Baseline")[0]
+    assert "演练工具注入：rollback-latest" in render_html(report_of(rep), None, "zh")
 
 
 def test_a_third_language_is_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

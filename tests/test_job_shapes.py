@@ -46,6 +46,8 @@ def shapes_plan(flags: list[str], controls: list[dict[str, Any]]) -> dict[str, A
         ],
     }
     raw["task"]["workload"] = {}
+    # spawn workers import torch each epoch: generous limits, so a busy machine is not a stall
+    raw["stop"] = {"max_wall_s": 600, "max_no_progress_s": 240}
     raw["rounds"] = [
         {
             "round": 1,

@@ -24,8 +24,10 @@ from faultdrill import faults as _faults  # noqa: F401  (registers the fault kin
 from faultdrill import platforms as _platforms  # noqa: F401  (registers the platforms)
 from faultdrill.ledger import UNDOERS
 from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import link_exists, netns_exists, ns_run
+from faultdrill.platforms.local.linux import fresh_rule_id, link_exists, netns_exists, ns_run
 from faultdrill.platforms.local.mounts import mounts_at
+from faultdrill.platforms.local.owned import net_prefix
+from faultdrill.platforms.local.platform import scratch_root
 from tests.drillkit import cli_env
 
 #: Every kind the version before the seam wrote (faults, platforms, mounts).
@@ -105,15 +107,33 @@ def _wait_state(pid: int, states: tuple[str, ...]) -> str | None:
     return procfs.proc_state(pid)
 
 
+def _resume_recorder(flag: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A process of the run that writes ``flag`` when it is resumed (SIGCONT)."""
+    code = (
+        "import pathlib, signal, time\n"
+        f"signal.signal(signal.SIGCONT, lambda *a: pathlib.Path({str(flag)!r}).touch())\n"
+        f"pathlib.Path({str(flag)!r} + '.ready').touch()\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+    for _ in range(500):
+        if Path(f"{flag}.ready").exists():
+            break
+        time.sleep(0.02)
+    return proc
+
+
 def test_an_old_ledger_is_cleaned_up_by_kind(tmp_path: Path) -> None:
     run_id = f"t-old-{uuid.uuid4().hex[:8]}"
-    paused = _stopped_sleeper()
+    ours = {**os.environ, "FAULTDRILL_RUN_ID": run_id}  # what the run's processes carry
+    resumed = tmp_path / "resumed"
+    paused = _resume_recorder(resumed, ours)
     os.kill(paused.pid, signal.SIGSTOP)
     assert _wait_state(paused.pid, ("T",)) == "T"
-    left = _stopped_sleeper({**os.environ, "FAULTDRILL_RUN_ID": run_id})
+    left = _stopped_sleeper(ours)
     filler = tmp_path / ".faultdrill-fill"
     filler.write_bytes(b"\0" * 1024)
-    scratch = Path("/tmp") / f"fd-{uuid.uuid4().hex[:12]}"
+    scratch = scratch_root(run_id)  # as the previous version named it
     (scratch / "n1").mkdir(parents=True)
     never = tmp_path / "never"
     old = OldLedger(tmp_path / "ledger.jsonl")
@@ -129,7 +149,7 @@ def test_an_old_ledger_is_cleaned_up_by_kind(tmp_path: Path) -> None:
         "fuse-mirror",
         {
             "path": str(never),
-            "source": "faultdrill-0123456789abcdef",
+            "source": f"faultdrill-{uuid.uuid4().hex}",
             "fstype": "fuse.faultdrill",
             "status": str(tmp_path / "none.json"),
             "log": str(tmp_path / "none.log"),
@@ -142,7 +162,8 @@ def test_an_old_ledger_is_cleaned_up_by_kind(tmp_path: Path) -> None:
     try:
         result = old.cleanup(tmp_path / "state")
         assert result == {"reverted": 9, "failed": []}
-        assert _wait_state(paused.pid, ("S", "R")) in ("S", "R"), "the pause was not undone"
+        assert resumed.exists(), "the pause was not undone"
+        assert paused.wait(10) == -signal.SIGKILL, "the run's paused process was not killed"
         assert left.wait(10) == -signal.SIGKILL, "the run's process was not killed"
         assert not filler.exists() and not scratch.exists()
     finally:
@@ -159,24 +180,26 @@ def test_an_old_ledger_is_cleaned_up_by_kind(tmp_path: Path) -> None:
     reason="needs root, the cgroup freezer, iproute2 and iptables",
 )
 def test_an_old_ledger_of_mounts_groups_and_links_is_cleaned_up(tmp_path: Path) -> None:
-    tag = uuid.uuid4().hex[:8]
-    ns, dev = f"fdt-{tag}", f"fdt{tag}"
-    group = procfs.FREEZER_ROOT / "faultdrill" / f"t-old-{tag}"
+    run_id = f"t-old-{uuid.uuid4().hex[:8]}"
+    prefix = net_prefix(run_id)  # names as the previous version gave them
+    ns, dev, tag = f"{prefix}-n2", f"{prefix}n2", fresh_rule_id()
+    group = procfs.FREEZER_ROOT / "faultdrill" / run_id
     ro, fs = tmp_path / "ro", tmp_path / "fs"
     ro.mkdir()
     fs.mkdir()
     source = f"faultdrill-{uuid.uuid4().hex}"
     old = OldLedger(tmp_path / "ledger.jsonl")
+    old.applied("run-processes", {"run_id": run_id}, run_id)
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True, timeout=30)
         old.applied("netns", {"name": ns, "inode": os.stat(f"/run/netns/{ns}").st_ino})
         ns_run(ns, ["ip", "link", "add", dev, "type", "veth", "peer", "name", f"{dev}p"])
         old.applied("netns-link", {"ns": ns, "name": dev})
-        rule = ["-i", dev, "-m", "comment", "--comment", f"fd-{tag}", "-j", "DROP"]
+        rule = ["-i", dev, "-m", "comment", "--comment", tag, "-j", "DROP"]
         ns_run(ns, ["iptables", "-w", "-I", "INPUT", *rule])
         old.applied(
             "iptables-rule",
-            {"ns": ns, "chain": "INPUT", "rule": rule, "tag": f"fd-{tag}", "node": "n2"},
+            {"ns": ns, "chain": "INPUT", "rule": rule, "tag": tag, "node": "n2"},
         )
         ns_run(ns, ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", "1mbit",
                     "burst", "32kbit", "latency", "200ms"])  # fmt: skip
@@ -210,7 +233,7 @@ def test_an_old_ledger_of_mounts_groups_and_links_is_cleaned_up(tmp_path: Path) 
             },
         )
         result = old.cleanup(tmp_path / "state")
-        assert result == {"reverted": 9, "failed": []}
+        assert result == {"reverted": 10, "failed": []}
         assert not netns_exists(ns) and not link_exists(ns, dev)
         assert not group.exists()
         assert mounts_at(ro) == [] and mounts_at(fs) == []

@@ -82,7 +82,9 @@ def test_check_gives_the_same_verdicts_classes_and_resume_points(run: Path) -> N
     assert json.loads((run / "report.json").read_text())["schema_version"] == 1
     assert outcomes(after) == outcomes(before) == RECORDED
     assert after.baseline.verdict == before.baseline.verdict
-    assert after.summary.to_json() == before.summary.to_json()
+    # fields added since the fixture was recorded (e.g. controls_note) may join; none change
+    recorded = before.summary.to_json()
+    assert {k: v for k, v in after.summary.to_json().items() if k in recorded} == recorded
     for s in before.scenarios:  # the timeline is the same, so are the times
         again = after.item(s.id)
         assert again is not None and again.times.to_json() == s.times.to_json()

@@ -184,3 +184,15 @@ def test_a_report_read_twice_is_the_same_and_independent() -> None:
     before = copy.deepcopy(data)
     a, b = report_of(data), report_of(data)
     assert a.to_json() == b.to_json() and data == before  # reading never changes what was read
+
+
+def test_the_failure_facts_of_a_failed_job_fit_the_model(tmp_path: Path) -> None:
+    # what engine.failure records is what report.json's Failure holds (no drift between them)
+    from faultdrill.engine.failure import failure_facts
+    from faultdrill.report.model import Failure
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "agent-n1.log").write_text("Traceback (most recent call last):\nboom\n")
+    facts = failure_facts(tmp_path, ["train.py"])
+    assert Failure.model_validate(facts).to_json() == facts

@@ -25,6 +25,7 @@ from faultdrill.platforms.api import Replica
 from faultdrill.platforms.local import procfs
 from faultdrill.platforms.local.linux import netns_exists, ns_inode
 from faultdrill.platforms.local.mounts import bind_entry, mounts_at, tmpfs_entry
+from faultdrill.platforms.local.owned import net_prefix
 from faultdrill.platforms.local.platform import LocalPlatform, describe_process
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts and namespaces need root")
@@ -157,12 +158,13 @@ def test_each_tmpfs_entry_has_its_own_tag(tmp_path: Path) -> None:
 def test_namespace_with_another_inode_is_left_alone(tmp_path: Path) -> None:
     from faultdrill.platforms.local import linux as _linux  # noqa: F401  (registers the undo)
 
-    name = f"fdt-{uuid.uuid4().hex[:8]}"
+    run_id = f"t-ns-{uuid.uuid4().hex[:8]}"
+    name = f"{net_prefix(run_id)}-n1"  # named as this run names its nodes
     subprocess.run(["ip", "netns", "add", name], check=True, timeout=30)
     try:
         inode = ns_inode(name)
         assert inode is not None
-        ledger = Ledger(tmp_path / "ledger.jsonl", run_id="t-ns")
+        ledger = Ledger(tmp_path / "ledger.jsonl", run_id=run_id)
         eid = ledger.record("netns", {"name": name, "inode": inode + 1}, f"namespace {name}")
         ledger.revert(eid)  # not ours: left alone, the entry closed, and said
         assert netns_exists(name)
@@ -205,6 +207,8 @@ def test_escalation_sigkill_is_recorded_before_it_is_sent(tmp_path: Path) -> Non
             proc.kill()
             proc.wait(10)
     recs = [json.loads(line) for line in ledger.path.read_text().splitlines()]
+    assert recs[0] == {"op": "run", "run_id": "t-esc", "ts": recs[0]["ts"]}
+    recs = recs[1:]
     assert [r["op"] for r in recs] == ["record", "applied", "reverted"]
     assert recs[0]["kind"] == "signal"
     assert recs[0]["data"] == {

@@ -274,6 +274,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
     target = args.target
     if target[0] == "verify" and len(target) == 2:
+        if args.sign is not None:
+            raise DrillError("--sign makes a signed bundle; to check one: bundle verify --key PUB")
         archive = Path(target[1])
         if archive.is_dir():
             raise DrillError(
@@ -282,20 +284,45 @@ def cmd_bundle(args: argparse.Namespace) -> int:
             )
         if not archive.exists():
             raise DrillError(f"{archive}: no such file; name a bundle archive (.tar.gz)")
-        res = verify_bundle(archive)
+        res = verify_bundle(archive, args.key)
         print("\n".join(res.lines()))
         return 0 if res.ok else 1
     if len(target) != 1 or target == ["verify"]:
-        raise DrillError("usage: faultdrill bundle RUN_DIR [--out FILE] | bundle verify ARCHIVE")
+        raise DrillError(
+            "usage: faultdrill bundle RUN_DIR [--out FILE] [--sign KEY] | "
+            "bundle verify ARCHIVE [--key PUB]"
+        )
+    if args.key is not None:
+        raise DrillError("--key checks a signature: faultdrill bundle verify ARCHIVE --key PUB")
     run_dir = Path(target[0])
     if not run_dir.is_dir():
         raise DrillError(f"{run_dir}: no such run directory")
     archive, manifest = make_bundle(
-        run_dir, args.out, lang=args.lang, with_checkpoints=args.with_checkpoints
+        run_dir,
+        args.out,
+        lang=args.lang,
+        with_checkpoints=args.with_checkpoints,
+        sign=args.sign,
     )
+    signed = manifest.get("signature")
     print(
         f"bundle: {archive}\n{len(manifest['files'])} file(s); manifest sha256 "
-        f"{manifest['manifest_sha256']}\nverify with: faultdrill bundle verify {archive}"
+        f"{manifest['manifest_sha256']}"
+        + (f"\nsigned by key {signed['key_id']}" if signed else "\nnot signed (--sign KEY)")
+        + f"\nverify with: faultdrill bundle verify {archive}"
+        + (" --key PUB" if signed else "")
+    )
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from faultdrill.archive.signing import keygen
+
+    private, public, kid = keygen(args.out)
+    print(
+        f"private key: {private} (mode 600: keep it to yourself; sign with "
+        f"`faultdrill bundle RUN_DIR --sign {private}`)\npublic key: {public} (give it to "
+        f"whoever verifies: `faultdrill bundle verify ARCHIVE --key {public}`)\nkey id: {kid}"
     )
     return 0
 
@@ -348,7 +375,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     res = diff_reports(a, b, label_a=la, label_b=lb, band=band, gate_times=args.gate_times)
     print("\n".join(res.lines()))
     if args.json:
-        args.json.write_text(json.dumps(res.to_json(), indent=2, default=str) + "\n")
+        from faultdrill.safepath import write_file
+
+        write_file(args.json, json.dumps(res.to_json(), indent=2, default=str) + "\n", within=None)
     if args.junit:
         from faultdrill.archive.junit import diff_suite, write_junit
 
@@ -374,9 +403,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     targets: list[tuple[Path, str | None]] = []  # (ledger file, run id when known)
     for p in args.paths:
         if p.is_dir():
-            targets += [(f, None) for f in sorted(p.rglob("ledger.jsonl"))]
-        elif p.is_file():
-            targets.append((p, None))
+            targets += [(f, None) for f in _ledgers_below(p)]
+        elif p.is_file() or p.is_symlink():
+            targets.append((p, None))  # a link is refused when opened, and said
         else:
             raise DrillError(f"{p}: no such run directory or ledger file")
     failed = skipped = removed = 0
@@ -417,11 +446,27 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _ledgers_below(run_dir: Path) -> list[Path]:
+    """The ledger files under ``run_dir``, none reached through a symbolic link."""
+    from faultdrill.safepath import escape
+
+    base = run_dir.resolve()
+    found = []
+    for f in sorted(run_dir.rglob("ledger.jsonl")):
+        why = escape(base, base / f.relative_to(run_dir))
+        if why is None:
+            found.append(f)
+        else:
+            print(f"{f}: not cleaned up: {why}", file=sys.stderr)
+    return found
+
+
 def _clean_ledger(path: Path, run_id: str | None) -> int:
-    """Undo what one ledger left pending; 1 if anything could not be undone or read."""
+    """Undo what one ledger left pending; 1 if anything could not be undone or read, or
+    was refused (an entry naming what this run could not have made: never acted on)."""
     from faultdrill.ledger import Ledger
 
-    if not path.exists():
+    if not os.path.lexists(path):
         print(f"{path}: ledger file is gone; nothing recorded to undo")
         return 0
     ledger = Ledger(path, run_id=run_id or _run_id_of(path))
@@ -437,32 +482,52 @@ def _clean_ledger(path: Path, run_id: str | None) -> int:
         print(f"  could not undo: {e}", file=sys.stderr)
     for note in ledger.notes:
         print(f"  left alone, not ours: {note}")
+    for why in ledger.refused:
+        print(
+            f"  refused, not of this run's making (nothing done): {why}; this ledger was "
+            "edited or does not belong here: check it by hand",
+            file=sys.stderr,
+        )
     if not ledger.pending():
         ledger.deactivate()
-    undone = len(pending) - len(ledger.pending())
+    undone = len(pending) - len(ledger.pending()) - len(ledger.refused)
     print(f"{path}: {undone} of {len(pending)} pending change(s) undone")
-    return int(bool(errors or ledger.problems))
+    return int(bool(errors or ledger.problems or ledger.refused))
 
 
 def _run_id_of(path: Path) -> str:
-    """The run id the ledger was opened with, from its index entry or its first record."""
-    from faultdrill.ledger import active_entries
+    """The run id the ledger was opened with: its header line, its index entry, its first
+    ``run-processes`` record, else its directory's name (ledgers of older versions).
+    DrillError when the file is a symbolic link or the id is not a plain name."""
+    from faultdrill.ledger import active_entries, check_run_id
 
-    resolved = path.resolve()
-    for entry in active_entries():
-        if entry.ledger is not None and entry.ledger == resolved:
-            return entry.run_id
-    for line in path.read_text(errors="replace").splitlines():
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "a symbolic link, not a ledger" if path.is_symlink() else exc.strerror
+        raise DrillError(f"{path}: {why}; refusing to read or write it") from exc
+    with os.fdopen(fd, "rb") as f:
+        lines = f.read(64 << 20).decode(errors="replace").splitlines()
+    records = []
+    for line in lines:
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(rec, dict):
-            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+    header = next((r for r in records if r.get("op") == "run"), None)
+    if header is not None:
+        return check_run_id(header.get("run_id"))
+    resolved = path.resolve()
+    for entry in active_entries():
+        if entry.ledger is not None and entry.ledger == resolved:
+            return check_run_id(entry.run_id)
+    for rec in records:
         data = rec.get("data")
         if rec.get("kind") == "run-processes" and isinstance(data, dict) and data.get("run_id"):
-            return str(data["run_id"])
-    return path.parent.name
+            return check_run_id(str(data["run_id"]))
+    return check_run_id(path.parent.name)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -643,7 +708,30 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--with-checkpoints", action="store_true", help="include checkpoint files (large)"
     )
+    sp.add_argument(
+        "--sign",
+        type=Path,
+        metavar="KEY",
+        help="sign the manifest with this Ed25519 private key (`faultdrill keygen`); the "
+        "key id is recorded in the manifest and the bundled responsibility dossier "
+        "(default: not signed)",
+    )
+    sp.add_argument(
+        "--key",
+        type=Path,
+        metavar="PUB",
+        help="with verify: also check the signature against this public key (default: "
+        "integrity only; origin is then not checked, and said)",
+    )
     _lang(sp)
+    sp = add(
+        "keygen",
+        cmd_keygen,
+        "make an Ed25519 key pair to sign bundles: NAME (private, mode 600) and NAME.pub",
+    )
+    sp.add_argument(
+        "--out", type=Path, required=True, metavar="NAME", help="private key file to create"
+    )
     sp = add(
         "replay",
         cmd_replay,

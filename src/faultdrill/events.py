@@ -45,7 +45,7 @@ SHAPES: dict[tuple[str, str], dict[str, str]] = {
     ("probe", "run_start"): {
         **_PROBE,
         "world_size": "int",
-        "local_rank": "int",
+        "local_rank": "int?",
         "restart_count": "int?",
         "master": "str?",
         "node": "str",

@@ -9,7 +9,20 @@ touches anything by pattern.
 
 Undo functions are registered per entry kind with :func:`undoer`. An undo must be
 idempotent and must tolerate that the change was never applied (the harness may have died
-between recording and applying). Ledgers of runs in progress are listed in the state
+between recording and applying).
+
+A ledger is untrusted input: a run directory can be copied, edited by hand or received
+from someone else, and ``cleanup`` runs as root. So every kind also states, beside its
+undo, what its entry may name: ``@undoer(kind, owns={field: claim})``. Before an undo
+runs, each claim checks its field against the run the ledger belongs to
+(:class:`RunScope`: the run id and the ledger's own directory); an entry that names
+anything this run could not have made (a path outside the run's directory or behind a
+symbolic link, another run's id, a namespace, cgroup or process not of this run's making)
+is **refused**: never acted on, closed in the file (op ``refused``) and listed in
+:attr:`Ledger.refused` for the caller to report. The generic claims are here
+(:data:`PATH`, :data:`PATHS`, :data:`THIS_RUN`, :data:`SECONDS`); those of the local
+substrate (namespaces, interfaces, cgroups, processes, mount tags) are in
+:mod:`faultdrill.platforms.local.owned`. A kind without a rule cannot be registered. Ledgers of runs in progress are listed in the state
 directory's ``active/`` folder so that ``faultdrill cleanup`` finds them without arguments;
 each index entry names the ledger file and the harness process (pid and start time), so
 that a cleanup without arguments can leave alone the ledgers of drills still running.
@@ -18,25 +31,38 @@ that a cleanup without arguments can leave alone the ledgers of drills still run
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import stat
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultdrill import safepath
 from faultdrill.errors import DrillError, FaultError, NotOursError
 
 __all__ = [
+    "OWNS",
+    "PATH",
+    "PATHS",
+    "SECONDS",
+    "THIS_RUN",
     "UNDOERS",
     "ActiveEntry",
+    "Claim",
     "Ledger",
     "LedgerEntry",
     "NotOursError",
+    "RunScope",
     "active_entries",
     "active_ledgers",
+    "check_run_id",
+    "refusal",
     "state_dir",
     "undoer",
 ]
@@ -44,17 +70,114 @@ __all__ = [
 Undo = Callable[[dict[str, Any]], None]
 UNDOERS: dict[str, Undo] = {}
 
+#: What a run id looks like (``TASK-ITEM-8hex``): one plain name, used in file names.
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+#: A ledger is a few KB; a file far larger is not one (and is not read into memory).
+_MAX_LEDGER_BYTES = 64 << 20
 
-def undoer(kind: str) -> Callable[[Undo], Undo]:
-    """Register the undo of ledger entries of ``kind`` (duplicates are refused)."""
+
+def check_run_id(run_id: object) -> str:
+    """``run_id`` if it is one plain name (letters, digits, ``._-``); else DrillError."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise DrillError(
+            f"run id {run_id!r} is not one of faultdrill's (letters, digits, '.', '_', '-'); "
+            "refusing to use it in file names"
+        )
+    return run_id
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """What a ledger knows of its run, against which an entry's claims are checked: the
+    run id, and the run's own directory (the directory that holds the ledger file,
+    resolved)."""
+
+    run_id: str
+    run_dir: Path
+
+    def inside(self, path: Any) -> None:
+        """NotOursError unless ``path`` is strictly inside the run directory with no
+        symbolic link on the way (:func:`faultdrill.safepath.escape`)."""
+        if not isinstance(path, str) or not path:
+            raise NotOursError(f"{path!r} is not a path")
+        why = safepath.escape(self.run_dir, path)
+        if why is not None:
+            raise NotOursError(f"{why}: not inside this run's directory {self.run_dir}")
+
+
+#: Checks one field of an entry: (the field's value, the whole entry, the run) -> None, or
+#: NotOursError saying why the value names something this run did not make. A field that
+#: is absent or null is not checked (the undo has nothing to act on there).
+Claim = Callable[[Any, Mapping[str, Any], RunScope], None]
+
+
+def _path(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    run.inside(value)
+
+
+def _paths(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    if not isinstance(value, list):
+        raise NotOursError(f"{value!r} is not a list of paths")
+    for item in value:
+        run.inside(item)
+
+
+def _this_run(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    if value != run.run_id:
+        raise NotOursError(f"names run {value!r}, but this ledger is run {run.run_id!r}")
+
+
+def _seconds(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or not 0 <= value <= 120:
+        raise NotOursError(f"a wait of {value!r} s is not one faultdrill records (0 to 120 s)")
+
+
+#: A path strictly inside the run's directory, no symbolic link on the way.
+PATH: Claim = _path
+#: A list of such paths.
+PATHS: Claim = _paths
+#: This very run's id (undos that find the live cluster of a run by its id).
+THIS_RUN: Claim = _this_run
+#: A bounded wait in seconds (an undo waits that long: an absurd value would hang it).
+SECONDS: Claim = _seconds
+
+#: kind -> {field: claim}: what an entry of the kind may name (see the module docstring).
+OWNS: dict[str, Mapping[str, Claim]] = {}
+
+
+def undoer(kind: str, *, owns: Mapping[str, Claim]) -> Callable[[Undo], Undo]:
+    """Register the undo of ledger entries of ``kind`` and what their data may name
+    (``owns``: field -> claim; ``{}`` for an undo that acts on nothing). Duplicates are
+    refused."""
 
     def wrap(fn: Undo) -> Undo:
         if kind in UNDOERS:
             raise DrillError(f"undo for ledger kind {kind!r} registered twice")
         UNDOERS[kind] = fn
+        OWNS[kind] = dict(owns)
         return fn
 
     return wrap
+
+
+def refusal(kind: str, data: Mapping[str, Any], run: RunScope) -> str | None:
+    """Why an entry of ``kind`` with ``data`` names something this run could not have made
+    (None when every claim of the kind holds). A kind with no stated rule is refused."""
+    claims = OWNS.get(kind)
+    if claims is None:
+        return f"ledger kind {kind!r} states no rule of what its entries may name"
+    for key, claim in claims.items():
+        value = data.get(key)
+        if value is None:
+            continue
+        try:
+            claim(value, data, run)
+        except NotOursError as exc:
+            return f"{key}: {exc}"
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            return f"{key}: malformed ({type(exc).__name__}: {exc})"
+    return None
 
 
 def state_dir() -> Path:
@@ -143,16 +266,23 @@ class LedgerEntry:
     label: str
     recorded_at: float
     applied: bool = False
-    reverted: bool = False
+    reverted: bool = False  # closed: undone, or refused (then ``refused`` says why)
     errors: list[str] = field(default_factory=list)
+    refused: str = ""
 
 
 class Ledger:
-    """One run's undo log. Thread-safe; every write is fsynced."""
+    """One run's undo log. Thread-safe; every write is fsynced.
+
+    The file is opened without following a symbolic link, and must be a regular file of
+    sane size (a run directory is untrusted input); otherwise DrillError. A new ledger's
+    first line names its run id (op ``run``)."""
 
     def __init__(self, path: Path, *, run_id: str) -> None:
         self.path = path
-        self.run_id = run_id
+        self.run_id = check_run_id(run_id)
+        #: The run an entry's claims are checked against (the ledger's directory).
+        self.scope = RunScope(self.run_id, Path(os.path.realpath(path.parent)))
         # Reentrant: an undo may record what it starts again (the Kubernetes test cluster's
         # apiserver or kubelet restarted by the undo of their stop); such new entries are
         # not part of the ``revert_all`` pass that ran the undo.
@@ -162,14 +292,18 @@ class Ledger:
         self.problems: list[str] = []
         #: What undos left alone as not ours (``NotOursError``), for the caller to report.
         self.notes: list[str] = []
-        if path.exists():
+        #: Entries refused before any undo: they name what this run could not have made.
+        self.refused: list[str] = []
+        #: A new file starts with a header naming its run (written with the first record).
+        self._header = not os.path.lexists(path)
+        if not self._header:
             self._load()
         path.parent.mkdir(parents=True, exist_ok=True)
 
     # --- index in the state dir -------------------------------------------------------
 
     def _index_file(self) -> Path:
-        return state_dir() / "active" / f"{self.run_id}.ledger"
+        return state_dir() / "active" / f"{check_run_id(self.run_id)}.ledger"
 
     def activate(self) -> None:
         """List this ledger in the state dir so a later ``cleanup`` finds it, with this
@@ -196,9 +330,34 @@ class Ledger:
 
     # --- records --------------------------------------------------------------------
 
+    def _open(self, flags: int) -> int:
+        """The ledger file, opened without following a link; DrillError unless it is a
+        regular file of sane size."""
+        try:
+            fd = os.open(self.path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if os.path.islink(self.path):
+                raise DrillError(
+                    f"{self.path} is a symbolic link (to {os.readlink(self.path)}), not a "
+                    "ledger: refusing to read or write it; remove the link"
+                ) from exc
+            raise DrillError(f"{self.path}: cannot open the ledger: {exc.strerror}") from exc
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_LEDGER_BYTES:
+            os.close(fd)
+            raise DrillError(
+                f"{self.path} is not a ledger (not a regular file, or over "
+                f"{_MAX_LEDGER_BYTES >> 20} MiB); refusing to use it"
+            )
+        return fd
+
     def _append(self, rec: dict[str, Any]) -> None:
         line = json.dumps(rec, separators=(",", ":")) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if self._header:
+            head = {"op": "run", "run_id": self.run_id, "ts": time.time()}
+            line = json.dumps(head, separators=(",", ":")) + "\n" + line
+            self._header = False
+        fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, line.encode())
             os.fsync(fd)
@@ -209,7 +368,9 @@ class Ledger:
         """Read the file back. A torn line is skipped silently (the change it announced was
         never made); any other line that is not a well-formed record is skipped and said
         in :attr:`problems`, so one damaged line never hides the rest of the ledger."""
-        lines = self.path.read_text(errors="replace").splitlines()
+        fd = self._open(os.O_RDONLY)
+        with os.fdopen(fd, "rb") as f:
+            lines = f.read(_MAX_LEDGER_BYTES + 1).decode(errors="replace").splitlines()
         for n, raw in enumerate(lines, 1):
             try:
                 rec = json.loads(raw)
@@ -221,6 +382,13 @@ class Ledger:
                 self.problems.append(f"line {n}: not a JSON object")
                 continue
             op, eid = rec.get("op"), rec.get("id")
+            if op == "run":  # the header: the run this file belongs to wins over the caller's
+                if isinstance(rec.get("run_id"), str) and _RUN_ID.fullmatch(rec["run_id"]):
+                    self.run_id = rec["run_id"]
+                    self.scope = RunScope(self.run_id, self.scope.run_dir)
+                else:
+                    self.problems.append(f"line {n}: a run header without a valid run id")
+                continue
             if not isinstance(eid, str):
                 self.problems.append(f"line {n}: no entry id")
                 continue
@@ -242,6 +410,9 @@ class Ledger:
                     entry.applied = True
                 elif op == "reverted":
                     entry.reverted = True
+                elif op == "refused":
+                    entry.reverted = True
+                    entry.refused = str(rec.get("reason", "refused"))
                 elif op == "revert_failed":
                     entry.errors.append(rec.get("error", ""))
 
@@ -280,10 +451,18 @@ class Ledger:
             self._append({"op": "applied", "id": entry_id, "ts": time.time()})
 
     def revert(self, entry_id: str) -> None:
-        """Undo one entry now (idempotent). Raises FaultError if the undo fails."""
+        """Undo one entry now (idempotent). Raises FaultError if the undo fails. An entry
+        that names what this run could not have made (:func:`refusal`) is not undone: it
+        is closed as refused and listed in :attr:`refused`."""
         with self._lock:
             entry = self.entries[entry_id]
             if entry.reverted:
+                return
+            why = refusal(entry.kind, entry.data, self.scope)
+            if why is not None:
+                self.refused.append(f"{entry.kind} {entry.label}".strip() + f": {why}")
+                entry.reverted, entry.refused = True, why
+                self._append({"op": "refused", "id": entry_id, "ts": time.time(), "reason": why})
                 return
             try:
                 UNDOERS[entry.kind](entry.data)

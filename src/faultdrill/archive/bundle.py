@@ -20,9 +20,21 @@ Checkpoint files and torchrun's temp folders are left out (their inventory is in
 asked for. The unpacked folder is a run directory: ``faultdrill check`` re-judges it, the
 reports re-render from it, ``faultdrill replay`` re-runs its plan.
 
-``faultdrill bundle verify ARCHIVE`` recomputes every hash: a modified, missing or added file
-(or an archive too damaged to read) fails verification. The manifest itself is not signed;
-compare its sha256 (printed by both commands) with the one recorded at sign-off.
+``faultdrill bundle verify ARCHIVE`` recomputes every hash: a modified, missing or added file,
+a member stored twice (a second ``manifest.json`` appended, say), a member that is a link or
+a device or whose name climbs out (``..``, absolute), or an archive too damaged to read fails
+verification. Members are streamed (bounded memory whatever their size; a member whose size
+differs from the manifest's, or that the manifest does not list, is not even read).
+
+Hashes prove integrity, not origin: anyone who rebuilds the archive can rebuild a matching
+manifest. ``faultdrill bundle RUN_DIR --sign KEY`` adds ``manifest.sig``, an Ed25519
+signature over the manifest (:mod:`faultdrill.archive.signing`), and records the signer's key
+id in the manifest and the bundled responsibility dossier; ``bundle verify ARCHIVE --key
+PUB`` then also proves that the holder of that key signed this very manifest. Without
+``--key`` the verdict says that origin was not checked.
+
+An archive is written under a fresh temporary name beside its target and renamed into
+place (:func:`faultdrill.safepath.replacing`); run files are read without following links.
 """
 
 from __future__ import annotations
@@ -31,18 +43,30 @@ import datetime as dt
 import hashlib
 import io
 import json
+import os
 import tarfile
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from faultdrill import __version__
+from faultdrill.archive.signing import (
+    SIGNATURE,
+    check_signature,
+    key_id,
+    load_private_key,
+    load_public_key,
+    read_signature,
+    sign_manifest,
+)
 from faultdrill.errors import RunDirError
 from faultdrill.events import read_jsonl
 from faultdrill.report.i18n import LANGS, check_lang
 from faultdrill.report.model import Report, read_report
+from faultdrill.safepath import UnsafePathError, open_file, read_bytes, replacing
 
 __all__ = [
     "MANIFEST",
@@ -57,6 +81,12 @@ __all__ = [
 MANIFEST = "manifest.json"
 FORMAT = "faultdrill-bundle/1"
 _ITEM_PARENTS = ("scenarios", "controls")
+_DOSSIER = "baseline/dossier.json"
+#: Members read whole (manifest, signature, one member asked for): at most this big.
+_SMALL = 64 << 20
+#: More members than this is no bundle faultdrill made (each header costs memory).
+_MAX_MEMBERS = 200_000
+_CHUNK = 1 << 20
 
 
 class BundleError(RunDirError):
@@ -165,6 +195,23 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> No
     tar.addfile(info, io.BytesIO(data))
 
 
+def _add_file(tar: tarfile.TarFile, name: str, f: IO[bytes]) -> None:
+    st = os.fstat(f.fileno())
+    info = tarfile.TarInfo(name)
+    info.size = st.st_size
+    info.mtime = int(st.st_mtime)
+    info.mode = 0o644
+    tar.addfile(info, f)
+
+
+def _stream_sha256(f: IO[bytes]) -> tuple[str, int]:
+    h, n = hashlib.sha256(), 0
+    while block := f.read(_CHUNK):
+        h.update(block)
+        n += len(block)
+    return h.hexdigest(), n
+
+
 def _read_run_report(run_dir: Path) -> Report:
     if not (run_dir / "report.json").exists():
         raise BundleError(
@@ -253,23 +300,67 @@ def _manifest(
 
 
 def _write_archive(
-    out: Path, root: str, manifest_bytes: bytes, members: list[tuple[str, Path | bytes]], now: float
+    out: Path,
+    root: str,
+    head: list[tuple[str, bytes]],
+    members: list[tuple[str, Path | bytes]],
+    run_dir: Path,
+    now: float,
 ) -> None:
-    """The archive, written beside ``out`` and moved into place once complete."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
+    """The archive (``head``: manifest and signature first), written under a new temporary
+    name beside ``out`` and renamed into place once complete."""
     try:
-        with tarfile.open(tmp, "w:gz") as tar:
-            _add_bytes(tar, f"{root}/{MANIFEST}", manifest_bytes, now)
+        with replacing(out, within=None) as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+            for name, data in head:
+                _add_bytes(tar, f"{root}/{name}", data, now)
             for name, src in members:
                 if isinstance(src, bytes):
                     _add_bytes(tar, f"{root}/{name}", src, now)
                 else:
-                    _add_bytes(tar, f"{root}/{name}", src.read_bytes(), src.stat().st_mtime)
-        tmp.replace(out)
+                    with open_file(src, within=run_dir) as member:
+                        _add_file(tar, f"{root}/{name}", member)
+    except UnsafePathError:
+        raise
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise BundleError(f"{out}: cannot write the bundle: {exc}") from exc
+
+
+def _signed_dossier(run_dir: Path, report: Report, kid: str, now: dt.datetime) -> bytes | None:
+    """The baseline dossier with the signer recorded in its responsibility section (the
+    bundled copy only: the run directory is not written), or None without a dossier."""
+    try:
+        dossier = json.loads(read_bytes(run_dir / _DOSSIER, within=run_dir, limit=_SMALL))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise BundleError(
+            f"{run_dir / _DOSSIER}: not JSON ({exc}); cannot record the signer"
+        ) from exc
+    if not isinstance(dossier, dict):
+        raise BundleError(f"{run_dir / _DOSSIER}: not a dossier; cannot record the signer")
+    resp = dict(dossier.get("responsibility") or {})
+    resp["bundle_signature"] = {
+        "algorithm": "ed25519",
+        "key_id": kid,
+        "signer": report.plan.responsibility.signer,
+        "signed_at": now.isoformat(timespec="seconds"),
+    }
+    dossier["responsibility"] = resp
+    return (json.dumps(dossier, indent=2) + "\n").encode()
+
+
+def _hash_members(
+    members: list[tuple[str, Path | bytes]], run_dir: Path
+) -> dict[str, dict[str, Any]]:
+    files: dict[str, dict[str, Any]] = {}
+    for name, src in members:
+        if isinstance(src, bytes):
+            files[name] = {"sha256": _sha256(src), "size": len(src)}
+        else:
+            with open_file(src, within=run_dir) as f:
+                digest, size = _stream_sha256(f)
+            files[name] = {"sha256": digest, "size": size}
+    return files
 
 
 def make_bundle(
@@ -278,36 +369,49 @@ def make_bundle(
     *,
     lang: str = "en",
     with_checkpoints: bool = False,
+    sign: Path | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Pack ``run_dir`` into ``out`` (default ``RUN_DIR.bundle.tar.gz`` beside it).
+    """Pack ``run_dir`` into ``out`` (default ``RUN_DIR.bundle.tar.gz`` beside it); with
+    ``sign`` (a private key file), add ``manifest.sig`` and record the signer.
 
     Returns (archive path, manifest). Raises BundleError when the run has no report.json
-    (run ``faultdrill check RUN_DIR`` first) or the archive cannot be written.
+    (run ``faultdrill check RUN_DIR`` first) or the archive cannot be written, RunDirError
+    for a link at the archive's name or inside the run, SigningKeyError for a bad key.
     """
     check_lang(lang)
+    key = load_private_key(sign) if sign is not None else None
     run_dir = run_dir.resolve()
     report = _read_run_report(run_dir)
-    out = (out or run_dir.parent / f"{run_dir.name}.bundle.tar.gz").resolve()
-    if run_dir == out or run_dir in out.parents:
+    # The archive's own name is not resolved: a link there is refused, never followed.
+    out = Path(os.path.abspath(out or run_dir.parent / f"{run_dir.name}.bundle.tar.gz"))
+    where = out.parent.resolve()
+    if run_dir == where or run_dir in where.parents:
         raise BundleError(f"{out}: write the bundle outside the run directory it packs")
     now = dt.datetime.now(tz=dt.timezone.utc)
     generated = _generated(report, run_dir, lang)
+    kid = key_id(key.public_key()) if key is not None else None
+    if kid is not None:
+        dossier = _signed_dossier(run_dir, report, kid, now)
+        if dossier is not None:
+            generated[_DOSSIER] = dossier
     members: list[tuple[str, Path | bytes]] = []
     for rel in _run_files(run_dir, report.plan.checkpoint.dir, with_checkpoints):
         name = rel.as_posix()
-        if name in generated or name == MANIFEST:
+        if name in generated or name in (MANIFEST, SIGNATURE):
             continue
         members.append((name, run_dir / rel))
     members += sorted(generated.items())
-    files: dict[str, dict[str, Any]] = {}
-    for name, src in members:
-        data = src if isinstance(src, bytes) else src.read_bytes()
-        files[name] = {"sha256": _sha256(data), "size": len(data)}
+    files = _hash_members(members, run_dir)
     manifest = _manifest(
         report, run_dir, files, lang=lang, with_checkpoints=with_checkpoints, now=now
     )
+    if kid is not None:
+        manifest["signature"] = {"algorithm": "ed25519", "key_id": kid, "member": SIGNATURE}
     manifest_bytes = (json.dumps(manifest, indent=2, default=str) + "\n").encode()
-    _write_archive(out, run_dir.name, manifest_bytes, members, now.timestamp())
+    head = [(MANIFEST, manifest_bytes)]
+    if key is not None:
+        head.append((SIGNATURE, sign_manifest(manifest_bytes, key)))
+    _write_archive(out, run_dir.name, head, members, run_dir, now.timestamp())
     manifest["manifest_sha256"] = _sha256(manifest_bytes)
     return out, manifest
 
@@ -326,10 +430,33 @@ class VerifyResult:
     missing: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: ``manifest.sig`` as read, when the bundle carries one.
+    signature: dict[str, Any] | None = None
+    #: The key the signature was verified against (``--key``), once it held.
+    key_id: str | None = None
 
     @property
     def ok(self) -> bool:
         return not (self.modified or self.missing or self.added or self.problems)
+
+    @property
+    def origin_checked(self) -> bool:
+        return self.key_id is not None
+
+    def origin(self) -> str:
+        """What the verification says of who made the bundle, in words."""
+        if self.origin_checked:
+            return f"origin: signed by key {self.key_id} (signature over the manifest verified)"
+        if self.signature is not None:
+            return (
+                f"origin NOT checked: the bundle says it is signed by key "
+                f"{self.signature.get('key_id')}; verify with --key PUB to check that"
+            )
+        return (
+            "origin NOT checked: integrity only (every file matches the manifest, but anyone "
+            "who rebuilds the archive can rebuild a matching manifest); sign with "
+            "`bundle RUN_DIR --sign KEY`, verify with --key PUB"
+        )
 
     def lines(self) -> list[str]:
         out = [
@@ -340,12 +467,26 @@ class VerifyResult:
         out += [f"  missing:  {n}" for n in self.missing]
         out += [f"  added:    {n}" for n in self.added]
         out += [f"  problem:  {p}" for p in self.problems]
+        out.append(f"  {self.origin()}")
         return out
 
 
-def _safe_name(name: str) -> bool:
-    p = PurePosixPath(name)
-    return not p.is_absolute() and ".." not in p.parts and name != ""
+def _member_problem(m: tarfile.TarInfo) -> str | None:
+    """Why member ``m`` cannot be part of a bundle: a name that is empty, absolute or climbs
+    out (``..``), anything but a regular file or a directory (links, devices, fifos), or
+    what tarfile's own ``data`` extraction filter refuses."""
+    p = PurePosixPath(m.name)
+    if not m.name or p.is_absolute() or ".." in p.parts or "\0" in m.name:
+        return f"unsafe member path {m.name!r}"
+    if not (m.isfile() or m.isdir()):
+        return f"{m.name}: not a regular file (link or device)"
+    data_filter = getattr(tarfile, "data_filter", None)
+    if data_filter is not None:
+        try:
+            data_filter(m, "/nonexistent-bundle-root")
+        except tarfile.FilterError as exc:
+            return f"{m.name}: refused by tarfile's data filter: {exc}"
+    return None
 
 
 def _tar_problem(exc: BaseException) -> str:
@@ -355,10 +496,140 @@ def _tar_problem(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def verify_bundle(archive: Path) -> VerifyResult:
-    """Recompute every member's sha256 and compare with the manifest. Never raises on a
-    damaged archive: damage is a verification failure (``problems``)."""
+def _members(tar: tarfile.TarFile, problems: list[str]) -> Iterator[tarfile.TarInfo]:
+    """The archive's members in order, one header in memory at a time (tarfile would keep
+    every header), at most :data:`_MAX_MEMBERS`; unsafe ones said in ``problems``."""
+    for count in range(_MAX_MEMBERS + 1):
+        m = tar.next()
+        if m is None:
+            return
+        kept = vars(tar).get("members")  # every header read so far (tarfile's own list)
+        if isinstance(kept, list):
+            kept.clear()
+        if count == _MAX_MEMBERS:
+            problems.append(f"more than {_MAX_MEMBERS} members: not a bundle faultdrill made")
+            return
+        why = _member_problem(m)
+        if why is not None:
+            problems.append(why)
+            continue
+        yield m
+
+
+def _read_small(tar: tarfile.TarFile, m: tarfile.TarInfo) -> bytes | None:
+    if m.size > _SMALL:
+        return None
+    f = tar.extractfile(m)
+    return f.read() if f is not None else b""
+
+
+@dataclass
+class _Scan:
+    roots: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)
+    #: sha256 of each member read; None: not read (unlisted, or its size already differs).
+    hashes: dict[str, str | None] = field(default_factory=dict)
+    manifest: bytes | None = None
+    signature: bytes | None = None
+    listed: dict[str, Any] | None = None
+
+
+def _listing(raw: bytes) -> dict[str, Any] | None:
+    try:
+        files = json.loads(raw).get("files")
+    except (ValueError, AttributeError):
+        return None
+    return files if isinstance(files, dict) else None
+
+
+def _scan_member(tar: tarfile.TarFile, m: tarfile.TarInfo, scan: _Scan, res: VerifyResult) -> None:
+    parts = PurePosixPath(m.name).parts
+    scan.roots.add(parts[0])
+    rel = "/".join(parts[1:])
+    if m.isdir():
+        return
+    if not rel:
+        res.problems.append(f"{m.name}: a file outside the bundle's top folder")
+        return
+    if rel in scan.names:
+        res.problems.append(f"{rel}: stored twice (unpacking would replace the first copy)")
+        return
+    scan.names.add(rel)
+    if rel in (MANIFEST, SIGNATURE):
+        data = _read_small(tar, m)
+        if data is None:
+            res.problems.append(f"{rel}: {m.size} bytes, over {_SMALL >> 20} MiB; not read")
+        elif rel == MANIFEST:
+            scan.manifest, scan.listed = data, _listing(data)
+        else:
+            scan.signature = data
+        return
+    meta = scan.listed.get(rel) if scan.listed is not None else None
+    if scan.listed is not None and (
+        not isinstance(meta, dict) or meta.get("size", m.size) != m.size
+    ):
+        scan.hashes[rel] = None  # not listed, or of another size: no need to read it
+        return
+    f = tar.extractfile(m)
+    scan.hashes[rel] = _stream_sha256(f)[0] if f is not None else _sha256(b"")
+
+
+def _compare(scan: _Scan, res: VerifyResult) -> None:
+    """Manifest against members: modified, missing, added."""
+    assert scan.manifest is not None
+    res.manifest_sha256 = _sha256(scan.manifest)
+    try:
+        manifest = json.loads(scan.manifest)
+        listed: Any = manifest["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        res.problems.append(f"{MANIFEST} is unreadable: {type(exc).__name__}: {exc}")
+        return
+    res.manifest = manifest if isinstance(manifest, dict) else {}
+    if not isinstance(listed, dict):
+        res.problems.append(
+            f"{MANIFEST}: 'files' is a {type(listed).__name__}, not a mapping of file name to "
+            "{sha256, bytes}; the manifest was not written by `faultdrill bundle`"
+        )
+        return
+    for name, meta in listed.items():
+        if name not in scan.hashes:
+            res.missing.append(name)
+        elif not isinstance(meta, dict) or scan.hashes[name] != meta.get("sha256"):
+            res.modified.append(name)
+    res.added = sorted(set(scan.hashes) - set(listed))
+    res.checked = len(scan.hashes)
+    res.missing.sort()
+    res.modified.sort()
+
+
+def _check_origin(scan: _Scan, res: VerifyResult, key: Path | None) -> None:
+    if scan.signature is not None:
+        sig = read_signature(scan.signature)
+        if isinstance(sig, str):
+            res.problems.append(sig)
+        else:
+            res.signature = sig
+    if key is None:
+        return
+    public = load_public_key(key)
+    if scan.signature is None:
+        res.problems.append(f"not signed (no {SIGNATURE}): origin cannot be checked with --key")
+    elif scan.manifest is not None:
+        why = check_signature(scan.manifest, scan.signature, public)
+        if why is not None:
+            res.problems.append(why)
+        else:
+            res.key_id = key_id(public)
+
+
+def verify_bundle(archive: Path, key: Path | None = None) -> VerifyResult:
+    """Recompute every member's sha256 (streamed) and compare with the manifest; with
+    ``key`` (a public key file) also check the manifest's signature. Never raises on a
+    damaged archive: damage is a verification failure (``problems``). Raises
+    SigningKeyError for a key file that cannot be used."""
     res = VerifyResult(archive)
+    if key is not None:
+        load_public_key(key)  # a bad key is bad input, said before reading the archive
     if archive.is_dir():
         res.problems.append(
             "is a directory; `bundle verify` expects an archive made by `faultdrill bundle` "
@@ -368,89 +639,63 @@ def verify_bundle(archive: Path) -> VerifyResult:
     if not archive.is_file():
         res.problems.append("no such file")
         return res
-    seen: dict[str, str] = {}
-    manifest_raw: bytes | None = None
-    roots: set[str] = set()
+    scan = _Scan()
     try:
         with tarfile.open(archive, "r:*") as tar:
-            for m in tar:
-                if not _safe_name(m.name):
-                    res.problems.append(f"unsafe member path {m.name!r}")
-                    continue
-                parts = PurePosixPath(m.name).parts
-                roots.add(parts[0])
-                if m.isdir():
-                    continue
-                rel = "/".join(parts[1:])
-                if not m.isfile():
-                    res.problems.append(f"{rel or m.name}: not a regular file (link or device)")
-                    continue
-                f = tar.extractfile(m)
-                data = f.read() if f is not None else b""
-                if rel == MANIFEST:
-                    manifest_raw = data
-                else:
-                    if rel in seen:
-                        res.problems.append(f"{rel}: stored twice")
-                    seen[rel] = _sha256(data)
+            for m in _members(tar, res.problems):
+                _scan_member(tar, m, scan, res)
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
         res.problems.append(f"archive is damaged or not a bundle: {_tar_problem(exc)}")
-    if len(roots) > 1:
-        res.problems.append(f"more than one top folder: {sorted(roots)}")
-    res.root = next(iter(roots), "")
-    if manifest_raw is None:
+    if len(scan.roots) > 1:
+        res.problems.append(f"more than one top folder: {sorted(scan.roots)}")
+    res.root = next(iter(scan.roots), "")
+    if scan.manifest is None:
         res.problems.append(f"no {MANIFEST} in the archive")
-        res.added = sorted(seen)
+        res.added = sorted(scan.hashes)
         return res
-    res.manifest_sha256 = _sha256(manifest_raw)
-    try:
-        manifest = json.loads(manifest_raw)
-        listed: dict[str, Any] = manifest["files"]
-    except (ValueError, KeyError, TypeError) as exc:
-        res.problems.append(f"{MANIFEST} is unreadable: {type(exc).__name__}: {exc}")
-        return res
-    res.manifest = manifest
-    if not isinstance(listed, dict):
-        res.problems.append(
-            f"{MANIFEST}: 'files' is a {type(listed).__name__}, not a mapping of file name to "
-            "{sha256, bytes}; the manifest was not written by `faultdrill bundle`"
-        )
-        return res
-    for name, meta in listed.items():
-        got = seen.get(name)
-        if got is None:
-            res.missing.append(name)
-        elif not isinstance(meta, dict) or got != meta.get("sha256"):
-            res.modified.append(name)
-    res.added = sorted(set(seen) - set(listed))
-    res.checked = len(seen)
-    res.missing.sort()
-    res.modified.sort()
+    _compare(scan, res)
+    _check_origin(scan, res, key)
     return res
 
 
 def read_member(archive: Path, name: str) -> bytes:
-    """One file of a bundle (``name`` relative to its top folder), without unpacking."""
+    """One file of a bundle (``name`` relative to its top folder, at most 64 MiB), without
+    unpacking."""
+    problems: list[str] = []
     try:
         with tarfile.open(archive, "r:*") as tar:
-            for m in tar:
-                parts = PurePosixPath(m.name).parts
-                if m.isfile() and "/".join(parts[1:]) == name:
-                    f = tar.extractfile(m)
-                    return f.read() if f is not None else b""
+            for m in _members(tar, problems):
+                if m.isfile() and "/".join(PurePosixPath(m.name).parts[1:]) == name:
+                    data = _read_small(tar, m)
+                    if data is None:
+                        raise BundleError(f"{archive}: {name} is {m.size} bytes; not read")
+                    return data
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
         raise BundleError(f"{archive}: cannot read the bundle: {_tar_problem(exc)}") from exc
     raise BundleError(f"{archive}: has no {name}")
 
 
-def extract_bundle(archive: Path, dest: Path, *, verify: bool = True) -> Path:
+def _extract_filter(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+    """Only regular files and directories with safe names, as tarfile's ``data`` filter
+    passes them (modes sanitised); anything else is left out."""
+    if _member_problem(member) is not None:
+        return None
+    data_filter = getattr(tarfile, "data_filter", None)
+    return data_filter(member, path) if data_filter is not None else member
+
+
+def extract_bundle(
+    archive: Path, dest: Path, *, verify: bool = True, key: Path | None = None
+) -> Path:
     """Unpack a bundle into ``dest`` and return the run directory inside it.
 
-    With ``verify`` (the default) a bundle that fails verification is refused, naming what
-    is wrong. Member paths are checked: nothing is written outside ``dest``.
+    With ``verify`` (the default) a bundle that fails verification (with ``key``: also its
+    signature) is refused, naming what is wrong. Member paths are checked: nothing is
+    written outside ``dest``, no link or device is made, and a member stored twice is
+    refused even without verification.
     """
     if verify:
-        res = verify_bundle(archive)
+        res = verify_bundle(archive, key)
         if not res.ok:
             raise BundleError(
                 "bundle failed verification; refusing to use it:\n" + "\n".join(res.lines())
@@ -458,13 +703,16 @@ def extract_bundle(archive: Path, dest: Path, *, verify: bool = True) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = [m for m in tar.getmembers() if _safe_name(m.name)]
-            members = [m for m in members if m.isfile() or m.isdir()]
+            members = [m for m in _members(tar, []) if m.isfile() or m.isdir()]
+            counts = Counter(PurePosixPath(m.name).as_posix() for m in members if m.isfile())
+            twice = sorted(n for n, c in counts.items() if c > 1)
+            if twice:
+                raise BundleError(f"{archive}: members stored twice: {', '.join(twice[:5])}")
             roots = {PurePosixPath(m.name).parts[0] for m in members}
             if len(roots) != 1:
                 raise BundleError(f"{archive}: expected one top folder, found {sorted(roots)}")
             if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, members=members, filter="data")
+                tar.extractall(dest, members=members, filter=_extract_filter)
             else:  # Python < 3.10.12: paths were checked above, links excluded
                 tar.extractall(dest, members=members)
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from faultdrill.report.model import Item, Report
+from faultdrill.safepath import replacing
 
 if TYPE_CHECKING:
     from faultdrill.archive.diff import DiffResult
@@ -113,6 +114,6 @@ def write_junit(path: Path, *suites: ET.Element) -> Path:
     for attr in ("tests", "failures", "errors", "skipped"):
         root.set(attr, str(sum(int(s.get(attr, "0")) for s in suites)))
     ET.indent(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    with replacing(path, within=None) as f:
+        ET.ElementTree(root).write(f, encoding="utf-8", xml_declaration=True)
     return path

@@ -23,8 +23,9 @@ from typing import Any
 from faultdrill.archive.diff import Band, load_report
 from faultdrill.errors import DrillError
 from faultdrill.report.model import Item, Report
+from faultdrill.safepath import escape, read_bytes, write_file
 
-__all__ = ["ReplayResult", "compare_item", "replay_bundle"]
+__all__ = ["ReplayResult", "compare_item", "finish_replay", "replay_bundle"]
 
 
 def compare_item(orig: Item, new: Item, band: Band) -> dict[str, Any]:
@@ -112,7 +113,10 @@ def _record_operator(
     run_dir: Path, operator: str, bundle: str, manifest: dict[str, Any], original: Report
 ) -> None:
     path = run_dir / "baseline" / "dossier.json"
-    dossier = json.loads(path.read_text()) if path.exists() else {}
+    try:
+        dossier = json.loads(read_bytes(path, within=run_dir))
+    except FileNotFoundError:
+        dossier = {}
     resp = dict(dossier.get("responsibility") or {})
     resp["replay_operator"] = operator
     dossier["responsibility"] = resp
@@ -125,8 +129,16 @@ def _record_operator(
         "original_responsibility": original.plan.responsibility.to_json(),
         "replayed_at": dt.datetime.now(tz=dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dossier, indent=2) + "\n")
+    write_file(path, json.dumps(dossier, indent=2) + "\n", within=run_dir)
+
+
+def finish_replay(out: Path, rr: ReplayResult, manifest: dict[str, Any], original: Report) -> None:
+    """Record the replay in the new run: the operator in its responsibility dossier, the
+    comparison in ``replay.json`` (neither written through a link: UnsafePathError)."""
+    _record_operator(out, rr.operator, rr.bundle, manifest, original)
+    write_file(
+        out / "replay.json", json.dumps(rr.to_json(), indent=2, default=str) + "\n", within=out
+    )
 
 
 def _open_source(source: Path, tmp: Path, verify: bool) -> tuple[Path, dict[str, Any]]:
@@ -139,6 +151,10 @@ def _open_source(source: Path, tmp: Path, verify: bool) -> tuple[Path, dict[str,
             "`faultdrill bundle` or a run directory"
         )
     if source.is_dir():
+        # Replay copies the source's plan.yaml into the new run: never through a link.
+        why = escape(source.resolve(), source.resolve() / "plan.yaml")
+        if why is not None:
+            raise DrillError(f"{source}: {why}; refusing to copy the plan from it")
         return source, {"source_run": str(source.resolve())}
     manifest: dict[str, Any] = {}
     if verify:
@@ -232,12 +248,11 @@ def replay_bundle(
             report=report,
             on_item=on_item,
         )
-    _record_operator(out, operator, str(source), manifest, original)
     new = result.to_report()
     rr = ReplayResult(
         out, operator, str(source), band, baseline=[original.baseline.verdict, new.baseline.verdict]
     )
     rr.items = [_compare(sid, original, new, band) for sid in wanted]
-    (out / "replay.json").write_text(json.dumps(rr.to_json(), indent=2, default=str) + "\n")
+    finish_replay(out, rr, manifest, original)
     write_reports(result, lang)
     return rr

@@ -317,7 +317,29 @@ def checkpoint_verified(ctx: CheckContext) -> list[Finding]:
     """Every checkpoint load verified the checkpoint's digest before using it."""
     tl, name = ctx.timeline, "progress.checkpoint-verified"
     loads = tl.of("probe", "ckpt_load")
-    unverified = [e for e in loads if e.get("verified") is not True]
+    # verified null: the load could not say (a job's log line without a verified group),
+    # which is unknown; a load that leaves the field out claims nothing, which is a fail
+    unsaid = [e for e in loads if "verified" in e.fields and e.fields["verified"] is None]
+    unverified = [
+        e for e in loads if e.get("verified") is not True and e.get("verified", 0) is not None
+    ]
+    if unsaid and not unverified:
+        e = unsaid[0]
+        return [
+            ctx.finding(
+                name,
+                R,
+                Msg(
+                    "progress.checkpoint-verified.unsaid",
+                    count=len(unsaid),
+                    rank=e.get("rank"),
+                    ckpt=e.get("id"),
+                    step=e.get("step"),
+                    via=Msg("progress.via-log") if e.get("via") == "log" else "",
+                ),
+                count=len(unsaid),
+            )
+        ]
     if unverified:
         e = unverified[0]
         return [

@@ -36,6 +36,7 @@ from faultdrill.engine.watch import Watch, stop_reason
 from faultdrill.errors import DrillError, FaultError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import Fault, FaultContext, make_fault
+from faultdrill.joblogs.tail import LogTail
 from faultdrill.judge.artifacts import verify_artifacts
 from faultdrill.judge.inventory import take_inventory
 from faultdrill.ledger import Ledger
@@ -49,6 +50,7 @@ from faultdrill.plan import (
 )
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
+from faultdrill.safepath import write_file
 from faultdrill.timeline import Timeline
 
 __all__ = [
@@ -241,6 +243,16 @@ def execute_item(
     )
     ledger.activate()
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
+    tail = None  # a job that cannot be changed: its progress read from its log lines
+    if plan.logs is not None:
+        tail = LogTail(
+            plan.logs,
+            work / "logs",
+            sink,
+            platform.replicas,
+            world_size=plan.resources.world_size,
+            ckpt_dir=work / plan.checkpoint.dir,
+        )
     sink.emit(
         "harness",
         "item_start",
@@ -264,6 +276,8 @@ def execute_item(
                     _prepare_fault(fault, ctx)
                 platform.submit(job)
                 sampler.start()
+                if tail is not None:
+                    tail.start()
                 if isinstance(platform, NetworkTrack):
                     platform.start_network_track(plan.observation.net_hz)
                 outcome, natural_end = _watch_job(
@@ -291,7 +305,7 @@ def execute_item(
             finally:
                 guard.cleaning = True  # from here on signals are noted, never raised
                 pending[:] = _finish(
-                    plan, fault, ctx, platform, sampler, sink, ledger, work, natural_end
+                    plan, fault, ctx, platform, sampler, sink, ledger, work, natural_end, tail
                 )
         finally:
             if guard.late is not None:  # the job's outcome stands; the run stops after it
@@ -461,6 +475,7 @@ def _finish(
     ledger: Ledger,
     work: Path,
     natural_end: bool,
+    tail: LogTail | None = None,
 ) -> list[str]:
     """The cleanup path: runs on every exit, with signals noted and ignored (the caller
     sets ``signal_guard.cleaning``). Every step is attempted even if an earlier one raised:
@@ -479,6 +494,8 @@ def _finish(
     if fault is not None:
         attempt("revert the fault", lambda: fault.revert(ctx))
     attempt("stop the job", lambda: platform.stop(reason="end of drill"))
+    if tail is not None:  # before the inventory: it hashes what the last lines saved
+        attempt("read the job's last log lines", tail.stop)
     if not natural_end and sampler.running:
         attempt(
             "final process snapshot",
@@ -508,6 +525,7 @@ def _finish(
     def revert_ledger() -> None:
         problems.extend(ledger.revert_all())
         problems.extend(f"left alone, not ours: {note}" for note in ledger.notes)
+        problems.extend(f"refused, not of this run's making: {why}" for why in ledger.refused)
 
     attempt("revert the ledger", revert_ledger)
     pending = [f"{e.kind} {e.label}".strip() for e in ledger.pending()]
@@ -521,10 +539,11 @@ def _finish(
 
 def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "plan.json").write_text(json.dumps(plan.model_dump(mode="json"), indent=2) + "\n")
+    as_json = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
+    write_file(run_dir / "plan.json", as_json, within=run_dir)
     text = (
         source.read_text()
         if source
         else yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False)
     )
-    (run_dir / "plan.yaml").write_text(text)
+    write_file(run_dir / "plan.yaml", text, within=run_dir)

@@ -220,7 +220,8 @@ def run_plan(
         selected += [c.id for c in plan.controls if only is None or c.id in only]
     _refuse_what_this_machine_cannot_run(plan, selected)  # before anything is written
     write_plan_copy(plan, source, run_dir)
-    (run_dir / "selection.json").write_text(json.dumps({"selected": selected}, indent=2) + "\n")
+    chosen = {"selected": selected, "no_controls": not controls}
+    (run_dir / "selection.json").write_text(json.dumps(chosen, indent=2) + "\n")
     say = _Announcer(1 + len(selected), on_item, progress)
     skipped: dict[str, str] = {}
     data_before = snapshot_record(plan, "before the baseline")
@@ -275,6 +276,7 @@ def run_plan(
         reference,
         items,
         [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
+        controls_waived=not controls,
     )
     write_reports(result)
     return result

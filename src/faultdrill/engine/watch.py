@@ -1,4 +1,5 @@
-"""Watching a job: its progress from the probe files, its trigger, its stop conditions.
+"""Watching a job: its progress from the probe files (and the events read from its log
+lines), its trigger, its stop conditions.
 
 :class:`Watch` tails the ranks' probe files as they grow and keeps what the engine decides
 on: the highest step, checkpoint saves, the time of the first and the last step, and the
@@ -34,7 +35,12 @@ class Watch:
     ranks_seen: set[int] = field(default_factory=set)
 
     def poll(self) -> None:
-        for path in self.events_dir.glob("probe-rank*.jsonl"):
+        # joblog-*: probe events the harness read from a job's log lines (faultdrill.joblogs)
+        paths = [
+            *self.events_dir.glob("probe-rank*.jsonl"),
+            *self.events_dir.glob("joblog-*.jsonl"),
+        ]
+        for path in paths:
             off = self.offsets.get(path, 0)
             try:
                 with open(path, "rb") as f:

@@ -3,6 +3,7 @@
 from faultdrill.faults import (  # noqa: F401
     checkpoint,
     control_plane,
+    harness,
     network,
     node,
     process,

@@ -44,7 +44,7 @@ from faultdrill.faults.api import (
 )
 from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
 from faultdrill.judge.inventory import read_pointer
-from faultdrill.ledger import undoer
+from faultdrill.ledger import PATH, undoer
 from faultdrill.platforms.api import Ability, ReachesCheckpoints
 
 __all__ = ["CorruptCheckpointSpec", "damage_checkpoint"]
@@ -66,7 +66,7 @@ class CorruptCheckpointSpec(FaultSpec):
         return "the checkpoint `latest` names"
 
 
-@undoer("ckpt-damage")
+@undoer("ckpt-damage", owns={"ckpt_dir": PATH, "moved_to": PATH})
 def _undo_damage(data: dict[str, Any]) -> None:
     """Damage is not taken back: the damaged checkpoint is evidence. Recorded so the ledger
     shows what was done, and where the moved directory went."""

@@ -20,6 +20,7 @@ from faultdrill.checks.network import network_report
 from faultdrill.checks.results import comparison_mode
 from faultdrill.engine.item import environment_facts, item_dir
 from faultdrill.errors import RunDirError
+from faultdrill.joblogs.evidence import log_evidence
 from faultdrill.judge.analysis import Answers, answer_questions
 from faultdrill.judge.conclusion import Conclusion, conclude
 from faultdrill.judge.dependencies import dependency_totals, recovery_dependencies
@@ -156,6 +157,8 @@ class ItemResult:
     #: The messages behind English fields (``recovery_why``, ``aborted``): field -> message,
     #: so that a report can say them in its own language (report.json's ``field_messages``).
     said: dict[str, Msg] = field(default_factory=dict)
+    #: Evidence read from the job's log lines (plan ``logs``), or None: ``faultdrill.joblogs``.
+    log_evidence: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -266,6 +269,7 @@ class ItemResult:
             failure=Failure.model_validate(_plain(self.failure)) if self.failure else None,
             no_probe_events=self.no_probe_events,
             **_field_messages(self, control),
+            log_evidence=_plain(self.log_evidence) if self.log_evidence is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -563,6 +567,7 @@ def evaluate_item(
         failure=dict(failed.fields) if failed is not None else None,
         no_probe_events=no_probe is not None,
         said={"recovery_class_why": why, **({"aborted": aborted} if aborted is not None else {})},
+        log_evidence=None if plan.logs is None else log_evidence(plan.logs, tl, evidence),
     )
     if result.verdict != Verdict.PASS:
         result.layer = failing_layer(tl, evidence, item)
@@ -595,6 +600,8 @@ class RunResult:
     reference: Reference | None
     items: list[ItemResult]
     skipped: list[dict[str, str]]
+    #: ``--no-controls`` was said: a run without any control may still be OK.
+    controls_waived: bool = False
 
     @property
     def scenarios(self) -> list[ItemResult]:
@@ -607,9 +614,12 @@ class RunResult:
     @property
     def ok(self) -> bool:
         """Something was drilled, every scenario passed, every control was caught (with its
-        fault applied and no stop condition), nothing skipped, baseline passed."""
+        fault applied and no stop condition), nothing skipped, baseline passed; and at
+        least one control ran, unless ``--no-controls`` waived them: without one, nothing
+        showed that the checks can fail on this workload."""
         return (
             bool(self.scenarios or self.controls)
+            and (bool(self.controls) or self.controls_waived)
             and self.baseline is not None
             and self.baseline.verdict == Verdict.PASS
             and all(s.verdict == Verdict.PASS for s in self.scenarios)
@@ -640,6 +650,9 @@ class RunResult:
                 if base is not None and base.failure
                 else None,
                 no_probe_events=base.no_probe_events if base is not None else False,
+                log_evidence=_plain(base.log_evidence)
+                if base is not None and base.log_evidence
+                else None,
             ),
             scenarios=[i.to_item() for i in self.items],
             recovery_dependencies=_plain(
@@ -653,6 +666,12 @@ class RunResult:
                 retest=sum(s.verdict == Verdict.RETEST for s in self.scenarios),
                 controls=len(self.controls),
                 controls_caught=sum(bool(c.caught) for c in self.controls),
+                controls_waived=self.controls_waived,
+                controls_note=None
+                if self.controls
+                else "no negative control ran: the checks were not shown to catch a defect "
+                "in this workload"
+                + (" (waived with --no-controls)" if self.controls_waived else ""),
                 ok=self.ok,
             ),
         )
@@ -698,7 +717,8 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
                 items.append(evaluate_item(plan, kind, it, work, reference, bverdict))
             else:
                 skipped.append({"id": it.id, "kind": kind, "reason": notes.get(it.id, "not run")})
-    return RunResult(plan, run_dir, baseline, reference, items, skipped)
+    waived = _controls_waived(run_dir)
+    return RunResult(plan, run_dir, baseline, reference, items, skipped, waived)
 
 
 def _selection(run_dir: Path) -> set[str] | None:
@@ -710,6 +730,12 @@ def _selection(run_dir: Path) -> set[str] | None:
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise RunDirError(f"{run_dir / 'selection.json'}: no list of ids under 'selected'")
     return set(ids)
+
+
+def _controls_waived(run_dir: Path) -> bool:
+    """Whether the run was told ``--no-controls`` (recorded in ``selection.json``)."""
+    path = run_dir / "selection.json"
+    return bool(path.exists() and json.loads(path.read_text()).get("no_controls"))
 
 
 def _skip_notes(run_dir: Path) -> dict[str, str]:

@@ -19,7 +19,9 @@ from pydantic import Field, field_validator, model_validator
 
 from faultdrill import faults as _faults  # noqa: F401  (registers every fault kind)
 from faultdrill.faults.api import FAULTS, FaultSpec
+from faultdrill.faults.harness import expand_controls
 from faultdrill.frozen import FieldProblems, shown
+from faultdrill.joblogs.spec import LogPatterns
 from faultdrill.plan.sections import (
     REFERENCE_WORKLOAD,
     CheckpointPolicy,
@@ -143,8 +145,20 @@ class Plan(Frozen):
     ownership: Ownership = Ownership()
     stop: StopConditions = StopConditions()
     tolerance: Tolerance = Tolerance()
+    logs: LogPatterns | None = Field(
+        None,
+        description="a job that cannot be changed: read its progress from its own log lines "
+        "(faultdrill.joblogs; docs/integrations.md)",
+    )
     rounds: tuple[Round, ...] = ()
     controls: tuple[Control, ...] = ()
+
+    @field_validator("controls", mode="before")
+    @classmethod
+    def _harness_shorthand(cls, raw: Any) -> Any:
+        """``controls`` as a mapping asks for the harness-side controls in one line
+        (:class:`faultdrill.faults.harness.HarnessControls`); it becomes the list form."""
+        return expand_controls(raw) if isinstance(raw, dict) else raw
 
     @field_validator("rounds")
     @classmethod
@@ -241,6 +255,15 @@ class Plan(Frozen):
                         f"resources or results check: {', '.join(evidence)}",
                     )
                 )
+        if self.logs is not None and self.resources.procs_per_node > 1 and not self.logs.says_rank:
+            problems.append(
+                (
+                    "logs",
+                    f"logs: with procs_per_node {self.resources.procs_per_node} a line must say "
+                    "which rank wrote it: add logs.rank (e.g. '^\\[rank(?P<rank>\\d+)\\]') or "
+                    "a rank group to the patterns",
+                )
+            )
         return problems
 
     def _cannot(self, item: Scenario | Control, platform: Any, missing: Any) -> str:
@@ -319,5 +342,8 @@ class Plan(Frozen):
         return StopConditions(**merged)
 
     def digest(self) -> str:
-        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        raw = self.model_dump(mode="json")
+        if raw.get("logs") is None:
+            raw.pop("logs", None)  # plans without it keep the digest they had before it existed
+        canon = json.dumps(raw, sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()

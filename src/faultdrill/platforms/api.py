@@ -33,8 +33,9 @@ missing one possible with ``why_not``; a fault states the abilities it needs, an
 validator refuses a fault the chosen platform cannot do before any drill starts. Each
 group of abilities is one small protocol below (``SignalsRanks``, ``NodeActions``,
 ``LinkActions``, ``ControlPlaneActions``, ``StorageActions``, ``ReachesCheckpoints``,
-``NetworkTrack``); a platform implements the groups it declares abilities of, and may
-raise :class:`~faultdrill.errors.FaultError` from an action of the group it cannot do.
+``NetworkTrack``, ``CopiesReplicas``); a platform implements the groups it declares
+abilities of, and may raise :class:`~faultdrill.errors.FaultError` from an action of the
+group it cannot do.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ __all__ = [
     "Ability",
     "Change",
     "ControlPlaneActions",
+    "CopiesReplicas",
     "JobSpec",
     "JobState",
     "LinkActions",
@@ -114,6 +116,8 @@ class Ability(str, Enum):
     CHECKPOINT_FILES = "checkpoint-files"
     #: Per-node interface counters and round trips can be sampled (``NetworkTrack``).
     NETWORK_TRACK = "network-track"
+    #: Start a copy of a rank's replica on its node; the undo stops it (``CopiesReplicas``).
+    REPLICA_COPY = "replica-copy"
 
     def __str__(self) -> str:
         return self.value
@@ -427,6 +431,21 @@ class SignalsRanks(Protocol):
 
     def replica_alive(self, replica: Replica) -> bool:
         """Whether this very replica (pid and start time) still runs."""
+        ...
+
+
+@runtime_checkable
+class CopiesReplicas(Protocol):
+    """Ability ``replica-copy``: a second process for a rank, started as the platform
+    started the first (what a platform that failed to stop an old replica leaves running:
+    the harness-side ``stale-copy`` control)."""
+
+    def replica_copy(self, replica: Replica) -> Change:
+        """Start a copy of ``replica`` on its node: its command line, environment and
+        working directory, its output in a log of its own. Reversible: the undo stops the
+        copy and every process it started. Its ``apply`` raises ProcessLookupError when
+        ``replica`` is gone before it could be read, and returns ``copy_pid``,
+        ``copy_of``, ``rank``, ``node``."""
         ...
 
 

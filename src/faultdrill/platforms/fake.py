@@ -63,7 +63,7 @@ class FakeChange:
     undone: int = 0
 
 
-@undoer("fake-change")
+@undoer("fake-change", owns={})  # acts on this process's fakes only
 def _undo_fake(data: dict[str, Any]) -> None:
     """Count the undo in the live fake that made the change (none: nothing to do)."""
     platform = _LIVE.get(str(data.get("platform")))
@@ -258,6 +258,13 @@ class FakePlatform(Platform):
     def replica_alive(self, replica: Replica) -> bool:
         """Alive until it got a SIGKILL (a fake replica ignores SIGTERM)."""
         return replica.pid not in self.killed
+
+    # --- CopiesReplicas -----------------------------------------------------------------------
+
+    def replica_copy(self, replica: Replica) -> Change:
+        args = {"pid": replica.pid, "rank": replica.rank, "node": replica.node}
+        change = self._change("replica_copy", args, f"fake: copy of rank {replica.rank}")
+        return change.with_facts(copy_of=replica.pid, rank=replica.rank, node=replica.node)
 
     # --- NodeActions, LinkActions ---------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from faultdrill.report.html import render_html
 from faultdrill.report.i18n import LANGS, check_lang
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import Report, read_report, write_report
+from faultdrill.safepath import write_file
 
 __all__ = [
     "LANGS",
@@ -35,8 +36,8 @@ def render_reports(run_dir: Path, lang: str = "en", out: Path | None = None) -> 
     check_lang(lang)
     report = read_report(run_dir)
     out = out or run_dir
-    (out / "report.md").write_text(render_markdown(report, lang))
-    (out / "report.html").write_text(render_html(report, run_dir, lang))
+    write_file(out / "report.md", render_markdown(report, lang), within=out)
+    write_file(out / "report.html", render_html(report, run_dir, lang), within=out)
     return {
         "json": str(run_dir / "report.json"),
         "markdown": str(out / "report.md"),

@@ -63,7 +63,7 @@ def _verdict_line(s: Item, t: Translator) -> str:
                 "ctl.line",
                 caught=caught,
                 check=s.expected_check,
-                mutation=_mutation(s),
+                mutation=words.mutation(t, s),
                 verdict=verdict,
             )
             + "**"
@@ -177,6 +177,7 @@ def _header(report: Report, t: Translator) -> list[str]:
             r=summ.retest,
         ),
         "- " + t("summary.controls", c=summ.controls_caught, n=summ.controls),
+        *(["- " + note] if (note := words.controls_note(t, report)) else []),
         "- "
         + t(
             "summary.baseline",
@@ -219,15 +220,11 @@ def _verdict_tables(report: Report, t: Translator) -> list[str]:
         for s in report.control_items:
             layer = t.layer(s.layer.layer) if s.layer is not None else "—"
             lines.append(
-                f"| {s.id} | `{_mutation(s)}` | `{s.expected_check}` "
+                f"| {s.id} | `{words.mutation(t, s)}` | `{s.expected_check}` "
                 f"| {_caught_cell(s.caught, t)} | "
                 f"{t.verdict(s.verdict)} | {layer} |"
             )
     return lines
-
-
-def _mutation(s: Item) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (s.workload_mutation or {}).items())
 
 
 def _baseline(report: Report, t: Translator) -> list[str]:

@@ -59,6 +59,7 @@ from pydantic import (
 
 from faultdrill import __version__
 from faultdrill.errors import RunDirError
+from faultdrill.safepath import write_file
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -760,6 +761,9 @@ class Item(Record):
     #: ``aborted``, ``not_proven_why``): field -> message id and params, so that a report
     #: can say it in its own language.
     field_messages: dict[str, Message] = {}
+    #: For a job read from its log lines (plan ``logs``): which evidence came from logs,
+    #: the stamping bound, lines not attributed, what the patterns cannot show.
+    log_evidence: dict[str, JsonValue] | None = None
 
     @property
     def not_as_planned(self) -> str | None:
@@ -833,6 +837,7 @@ class Baseline(Record):
     dossier: Dossier | None = None
     failure: Failure | None = None
     no_probe_events: bool = False
+    log_evidence: dict[str, JsonValue] | None = None
 
 
 class Skipped(Record):
@@ -848,6 +853,10 @@ class Summary(Record):
     retest: int
     controls: int
     controls_caught: int
+    #: The operator said --no-controls: a run without controls may still be ok.
+    controls_waived: bool = False
+    #: Said when no negative control ran: the checks were not shown to catch a defect.
+    controls_note: str | None = None
     ok: bool
 
 
@@ -971,7 +980,7 @@ def read_report(path: Path) -> Report:
 def write_report(report: Report, run_dir: Path) -> Path:
     """Write ``run_dir/report.json``; returns its path."""
     path = run_dir / "report.json"
-    path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    write_file(path, json.dumps(report.to_json(), indent=2) + "\n", within=run_dir)
     return path
 
 

@@ -3,15 +3,23 @@
 Serves, on loopback by default, the same self-contained HTML the run directory holds,
 re-rendered on each request from ``report.json`` (read through its model) and the event
 files (``?lang=zh`` or ``?lang=en``), plus ``report.json`` as read, ``report.md`` and
-``runbook.md``. A bundle is verified and unpacked into a temporary folder first. Read-only:
-nothing is written into the run directory.
+``runbook.md``. A bundle is verified and unpacked into a temporary folder first; the folder
+is removed when the viewer stops, by Ctrl-C or by SIGTERM. Read-only: nothing is written
+into the run directory. A host that is not loopback is served as asked, with a warning:
+there is no authentication, anyone who reaches the port reads the report.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import signal
+import socket
+import sys
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -24,7 +32,7 @@ from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import Report, read_report
 from faultdrill.report.runbook import render_runbook
 
-__all__ = ["make_server", "serve"]
+__all__ = ["is_loopback", "make_server", "serve"]
 
 
 def _page(report: Report, run_dir: Path, path: str, lang: str) -> tuple[str, str] | None:
@@ -75,6 +83,38 @@ def make_server(
     return ThreadingHTTPServer((host, port), Handler)
 
 
+def is_loopback(host: str) -> bool:
+    """True if every address ``host`` names is a loopback address (``""`` is every
+    interface; a name that does not resolve is not loopback)."""
+    try:
+        infos = socket.getaddrinfo(host or None, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    if not host:
+        return False
+    addrs = {str(info[4][0]).split("%")[0] for info in infos}
+    return bool(addrs) and all(ipaddress.ip_address(a).is_loopback for a in addrs)
+
+
+@contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """While inside, SIGTERM ends the process as ``SystemExit(143)`` raised in the main
+    thread, so every ``finally`` (the server's close, the temporary folder's removal) runs.
+    A no-op outside the main thread (signal handlers can only be set there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def serve(
     source: Path,
     host: str = "127.0.0.1",
@@ -83,14 +123,26 @@ def serve(
     ready: threading.Event | None = None,
     announce: Any = print,
 ) -> None:
-    """Serve a run directory or bundle until interrupted (Ctrl-C)."""
+    """Serve a run directory or bundle until interrupted (Ctrl-C) or terminated (SIGTERM:
+    ``SystemExit(143)``). Raises DrillError when the address cannot be bound."""
     from faultdrill.archive.bundle import extract_bundle
 
-    with tempfile.TemporaryDirectory(prefix="faultdrill-serve-") as tmp:
+    if not is_loopback(host):
+        print(
+            f"faultdrill: warning: serving on {host or 'every interface'}, which is not "
+            "loopback: anyone who can reach this port can read the report (no "
+            "authentication); use --host 127.0.0.1 to keep it on this machine",
+            file=sys.stderr,
+            flush=True,
+        )
+    with _sigterm_stops(), tempfile.TemporaryDirectory(prefix="faultdrill-serve-") as tmp:
         run_dir = source if source.is_dir() else extract_bundle(source, Path(tmp))
         if not (run_dir / "report.json").exists():
             raise RunDirError(f"{source}: no report.json; not a faultdrill run or bundle")
-        server = make_server(run_dir, host, port, lang)
+        try:
+            server = make_server(run_dir, host, port, lang)
+        except OSError as exc:
+            raise DrillError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from exc
         host_s, port_n = str(server.server_address[0]), int(server.server_address[1])
         announce(f"serving {source} at http://{host_s}:{port_n}/ (Ctrl-C to stop)")
         if ready is not None:

@@ -32,9 +32,11 @@ __all__ = [
     "after_injection",
     "class_why",
     "conditions",
+    "controls_note",
     "expected",
     "field_text",
     "finding_text",
+    "mutation",
     "not_as_planned",
     "note_text",
     "outcome",
@@ -237,6 +239,25 @@ def note_text(t: Translator, note: str) -> str:
         if m is not None:
             return t(key, **m.groupdict())
     return note
+
+
+def mutation(t: Translator, s: Item) -> str:
+    """What a control plants: the workload's known-bad switch (``key=value``), or for a
+    control the harness makes without the job's help, its fault kind."""
+    if s.workload_mutation:
+        return ", ".join(f"{k}={v}" for k, v in s.workload_mutation.items())
+    if s.fault is not None:
+        return t("ctl.harness", kind=s.fault.kind)
+    return t("na")
+
+
+def controls_note(t: Translator, report: Report) -> str | None:
+    """The judge's note that no negative control ran (and whether ``--no-controls`` waived
+    them), in the report's language; None when the judge said nothing."""
+    summ = report.summary
+    if summ.controls_note is None:
+        return None
+    return t("summary.no-controls") + (t("summary.controls-waived") if summ.controls_waived else "")
 
 
 def skip_reason(t: Translator, reason: str) -> str:

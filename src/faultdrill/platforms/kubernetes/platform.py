@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from faultdrill.errors import FaultError, PlatformError
-from faultdrill.ledger import undoer
+from faultdrill.ledger import PATH, THIS_RUN, undoer
 from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Platform, Replica
 from faultdrill.platforms.kubernetes.job import ENV_POD_UID, LABEL_RUN, TrainingJob, store_argv
 from faultdrill.platforms.kubernetes.testcluster import TestCluster
-from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local import owned, procfs
 from faultdrill.platforms.local.linux import ns_run
 
 if TYPE_CHECKING:
@@ -83,12 +83,12 @@ def apply_change(ledger: Ledger, change: Change) -> dict[str, Any] | None:
 # --- undos ------------------------------------------------------------------------------
 
 
-@undoer("k8s-done")
+@undoer("k8s-done", owns={})  # acts on nothing
 def _undo_done(data: dict[str, Any]) -> None:
     """A delivered signal, a deleted pod, an eviction: nothing to take back."""
 
 
-@undoer("k8s-link-down")
+@undoer("k8s-link-down", owns={"ns": owned.NETNS, "dev": owned.IFACE})
 def _undo_link_down(data: dict[str, Any]) -> None:
     """Set the recorded veth up again (gone with its namespace is fine)."""
     ns, dev = str(data["ns"]), str(data["dev"])
@@ -96,12 +96,12 @@ def _undo_link_down(data: dict[str, Any]) -> None:
         ns_run(ns, ["ip", "link", "set", "dev", dev, "up"])
 
 
-@undoer("k8s-kubelet-pause")
+@undoer("k8s-kubelet-pause", owns={"file": PATH})
 def _undo_kubelet_pause(data: dict[str, Any]) -> None:
     Path(str(data["file"])).unlink(missing_ok=True)
 
 
-@undoer("k8s-kubelet-down")
+@undoer("k8s-kubelet-down", owns={"run_id": THIS_RUN})
 def _undo_kubelet_down(data: dict[str, Any]) -> None:
     """Start the node's kubelet again when its cluster lives in this process."""
     cluster = _LIVE.get(str(data["run_id"]))
@@ -109,14 +109,14 @@ def _undo_kubelet_down(data: dict[str, Any]) -> None:
         cluster.start_kubelet(str(data["node"]))
 
 
-@undoer("k8s-apiserver-down")
+@undoer("k8s-apiserver-down", owns={"run_id": THIS_RUN})
 def _undo_apiserver_down(data: dict[str, Any]) -> None:
     cluster = _LIVE.get(str(data["run_id"]))
     if cluster is not None and "kube-apiserver" not in cluster.daemons:
         cluster.restart_apiserver()
 
 
-@undoer("k8s-cordon")
+@undoer("k8s-cordon", owns={"run_id": THIS_RUN})
 def _undo_cordon(data: dict[str, Any]) -> None:
     cluster = _LIVE.get(str(data["run_id"]))
     if cluster is None:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from faultdrill.errors import PlatformError
-from faultdrill.ledger import undoer
-from faultdrill.platforms.local import procfs
+from faultdrill.ledger import SECONDS, undoer
+from faultdrill.platforms.local import owned, procfs
 
 if TYPE_CHECKING:
     from faultdrill.ledger import Ledger
@@ -64,7 +64,7 @@ def stop_pid(pid: int, start: int | None, grace_s: float) -> bool:
     return gone()
 
 
-@undoer("k8s-process")
+@undoer("k8s-process", owns={"pid": owned.PROCESS, "grace_s": SECONDS})
 def _undo_process(data: dict[str, Any]) -> None:
     pid, start = data.get("pid"), data.get("start_time")
     if not isinstance(pid, int):

@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
-from faultdrill.ledger import undoer
+from faultdrill.ledger import PATHS, undoer
 from faultdrill.platforms.kubernetes import procs
 from faultdrill.platforms.kubernetes.client import api_client, get_in_netns
 from faultdrill.platforms.kubernetes.nodes import NetnsNodes, NodeHost
 from faultdrill.platforms.kubernetes.pki import Pki, make_pki
-from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local import owned, procfs
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -60,7 +60,7 @@ KUBELET_MODULE = "faultdrill.platforms.kubernetes.kubelet"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
-@undoer("k8s-files")
+@undoer("k8s-files", owns={"paths": PATHS})
 def _undo_files(data: dict[str, Any]) -> None:
     """Remove the recorded directories (secrets, etcd data); gone already is fine."""
     for raw in data.get("paths", []):
@@ -69,7 +69,7 @@ def _undo_files(data: dict[str, Any]) -> None:
             raise OSError(f"{raw} could not be removed")
 
 
-@undoer("k8s-sigstop")
+@undoer("k8s-sigstop", owns={"pid": owned.PROCESS})
 def _undo_sigstop(data: dict[str, Any]) -> None:
     """Resume a daemon the drill stopped (SIGCONT to the recorded pid and start time)."""
     procfs.kill_checked(int(data["pid"]), data.get("start_time"), signal.SIGCONT)

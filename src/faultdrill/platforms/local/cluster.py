@@ -38,7 +38,6 @@ what a drain means for its scheduler).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import shlex
 import socket
 import subprocess
@@ -68,6 +67,7 @@ from faultdrill.platforms.local.linux import (
     ns_run,
 )
 from faultdrill.platforms.local.netsampler import NetSampler
+from faultdrill.platforms.local.owned import net_prefix
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -100,8 +100,7 @@ class NodeCluster:
         self.node_names = list(nodes)
         self.spare_names = list(spares)
         self.netns = netns
-        h = hashlib.sha1(self.run_id.encode()).hexdigest()[:6]
-        self.prefix = f"fd{h}"
+        self.prefix = net_prefix(self.run_id)
         self.switch_ns = f"{self.prefix}-sw"
         self.bridge = f"{self.prefix}br"
         self._links: dict[str, NodeLink] = {}

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from faultdrill.errors import NotOursError
-from faultdrill.ledger import undoer
+from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.platforms.api import Change, Note
-from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local import owned, procfs
 
 __all__ = [
     "ActiveRule",
@@ -207,7 +207,7 @@ def _free_port_in(ns: str, address: str) -> int:
 # --- undo functions (used in-process and by `faultdrill cleanup`) -------------------------
 
 
-@undoer("netns")
+@undoer("netns", owns={"name": owned.NETNS})
 def _undo_netns(data: dict[str, Any]) -> None:
     """Kill what still runs inside the namespace (ours: it was created for this run), then
     delete it. Idempotent. When the ledger noted the namespace's inode, a namespace of that
@@ -232,7 +232,10 @@ def _undo_netns(data: dict[str, Any]) -> None:
     _must(["ip", "netns", "del", name])
 
 
-@undoer("netns-link")
+@undoer(
+    "netns-link",
+    owns={"ns": owned.NETNS, "name": owned.IFACE, "peer_ns": owned.NETNS, "peer": owned.IFACE},
+)
 def _undo_link(data: dict[str, Any]) -> None:
     """Delete a bridge or veth pair created in one of our namespaces. Idempotent."""
     ns, dev = str(data["ns"]), str(data["name"])
@@ -300,7 +303,7 @@ def fresh_rule_id() -> str:
 # --- undo of the changes made to links and nodes ---------------------------------------
 
 
-@undoer("iptables-rule")
+@undoer("iptables-rule", owns={"ns": owned.NETNS, "chain": owned.CHAIN, "rule": owned.TAGGED_RULE})
 def _undo_iptables(data: dict[str, Any]) -> None:
     """Delete every copy of the recorded rule from its chain (none left is fine)."""
     ns = str(data["ns"])
@@ -315,7 +318,7 @@ def _undo_iptables(data: dict[str, Any]) -> None:
     raise OSError(f"rule {data.get('tag')} keeps reappearing in {ns} {chain}")
 
 
-@undoer("tc-qdisc")
+@undoer("tc-qdisc", owns={"ns": owned.NETNS, "dev": owned.IFACE})
 def _undo_qdisc(data: dict[str, Any]) -> None:
     ns, dev = str(data["ns"]), str(data["dev"])
     if not link_exists(ns, dev):
@@ -325,19 +328,19 @@ def _undo_qdisc(data: dict[str, Any]) -> None:
         ns_run(ns, ["tc", "qdisc", "del", "dev", dev, "root"])
 
 
-@undoer("link-down")
+@undoer("link-down", owns={"ns": owned.NETNS, "dev": owned.IFACE})
 def _undo_link_down(data: dict[str, Any]) -> None:
     ns, dev = str(data["ns"]), str(data["dev"])
     if link_exists(ns, dev):
         ns_run(ns, ["ip", "link", "set", "dev", dev, "up"])
 
 
-@undoer("cgroup")
+@undoer("cgroup", owns={"path": owned.CGROUP})
 def _undo_cgroup(data: dict[str, Any]) -> None:
     procfs.Cgroup(Path(str(data["path"]))).remove()
 
 
-@undoer("freeze")
+@undoer("freeze", owns={"path": owned.CGROUP})
 def _undo_freeze(data: dict[str, Any]) -> None:
     """Thaw the recorded freezer group (gone already is fine)."""
     group = procfs.Cgroup(Path(str(data["path"])))
@@ -351,7 +354,7 @@ def _undo_freeze(data: dict[str, Any]) -> None:
     raise OSError(f"{group.path} is still {group.state()} after THAWED was written")
 
 
-@undoer("run-processes")
+@undoer("run-processes", owns={"run_id": THIS_RUN})
 def _undo_run_processes(data: dict[str, Any]) -> None:
     """Kill every process carrying the recorded run id (the fallback without cgroups)."""
     run_id = str(data["run_id"])
@@ -367,17 +370,17 @@ def _undo_run_processes(data: dict[str, Any]) -> None:
         raise OSError(f"processes {left} of run {run_id} survived SIGKILL")
 
 
-@undoer("node-kill")
+@undoer("node-kill", owns={})  # acts on nothing
 def _undo_node_kill(data: dict[str, Any]) -> None:
     """Killed processes cannot be revived; recorded so the ledger shows it happened."""
 
 
-@undoer("signal")
+@undoer("signal", owns={})  # acts on nothing
 def _undo_signal(data: dict[str, Any]) -> None:
     """A delivered signal cannot be taken back; recorded so the ledger shows it happened."""
 
 
-@undoer("sigstop")
+@undoer("sigstop", owns={"pid": owned.PROCESS})
 def _undo_sigstop(data: dict[str, Any]) -> None:
     """Resume the paused process, only if it is still the one that was paused."""
     pid, start = int(data["pid"]), data.get("start_time")

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill.errors import FaultError
-from faultdrill.ledger import undoer
-from faultdrill.platforms.local import procfs
+from faultdrill.ledger import PATH, undoer
+from faultdrill.platforms.local import owned, procfs
+from faultdrill.platforms.local.owned import MIRROR_MODULE
 
 __all__ = [
     "FILLER",
@@ -197,7 +198,7 @@ def _our_mount_on_top(data: dict[str, Any], *, resolve: bool = True) -> bool:
     return False
 
 
-@undoer("ro-bind-mount")
+@undoer("ro-bind-mount", owns={"path": PATH})
 def _undo_ro_bind(data: dict[str, Any]) -> None:
     """Unmount the read-only bind if it is ours (:func:`_is_ours`): the directory underneath
     is as it was. Any other mount at the path is left alone."""
@@ -205,7 +206,7 @@ def _undo_ro_bind(data: dict[str, Any]) -> None:
         _umount(str(data["path"]))
 
 
-@undoer("tmpfs-mount")
+@undoer("tmpfs-mount", owns={"path": PATH, "keep_copy": PATH, "source": owned.MOUNT_TAG})
 def _undo_tmpfs(data: dict[str, Any]) -> None:
     """If the top mount at the path is our tmpfs: copy what it holds back into the directory
     underneath, then unmount it. Any other mount at the path is left alone."""
@@ -230,7 +231,7 @@ def _undo_tmpfs(data: dict[str, Any]) -> None:
         shutil.rmtree(keep, ignore_errors=True)
 
 
-@undoer("filler-file")
+@undoer("filler-file", owns={"path": PATH})
 def _undo_filler(data: dict[str, Any]) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(str(data["path"]))
@@ -238,7 +239,6 @@ def _undo_filler(data: dict[str, Any]) -> None:
 
 # --- the FUSE mirror (mode unreachable) ----------------------------------------------------
 
-MIRROR_MODULE = "faultdrill.platforms.local.fuse_mirror"
 MIRROR_FSTYPE = "fuse.faultdrill"  # the daemon mounts with subtype "faultdrill"
 FUSECTL = Path("/sys/fs/fuse/connections")
 
@@ -340,7 +340,16 @@ def _end_daemon(pid: int, start: int) -> None:
             os.waitpid(pid, os.WNOHANG)
 
 
-@undoer("fuse-mirror")
+@undoer(
+    "fuse-mirror",
+    owns={
+        "path": PATH,
+        "log": PATH,
+        "source": owned.MOUNT_TAG,
+        "status": owned.FUSE_STATUS,
+        "pid": owned.FUSE_DAEMON,
+    },
+)
 def _undo_fuse_mirror(data: dict[str, Any]) -> None:
     """Take the FUSE mirror down, also after a SIGKILL of the harness mid-outage:
 
@@ -366,7 +375,7 @@ def _undo_fuse_mirror(data: dict[str, Any]) -> None:
         _end_daemon(*daemon)
 
 
-@undoer("fuse-outage")
+@undoer("fuse-outage", owns={"status": owned.FUSE_STATUS, "pid": owned.FUSE_DAEMON})
 def _undo_fuse_outage(data: dict[str, Any]) -> None:
     """The server answers again: SIGCONT (hang), SIGUSR2 (error), to the recorded daemon
     only (pid and start time). A daemon that is gone has nothing to resume; the mirror's

@@ -11,7 +11,7 @@ directory of this host (:class:`~faultdrill.platforms.local.storage.HostStorage`
 
 Actions (:mod:`faultdrill.platforms.api`): a rank's replica is signalled through /proc
 (pid and start time), the control plane (the store's host, the first agent) is paused
-with SIGSTOP. With ``isolation: netns`` the nodes and links can be acted on as well
+with SIGSTOP, and a copy of a replica is started on its node (``copies``). With ``isolation: netns`` the nodes and links can be acted on as well
 (:mod:`faultdrill.platforms.local.netns`).
 
 Settings taken from ``../shared/notes/torchrun.md`` (each fixed a measured failure):
@@ -23,7 +23,6 @@ leftovers; AF_UNIX socket paths of DataLoader workers stay under 108 bytes), one
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import shutil
@@ -46,8 +45,9 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
-from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local import owned, procfs
 from faultdrill.platforms.local.cluster import NodeCluster
+from faultdrill.platforms.local.copies import copy_change, reap
 from faultdrill.platforms.local.linux import signal_change, sigstop_change
 from faultdrill.platforms.local.storage import HostStorage, fuse_missing
 
@@ -86,10 +86,10 @@ _SCRATCH_NAME = re.compile(r"fd-[0-9a-f]{12}")
 def scratch_root(run_id: str) -> Path:
     """``/tmp/fd-<12 hex digits of the run id's hash>``: short, and named so that the undo
     can tell it is ours."""
-    return _SCRATCH_PARENT / f"fd-{hashlib.sha1(run_id.encode()).hexdigest()[:12]}"
+    return owned.run_tmp_dir("fd-", 12, run_id)
 
 
-@undoer("scratch-dir")
+@undoer("scratch-dir", owns={"path": owned.tmp_dir("fd-", 12, in_run=False)})
 def _undo_scratch(data: dict[str, object]) -> None:
     """Remove a run's scratch directory; refuses any path that is not one of ours."""
     path = Path(str(data["path"]))
@@ -119,6 +119,7 @@ _ALWAYS = frozenset(
         Ability.STORAGE_FULL,
         Ability.STORAGE_UNREACHABLE,
         Ability.CHECKPOINT_FILES,
+        Ability.REPLICA_COPY,
     }
 )
 _WITH_NETNS = frozenset(
@@ -167,6 +168,7 @@ class LocalPlatform(HostStorage, Platform):
         self.rdzv_port = 0
         self._lineage = Lineage()
         self._scratch: Path | None = None
+        self._copies: list[subprocess.Popen[bytes]] = []  # replica copies (CopiesReplicas)
 
     # --- abilities ----------------------------------------------------------------------
 
@@ -397,6 +399,7 @@ class LocalPlatform(HostStorage, Platform):
             agent.proc.wait()
             agent.log.close()
         self.cluster.teardown()
+        reap(self._copies)
 
     def leftovers(self) -> list[str]:
         return self.cluster.leftovers()
@@ -436,6 +439,11 @@ class LocalPlatform(HostStorage, Platform):
 
     def replica_alive(self, replica: Replica) -> bool:
         return procfs.alive(replica.pid, replica.start_time)
+
+    # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
+
+    def replica_copy(self, replica: Replica) -> Change:
+        return copy_change(self.cluster, replica, self.work_dir / "logs", self._copies)
 
     # --- actions: the control plane (ControlPlaneActions) ------------------------------------
 

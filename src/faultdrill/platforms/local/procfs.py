@@ -19,6 +19,7 @@ __all__ = [
     "Cgroup",
     "alive",
     "cmdline",
+    "cwd",
     "environ",
     "identity",
     "kill_checked",
@@ -26,6 +27,7 @@ __all__ = [
     "pids_with_env",
     "proc_state",
     "session_id",
+    "session_members",
     "start_time",
 ]
 
@@ -96,6 +98,23 @@ def cmdline(pid: int) -> list[str]:
     except OSError:
         return []
     return [p.decode(errors="replace") for p in raw.split(b"\0") if p]
+
+
+def cwd(pid: int) -> Path | None:
+    """The process's working directory, None if gone or not readable."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
+
+
+def session_members(sid: int) -> list[int]:
+    """Every live pid whose session is ``sid`` (the leader included, if alive)."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and session_id(int(entry.name)) == sid and alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
 
 
 def kill_checked(pid: int, start: int | None, sig: int) -> bool:

@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from faultdrill.errors import EnvironmentPrepError, PlatformError
-from faultdrill.ledger import undoer
-from faultdrill.platforms.local import procfs
+from faultdrill.ledger import SECONDS, undoer
+from faultdrill.platforms.local import owned, procfs
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -166,7 +166,10 @@ def stop_tree(
 # --- undo functions (used in-process and by `faultdrill cleanup`) -------------------------
 
 
-@undoer("ray-daemon")
+@undoer(
+    "ray-daemon",
+    owns={"pid": owned.PROCESS, "marker": owned.env_marker(MARKER_ENV), "grace_s": SECONDS},
+)
 def _undo_daemon(data: dict[str, Any]) -> None:
     """Stop a Ray daemon (or redis) by its recorded pid tree and marker. Idempotent; never
     ``ray stop``."""
@@ -181,7 +184,7 @@ def _undo_daemon(data: dict[str, Any]) -> None:
         raise OSError(f"{data.get('role')} on {data.get('node')}: pids {left} survived SIGKILL")
 
 
-@undoer("ray-tempdir")
+@undoer("ray-tempdir", owns={"path": owned.tmp_dir(_SHORT_PREFIX, 10, in_run=True)})
 def _undo_tempdir(data: dict[str, Any]) -> None:
     """Remove Ray's temp dir when it lies outside the run directory (a short path under
     /tmp made for this run); one inside the run directory is evidence and stays."""

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import FaultError, PlatformError
-from faultdrill.ledger import undoer
+from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.platforms.api import (
     JobSpec,
     JobState,
@@ -84,12 +84,12 @@ class Change:
     reversible: bool = True
 
 
-@undoer("ray-signal")
+@undoer("ray-signal", owns={})  # acts on nothing
 def _undo_signal(data: dict[str, Any]) -> None:
     """A delivered signal is not taken back (entry closed at once)."""
 
 
-@undoer("ray-head-stopped")
+@undoer("ray-head-stopped", owns={"run_id": THIS_RUN})
 def _undo_head_stopped(data: dict[str, Any]) -> None:
     """Start the head again when the cluster runs in this process (a drill in progress);
     after a crash (``faultdrill cleanup``) there is nothing to bring back."""

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
-from faultdrill.ledger import undoer
-from faultdrill.platforms.local import procfs
+from faultdrill.ledger import SECONDS, undoer
+from faultdrill.platforms.local import owned, procfs
 from faultdrill.platforms.slurm.nodes import CONTROLLER, CONTROLLER_ADDRESS, SERVICES, SlurmNodes
 from faultdrill.platforms.slurm.parse import parse_records
 
@@ -97,7 +97,7 @@ def stop_process(pid: int, start: int | None, term_wait_s: float) -> None:
     raise OSError(f"process {pid} survived SIGKILL")
 
 
-@undoer("slurm-daemon")
+@undoer("slurm-daemon", owns={"pid": owned.PROCESS, "cgroup": owned.CGROUP, "term_wait_s": SECONDS})
 def _undo_daemon(data: dict[str, Any]) -> None:
     """Stop the recorded daemon process (pid + start time), thawing its cgroup first. A
     daemon recorded without a pid never started as far as the harness knew; anything it

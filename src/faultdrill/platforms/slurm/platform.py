@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import FaultError, PlatformError
-from faultdrill.ledger import undoer
+from faultdrill.ledger import PATH, undoer
 from faultdrill.platforms.api import (
     JobSpec,
     JobState,
@@ -46,7 +46,7 @@ from faultdrill.platforms.api import (
     Platform,
     Replica,
 )
-from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local import owned, procfs
 from faultdrill.platforms.local.platform import describe_process
 from faultdrill.platforms.slurm import jobs
 from faultdrill.platforms.slurm.embedded import EmbeddedSlurm, SlurmSettings
@@ -89,7 +89,7 @@ def _scontrol_in(ns: str, conf: str, argv: list[str]) -> subprocess.CompletedPro
     )
 
 
-@undoer("slurm-drain")
+@undoer("slurm-drain", owns={"ns": owned.NETNS, "conf": PATH})
 def _undo_drain(data: dict[str, Any]) -> None:
     """``scontrol update State=RESUME`` of the drained node. When the controller no longer
     answers and the cluster is embedded (it is going away with the run), nothing is left

@@ -99,7 +99,7 @@ def _head(t: Translator, s: Item) -> list[str]:
             "ctl.line.plain",
             caught=t.caught(s.caught),
             check=s.expected_check,
-            mutation=json.dumps(s.workload_mutation, ensure_ascii=False),
+            mutation=words.mutation(t, s),
             verdict=t.verdict(s.verdict),
         )
         out.append(f"<p class='control-line'>{e(line)}</p>")

@@ -79,6 +79,11 @@ def _summary_list(t: Translator, report: Report) -> list[str]:
         "<ul class='summary'>",
         f"<li>{e(scenarios)}</li>",
         f"<li>{e(t('summary.controls', c=summ.controls_caught, n=summ.controls))}</li>",
+        *(
+            [f"<li class='warning' data-controls-note>{e(note)}</li>"]
+            if (note := words.controls_note(t, report))
+            else []
+        ),
         f"<li>{e(baseline)}</li>",
         f"<li>{e(t('summary.overall', ok=t('ok') if summ.ok else t('not-ok')))}</li>",
         "</ul>",
@@ -124,7 +129,7 @@ def _scenario_row(t: Translator, s: Item) -> str:
 def _controls_table(t: Translator, report: Report) -> str:
     rows = "".join(
         f"<tr data-scenario='{e(s.id)}'><td><a href='#item-{e(s.id)}'>{e(s.id)}</a></td>"
-        f"<td><code>{e(json.dumps(s.workload_mutation, ensure_ascii=False))}</code></td>"
+        f"<td><code>{e(words.mutation(t, s))}</code></td>"
         f"<td><code>{e(s.expected_check)}</code></td>"
         f"<td data-caught='{_caught_attr(s.caught)}'>"
         f"{e(_caught_text(t, s.caught))}</td><td>{vb(t, s.verdict)}</td>"

@@ -6,7 +6,7 @@ Per item (:func:`item_parts`): the conclusion level with each level's proof, the
 layer, a failed job's command and error output, "no probe events", the held-out evaluation
 and exported artefact, the trend after recovery, what the recovery depended on, where each
 rank ran, how the fault's disruption ended, goodput, the checkpoint inventory, placement and
-the network track. Per run (:func:`run_parts`): the recovery dependencies summed for the
+the network track, and what of the evidence was read from the job's log lines. Per run (:func:`run_parts`): the recovery dependencies summed for the
 cost discussion and who owns each. The baseline's dossiers: :func:`dossier_parts`.
 """
 
@@ -23,6 +23,7 @@ from faultdrill.report.parts.accounting import (
     placement_part,
 )
 from faultdrill.report.parts.dossier import dossier_parts
+from faultdrill.report.parts.joblog import log_evidence_part
 from faultdrill.report.parts.recovery import dependencies_part, ownership_part, totals_part
 from faultdrill.report.parts.results import evaluation_part, scheduling_part, trend_part
 from faultdrill.report.parts.verdict import (
@@ -58,6 +59,7 @@ ITEM_PART_KEYS = frozenset(
         "field_messages",
         "aborted",
         "not_proven_why",
+        "log_evidence",
     }
 )
 
@@ -77,6 +79,7 @@ def item_parts(t: Translator, s: Item, report: Report) -> list[Part]:
     """Every part of one item after its evidence, in report order."""
     every = report.plan.checkpoint.every_steps
     parts = [
+        log_evidence_part(t, s),
         evaluation_part(t, s),
         trend_part(t, s),
         dependencies_part(t, s),

@@ -1,0 +1,423 @@
+"""Harness-side negative controls: defects the harness plants without the job's help.
+
+A negative control proves that a check can fail on *this* workload. A job we cannot change
+has no known-bad switch, so the harness makes the defect itself, right before a restart
+it causes (a worker killed, like ``kill-worker``), and the named check must catch what
+follows:
+
+================  ========================================  ==============================
+kind              what the harness does                     caught by
+================  ========================================  ==============================
+rollback-latest   rewrites the ``latest`` pointer to name   ``progress.resume-point``
+                  an older checkpoint (``back`` saves
+                  back), then kills a worker: a job that
+                  follows its pointer resumes too far back
+hide-checkpoints  moves everything in the checkpoint        ``progress.no-restart-from-
+                  directory aside, then kills a worker:     zero``
+                  the restart finds nothing and starts
+                  from step 0; the entries come back at
+                  the end of the item where their names
+                  are free (the others stay under
+                  ``faults/``, as evidence)
+stale-copy        starts a copy of a rank's replica on its  ``resources.no-stale-replica``
+                  node (its command line, environment and
+                  working directory: ability
+                  ``replica-copy``), then kills the
+                  original: the platform restarts the job
+                  while the copy runs on; the undo stops
+                  the copy
+================  ========================================  ==============================
+
+The checkpoint files are reached where the platform says the harness can reach them
+(``checkpoint-files``); the restart is a signal through the platform (``signal-rank``).
+The injection event names no ``ckpt_id`` (the checks would then treat that checkpoint as
+damaged, and a resume from an older one as right): it names ``pointer_from`` /
+``pointer_to`` or ``hidden``.
+
+A plan asks for these controls in one line (``controls: {harness: all}``; see
+:class:`HarnessControls`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from faultdrill.errors import FaultError
+from faultdrill.faults.api import (
+    Fault,
+    FaultContext,
+    FaultSpec,
+    cannot,
+    is_single_name,
+    register,
+)
+from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget, check_worker_target
+from faultdrill.ledger import PATH, NotOursError, undoer
+from faultdrill.platforms.api import (
+    Ability,
+    Change,
+    CopiesReplicas,
+    ReachesCheckpoints,
+    SignalsRanks,
+)
+
+__all__ = [
+    "EXPECTED_CHECK",
+    "HARNESS_CONTROLS",
+    "HarnessControls",
+    "HideCheckpointsSpec",
+    "RollbackLatestSpec",
+    "StaleCopySpec",
+    "expand_controls",
+]
+
+HarnessKind = Literal["rollback-latest", "hide-checkpoints", "stale-copy"]
+HARNESS_CONTROLS: tuple[str, ...] = ("rollback-latest", "hide-checkpoints", "stale-copy")
+#: The check each harness control must make fail.
+EXPECTED_CHECK = {
+    "rollback-latest": "progress.resume-point",
+    "hide-checkpoints": "progress.no-restart-from-zero",
+    "stale-copy": "resources.no-stale-replica",
+}
+_TITLE = {
+    "rollback-latest": "the latest pointer rolled back to an older checkpoint before a restart",
+    "hide-checkpoints": "the checkpoint directory hidden during a restart",
+    "stale-copy": "a copy of a worker left running across a restart",
+}
+
+
+def _restart_target() -> WorkerTarget:
+    return WorkerTarget(rank=1)
+
+
+class RollbackLatestSpec(FaultSpec):
+    kind: Literal["rollback-latest"] = "rollback-latest"
+    back: int = Field(1, ge=1, le=16, description="how many checkpoints back the pointer goes")
+    restart: WorkerTarget = Field(
+        default_factory=_restart_target, description="the worker killed to make the job restart"
+    )
+
+    def target_label(self) -> str:
+        return "the checkpoint `latest` names"
+
+
+class HideCheckpointsSpec(FaultSpec):
+    kind: Literal["hide-checkpoints"] = "hide-checkpoints"
+    restart: WorkerTarget = Field(
+        default_factory=_restart_target, description="the worker killed to make the job restart"
+    )
+
+    def target_label(self) -> str:
+        return "the checkpoint directory"
+
+
+class StaleCopySpec(FaultSpec):
+    kind: Literal["stale-copy"] = "stale-copy"
+    target: WorkerTarget = Field(
+        default_factory=_restart_target, description="the worker copied (and then killed)"
+    )
+    kill_original: bool = Field(
+        True, description="kill the original after the copy started, so the job restarts"
+    )
+
+    def target_label(self) -> str:
+        return self.target.label()
+
+
+# --- the changes to the job's checkpoint files (the harness's own acts) ------------------
+
+
+def _durable_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (temp file, fsync, rename), as a job publishes."""
+    tmp = path.with_name(f".faultdrill-{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@undoer("ckpt-pointer", owns={"path": PATH})
+def _undo_pointer(data: dict[str, Any]) -> None:
+    """Put the pointer's earlier text back, only if it still holds what the harness wrote
+    (the job may have published a newer checkpoint since: that is left alone)."""
+    path = Path(str(data["path"]))
+    if path.is_symlink():
+        raise NotOursError(f"{path} is a symbolic link now; left alone")
+    try:
+        now = path.read_text()
+    except FileNotFoundError:
+        return
+    if now == data.get("after"):
+        _durable_text(path, str(data["before"]))
+
+
+def pointer_change(pointer: Path, before: str, after: str, label: str) -> Change:
+    """Rewrite the pointer file ``pointer`` from ``before`` to ``after`` (ledger kind
+    ``ckpt-pointer``; the undo puts ``before`` back if nothing moved it since)."""
+
+    def apply(note: Any) -> dict[str, Any]:
+        if pointer.read_text() != before:
+            raise FaultError(f"{pointer} changed while the harness rewrote it; not rewritten")
+        _durable_text(pointer, after)
+        return {}
+
+    data = {"path": str(pointer), "before": before, "after": after}
+    return Change("ckpt-pointer", data, label, f"echo {after.strip()!r} > {pointer}", apply)
+
+
+_HIDDEN = re.compile(r"hidden-.+")
+
+
+@undoer("ckpt-hide", owns={"ckpt_dir": PATH, "hidden": PATH})
+def _undo_hide(data: dict[str, Any]) -> None:
+    """Move each hidden entry back where its name is free; the others stay hidden (the
+    job wrote new ones under those names). Refuses paths that are not the recorded
+    pair (a ``hidden-*`` directory under ``faults/`` beside the checkpoint directory)."""
+    ckpt, hidden = Path(str(data["ckpt_dir"])), Path(str(data["hidden"]))
+    if not hidden.exists():
+        return
+    if (
+        hidden.is_symlink()
+        or ckpt.is_symlink()
+        or hidden.parent != ckpt.parent / "faults"
+        or not _HIDDEN.fullmatch(hidden.name)
+    ):
+        raise NotOursError(f"{hidden} is not where the harness hid {ckpt}; left alone")
+    ckpt.mkdir(exist_ok=True)
+    for entry in sorted(hidden.iterdir()):
+        if not os.path.lexists(ckpt / entry.name):
+            os.rename(entry, ckpt / entry.name)
+    with contextlib.suppress(OSError):
+        hidden.rmdir()  # only when every entry went back
+
+
+def hide_change(ckpt: Path, hidden: Path) -> Change:
+    """Move every entry of ``ckpt`` into ``hidden`` (ledger kind ``ckpt-hide``)."""
+
+    def apply(note: Any) -> dict[str, Any]:
+        hidden.mkdir(parents=True)
+        moved = []
+        for entry in sorted(ckpt.iterdir()):
+            os.rename(entry, hidden / entry.name)
+            moved.append(entry.name)
+        return {"hidden": moved, "hidden_to": str(hidden)}
+
+    data = {"ckpt_dir": str(ckpt), "hidden": str(hidden)}
+    label = f"hide the contents of {ckpt} in {hidden}"
+    return Change("ckpt-hide", data, label, f"mv {ckpt}/* {hidden}/", apply)
+
+
+def _trailing_number(name: str) -> int | None:
+    digits = re.findall(r"\d+", name)
+    return int(digits[-1]) if digits else None
+
+
+def older_checkpoint(view: Path, latest_file: str, current: str, back: int) -> str | None:
+    """The checkpoint ``back`` saves older than ``current`` in ``view``, by the step number
+    at the end of their names (``step-000020`` -> 20); None when there is none."""
+    now = _trailing_number(current)
+    if now is None:
+        return None
+    older = sorted(
+        (n, e.name)
+        for e in view.iterdir()
+        if e.name != latest_file
+        and not e.name.startswith(".")
+        and (n := _trailing_number(e.name)) is not None
+        and n < now
+    )
+    return older[-back][1] if len(older) >= back else None
+
+
+# --- the faults ----------------------------------------------------------------------------
+
+
+def _restart(ctx: FaultContext, target: WorkerTarget) -> dict[str, Any]:
+    killed = KillWorker(KillWorkerSpec(target=target)).inject(ctx)
+    return {f"restart_{k}": v for k, v in killed.items()}
+
+
+def _view(ctx: FaultContext) -> tuple[Path, Path]:
+    """(the checkpoint directory, where the harness reaches it now)."""
+    ckpt_dir = ctx.checked_ckpt_dir()
+    files = ctx.platform
+    if not isinstance(files, ReachesCheckpoints):
+        raise cannot(ctx, Ability.CHECKPOINT_FILES)
+    return ckpt_dir, files.checkpoint_view(ckpt_dir)
+
+
+@register
+class RollbackLatest(Fault):
+    """Rewrite ``latest`` to an older checkpoint, then restart the job (module docstring)."""
+
+    kind = "rollback-latest"
+    spec_model = RollbackLatestSpec
+    requires = frozenset({Ability.CHECKPOINT_FILES, Ability.SIGNAL_RANK})
+
+    @classmethod
+    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
+        assert isinstance(spec, RollbackLatestSpec)
+        if not plan.checkpoint.latest_file:
+            return "rollback-latest needs checkpoint.latest_file (the pointer it rolls back)"
+        return check_worker_target(spec.restart, plan, "rollback-latest restart")
+
+    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+        spec = self.spec
+        assert isinstance(spec, RollbackLatestSpec)
+        _, view = _view(ctx)
+        pointer = view / ctx.latest_file
+        try:
+            before = pointer.read_text(errors="replace")
+        except OSError as exc:
+            raise FaultError(f"no {ctx.latest_file} pointer to roll back: {exc.strerror}") from exc
+        parts = before.split()
+        if not parts or not is_single_name(parts[0]):
+            raise FaultError(f"{ctx.latest_file} names no checkpoint ({before[:80]!r})")
+        older = older_checkpoint(view, ctx.latest_file, parts[0], spec.back)
+        if older is None:
+            raise FaultError(
+                f"no checkpoint {spec.back} save(s) older than {parts[0]} to roll back to "
+                "(trigger the control after more checkpoints, e.g. after_checkpoint: 2)"
+            )
+        # the job's own format, the id swapped (a digest beside it is the job's business)
+        after = before.replace(parts[0], older, 1)
+        label = f"{ctx.latest_file}: {parts[0]} -> {older}"
+        change = pointer_change(pointer, before, after, label)
+        self.apply_change(ctx, change)
+        facts = {"pointer_from": parts[0], "pointer_to": older, "command": change.command}
+        return {**facts, **_restart(ctx, spec.restart)}
+
+
+@register
+class HideCheckpoints(Fault):
+    """Hide everything in the checkpoint directory, then restart the job (module docstring)."""
+
+    kind = "hide-checkpoints"
+    spec_model = HideCheckpointsSpec
+    requires = frozenset({Ability.CHECKPOINT_FILES, Ability.SIGNAL_RANK})
+
+    @classmethod
+    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
+        assert isinstance(spec, HideCheckpointsSpec)
+        return check_worker_target(spec.restart, plan, "hide-checkpoints restart")
+
+    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+        spec = self.spec
+        assert isinstance(spec, HideCheckpointsSpec)
+        ckpt, view = _view(ctx)
+        if view != ckpt:
+            raise FaultError(
+                f"{ckpt} is served through {view} now; hide-checkpoints moves plain files only"
+            )
+        if not any(ckpt.iterdir()):
+            raise FaultError(f"{ckpt} is empty: nothing to hide (trigger after a checkpoint)")
+        base = ckpt.parent / "faults" / f"hidden-{ckpt.name}"
+        hidden, n = base, 1
+        while hidden.exists():
+            n += 1
+            hidden = base.with_name(f"{base.name}-{n}")
+        change = hide_change(ckpt, hidden)
+        facts = self.apply_change(ctx, change)
+        return {**facts, "command": change.command, **_restart(ctx, spec.restart)}
+
+
+@register
+class StaleCopy(Fault):
+    """Start a copy of a rank's replica, then kill the original (module docstring)."""
+
+    kind = "stale-copy"
+    spec_model = StaleCopySpec
+    requires = frozenset({Ability.REPLICA_COPY, Ability.SIGNAL_RANK})
+
+    @classmethod
+    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
+        assert isinstance(spec, StaleCopySpec)
+        return check_worker_target(spec.target, plan, "stale-copy target")
+
+    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+        spec = self.spec
+        assert isinstance(spec, StaleCopySpec)
+        copier, signals = ctx.platform, ctx.platform
+        if not isinstance(copier, CopiesReplicas):
+            raise cannot(ctx, Ability.REPLICA_COPY)
+        if not isinstance(signals, SignalsRanks):
+            raise cannot(ctx, Ability.SIGNAL_RANK)
+        original = signals.rank_replica(rank=spec.target.rank, node=spec.target.node)
+        change = copier.replica_copy(original)
+        try:
+            facts = self.apply_change(ctx, change)
+        except FaultError as exc:
+            if isinstance(exc.__cause__, ProcessLookupError):
+                raise FaultError(f"worker pid {original.pid} exited before it was copied") from exc
+            raise
+        facts["command"] = change.command
+        if spec.kill_original:
+            kill = signals.signal_replica(original, "SIGKILL")
+            self.apply_change(ctx, kill)
+            facts.update(restart_pid=original.pid, restart_signal="SIGKILL")
+        return facts
+
+
+# --- the plan's one line ------------------------------------------------------------------
+
+
+class HarnessControls(BaseModel):
+    """``controls:`` as a mapping: the harness-side controls in one line, and the plan's
+    own controls (known-bad workloads) under ``items``::
+
+        controls: {harness: all}
+        controls:
+          harness: [rollback-latest, stale-copy]
+          trigger: {after_checkpoint: 2}    # default: after the second checkpoint
+          target: {rank: 1}                  # the worker killed (and copied); default rank 1
+          items: [...]                       # controls as in the list form
+
+    Each harness control becomes a control ``ctl-<kind>`` whose expected check is the one
+    its defect must fail (:data:`EXPECTED_CHECK`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    harness: tuple[HarnessKind, ...] | Literal["all"]
+    trigger: dict[str, Any] = Field(default_factory=lambda: {"after_checkpoint": 2})
+    target: dict[str, Any] = Field(default_factory=lambda: {"rank": 1})
+    items: tuple[dict[str, Any], ...] = ()
+
+
+def expand_controls(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """The list form of ``controls`` given as a :class:`HarnessControls` mapping (each
+    control still raw: the plan validates it as any other). Raises ValueError naming the
+    field and the fix."""
+    from pydantic import ValidationError
+
+    try:
+        spec = HarnessControls.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(
+                str(p) for p in err["loc"] if not str(p).startswith(("tuple", "literal"))
+            )
+            problems.append(f"controls.{loc}: {err['msg']} (got {err.get('input')!r})")
+        raise ValueError(
+            "; ".join(problems) + f"; harness controls are: all, {', '.join(HARNESS_CONTROLS)}"
+        ) from exc
+    kinds = HARNESS_CONTROLS if spec.harness == "all" else tuple(dict.fromkeys(spec.harness))
+    out: list[dict[str, Any]] = []
+    for kind in kinds:
+        where = "target" if kind == "stale-copy" else "restart"
+        out.append(
+            {
+                "id": f"ctl-{kind}",
+                "title": f"harness control: {_TITLE[kind]}",
+                "fault": {"kind": kind, where: dict(spec.target)},
+                "trigger": dict(spec.trigger),
+                "expected_check": EXPECTED_CHECK[kind],
+            }
+        )
+    return [*out, *(dict(item) for item in spec.items)]

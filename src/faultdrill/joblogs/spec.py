@@ -1,0 +1,325 @@
+"""The plan's ``logs`` section: how to read a job's progress from its own output.
+
+Each field is a Python regular expression (``re``, applied with ``search`` to one line of
+the job's output, without its newline) with named groups for the values. A line may match
+several patterns (a step line that also reports a save); each gives one event, in the
+order of the table. Groups that a pattern may use (**bold**: required):
+
+=================  ==================  ==================================================
+field              event               groups
+=================  ==================  ==================================================
+run_start          ``run_start``       rank, world_size
+checkpoint_loaded  ``ckpt_load``       **id**, **step**, rank, verified, data_position,
+                                       path
+no_checkpoint      ``ckpt_none``       rank
+step               ``step``            **step**, rank, loss, and the samples it consumed:
+                                       sample_start with sample_end (exclusive) or
+                                       sample_last (inclusive), or samples (a count)
+checkpoint_saved   ``ckpt_save``       **id**, **step**, rank, path, data_position
+run_end            ``run_end``         rank, step, digest
+rank               (none)              **rank**: the rank of any line it matches
+=================  ==================  ==================================================
+
+``step`` and ``run_end`` are required (without the job's own end-of-run line a clean end
+cannot be told from a crash). Without ``run_start`` a replica announces itself with its
+first matched line. A ``verified`` group says the job checked the checkpoint before loading
+it: true when it matched text other than ``false``/``no``/``0``/``unverified``, false when
+it did not take part in the match; a pattern without one leaves verification unknown
+(``progress.checkpoint-verified`` then retests). A ``samples`` count says how many samples
+a step consumed, not which: the sample ledger then retests ("not observable").
+
+Validation names the field: a pattern that does not compile, lacks a required group or has
+a group its field does not know is refused when the plan loads.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from faultdrill.report.i18n import Msg
+
+__all__ = ["GROUPS", "LineReader", "LogPatterns", "Reading"]
+
+#: field -> (event kind, required groups, optional groups), in the order a line is read.
+GROUPS: dict[str, tuple[str | None, frozenset[str], frozenset[str]]] = {
+    "run_start": ("run_start", frozenset(), frozenset({"rank", "world_size"})),
+    "checkpoint_loaded": (
+        "ckpt_load",
+        frozenset({"id", "step"}),
+        frozenset({"rank", "verified", "data_position", "path"}),
+    ),
+    "no_checkpoint": ("ckpt_none", frozenset(), frozenset({"rank"})),
+    "step": (
+        "step",
+        frozenset({"step"}),
+        frozenset({"rank", "loss", "sample_start", "sample_end", "sample_last", "samples"}),
+    ),
+    "checkpoint_saved": (
+        "ckpt_save",
+        frozenset({"id", "step"}),
+        frozenset({"rank", "path", "data_position"}),
+    ),
+    "run_end": ("run_end", frozenset(), frozenset({"rank", "step", "digest"})),
+    "rank": (None, frozenset({"rank"}), frozenset()),
+}
+
+_FALSE = frozenset({"", "false", "no", "0", "unverified", "not verified", "none"})
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _check_pattern(name: str, pattern: str | None) -> str | None:
+    """``pattern`` if it compiles and has exactly the groups field ``name`` allows; raises
+    ValueError saying what is wrong and how to fix it."""
+    if pattern is None:
+        return None
+    try:
+        rx = _compiled(pattern)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        raise ValueError(
+            f"does not compile: {exc.msg}{where} in {pattern!r}; write a Python regular "
+            "expression (quote it in single quotes in YAML so backslashes stay as written)"
+        ) from exc
+    _kind, required, optional = GROUPS[name]
+    groups = set(rx.groupindex)
+    missing = sorted(required - groups)
+    if missing:
+        example = ", ".join(f"(?P<{g}>...)" for g in missing)
+        raise ValueError(f"needs the named group(s) {', '.join(missing)}: add {example}")
+    unknown = sorted(groups - required - optional)
+    if unknown:
+        raise ValueError(
+            f"has named group(s) {', '.join(unknown)}, which logs.{name} does not use; its "
+            f"groups are {', '.join(sorted(required | optional))} (use (?:...) for a group "
+            "that only groups)"
+        )
+    if name == "step":
+        ranged = {"sample_end", "sample_last"} & groups
+        if ("sample_start" in groups) != bool(ranged) or len(ranged) > 1:
+            raise ValueError(
+                "a sample range needs sample_start with exactly one of sample_end "
+                "(exclusive) or sample_last (inclusive)"
+            )
+        if "samples" in groups and ranged:
+            raise ValueError("give either a sample range or a sample count (samples), not both")
+    return pattern
+
+
+class LogPatterns(BaseModel):
+    """How the job's own output says what it did (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step: str
+    run_end: str
+    run_start: str | None = None
+    checkpoint_loaded: str | None = None
+    no_checkpoint: str | None = None
+    checkpoint_saved: str | None = None
+    rank: str | None = None
+
+    @field_validator(
+        "step",
+        "run_end",
+        "run_start",
+        "checkpoint_loaded",
+        "no_checkpoint",
+        "checkpoint_saved",
+        "rank",
+    )
+    @classmethod
+    def _valid(cls, value: str | None, info: Any) -> str | None:
+        return _check_pattern(str(info.field_name), value)
+
+    @model_validator(mode="after")
+    def _not_empty_match(self) -> LogPatterns:
+        for name in GROUPS:
+            pattern = getattr(self, name)
+            if pattern is not None and _compiled(pattern).search("") is not None:
+                raise ValueError(
+                    f"logs.{name} {pattern!r} matches an empty line, so it would match every "
+                    "line; make it name something the line must contain"
+                )
+        return self
+
+    @property
+    def says_rank(self) -> bool:
+        """Whether some pattern reads the rank from the line."""
+        return any(
+            p is not None and "rank" in _compiled(p).groupindex
+            for p in (getattr(self, n) for n in GROUPS)
+        )
+
+    @property
+    def sample_ids(self) -> str:
+        """What the step lines say about sample ids, as ``run_start``'s ``sample_ids``."""
+        said = self._sample_ids()
+        return "observed" if said is None else said.text()
+
+    def _sample_ids(self) -> Msg | None:
+        """Why the step lines do not say which samples (None: they do)."""
+        groups = _compiled(self.step).groupindex
+        if "sample_start" in groups:
+            return None
+        if "samples" in groups:
+            return Msg("logs.blind.sample-count")
+        return Msg("logs.blind.sample-none")
+
+    def blind_spots(self) -> list[tuple[str, str]]:
+        """(check, why) for each check the patterns leave without evidence."""
+        return [(check, why.text()) for check, why in self.blind_spot_messages()]
+
+    def blind_spot_messages(self) -> list[tuple[str, Msg]]:
+        """:meth:`blind_spots` with each why as a message (said in a report's language)."""
+        out: list[tuple[str, Msg]] = []
+        step = _compiled(self.step).groupindex
+        samples = self._sample_ids()
+        if samples is not None:
+            out.append(("progress.sample-ledger", samples))
+        if "loss" not in step:
+            out.append(("results.loss-matches-baseline", Msg("logs.blind.no-loss")))
+        if self.checkpoint_loaded is None:
+            out.append(("progress.resume-point", Msg("logs.blind.no-load-pattern")))
+        elif "verified" not in _compiled(self.checkpoint_loaded).groupindex:
+            out.append(("progress.checkpoint-verified", Msg("logs.blind.no-verified")))
+        if self.checkpoint_saved is None:
+            out.append(("results.final-checkpoint-verifies", Msg("logs.blind.no-save-pattern")))
+        if "digest" not in _compiled(self.run_end).groupindex:
+            out.append(("results.final-model-digest", Msg("logs.blind.no-digest")))
+        return out
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One event a line stands for: the probe event ``kind``, its fields, and the rank the
+    line names (None: the line does not say)."""
+
+    kind: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    rank: int | None = None
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _float(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+class LineReader:
+    """Reads lines with the compiled patterns of a :class:`LogPatterns`. Thread-compatible
+    (no state besides the compiled patterns)."""
+
+    def __init__(self, patterns: LogPatterns) -> None:
+        self.patterns = patterns
+        self._rx = [
+            (name, GROUPS[name][0], _compiled(p))
+            for name in GROUPS
+            if name != "rank" and (p := getattr(patterns, name)) is not None
+        ]
+        rank = patterns.rank
+        self._rank = None if rank is None else _compiled(rank[1:] if rank[:1] == "^" else rank)
+        loaded = patterns.checkpoint_loaded
+        self._knows_verified = loaded is not None and "verified" in _compiled(loaded).groupindex
+
+    def read(self, line: str) -> list[Reading]:
+        """The events ``line`` stands for, in table order (empty: none).
+
+        Each pattern is found as often as it occurs: two processes that share an output
+        file and write a line's text and its newline separately (``print`` does) leave
+        lines of two records glued together, each record whole. A record without a rank
+        group takes the rank of the nearest ``logs.rank`` match before it (looked for
+        anywhere in the line: a leading ``^`` of that pattern is dropped). A match whose
+        ``step`` or ``rank`` is not a whole number gives a Reading of kind ``unreadable``
+        (``field``, ``why``) instead of an event."""
+        out = []
+        marks: list[tuple[int, int | None]] = []
+        if self._rank is not None:
+            marks = [(m.start(), _int(m.group("rank"))) for m in self._rank.finditer(line)]
+        for name, kind, rx in self._rx:
+            assert kind is not None
+            for m in rx.finditer(line):
+                out.append(self._reading(name, kind, m, marks))
+        return out
+
+    def _reading(
+        self, name: str, kind: str, m: re.Match[str], marks: list[tuple[int, int | None]]
+    ) -> Reading:
+        groups = m.groupdict()
+        rank = _int(groups.get("rank"))
+        fields = self._fields(kind, groups)
+        if "step" in GROUPS[name][1] and fields.get("step") is None:
+            return Reading("unreadable", {"field": name, "why": "step is not a whole number"})
+        if groups.get("rank") is not None and rank is None:
+            return Reading("unreadable", {"field": name, "why": "rank is not a whole number"})
+        if rank is None:
+            before = [r for at, r in marks if at <= m.start()]
+            rank = before[-1] if before else None
+        return Reading(kind, fields, rank)
+
+    def _fields(self, kind: str, g: dict[str, str | None]) -> dict[str, Any]:
+        if kind == "step":
+            return self._step(g)
+        if kind == "ckpt_load":
+            verified: bool | None = None
+            if self._knows_verified:
+                v = g.get("verified")
+                verified = v is not None and v.strip().lower() not in _FALSE
+            return {
+                "id": g["id"],
+                "step": _int(g["step"]),
+                "path": g.get("path") or "",
+                "verified": verified,
+                "data_position": _int(g.get("data_position")),
+                "rejected": [],
+            }
+        if kind == "ckpt_save":
+            return {
+                "id": g["id"],
+                "step": _int(g["step"]),
+                "path": g.get("path") or "",
+                "data_position": _int(g.get("data_position")),
+            }
+        if kind == "ckpt_none":
+            return {"rejected": []}
+        if kind == "run_start":
+            return {"world_size": _int(g.get("world_size"))}
+        # run_end
+        return {"status": "ok", "final_step": _int(g.get("step")), "model_digest": g.get("digest")}
+
+    @staticmethod
+    def _step(g: dict[str, str | None]) -> dict[str, Any]:
+        fields: dict[str, Any] = {"step": _int(g["step"]), "loss": _float(g.get("loss"))}
+        start = _int(g.get("sample_start"))
+        end = _int(g.get("sample_end"))
+        last = _int(g.get("sample_last"))
+        if start is not None and end is None and last is not None:
+            end = last + 1
+        if start is not None and end is not None and end >= start:
+            fields["samples"] = [[start, end]] if end > start else []
+        else:
+            fields["samples"] = []
+        count = _int(g.get("samples"))
+        if count is not None:
+            fields["sample_count"] = count
+        return fields

@@ -1,0 +1,383 @@
+"""Log-line mode (faultdrill.joblogs): the plan's patterns, how a line reads, how the live
+tail attributes lines to replicas and writes events, and what the report data says.
+
+Literal lines and log files, a real EventSink and Timeline; the replicas a platform would
+report are given as data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from faultdrill.checks import Verdict
+from faultdrill.checks.api import run_checks
+from faultdrill.engine.watch import Watch
+from faultdrill.errors import PlanError
+from faultdrill.events import EventSink
+from faultdrill.joblogs import LineReader, LogPatterns, Reading
+from faultdrill.joblogs.evidence import log_evidence
+from faultdrill.joblogs.tail import LogTail, hash_checkpoint, log_file_origin
+from faultdrill.plan import Plan, parse_plan
+from faultdrill.platforms.api import Replica
+from tests.drillkit import ROOT, demo_raw
+from tests.timelines import Judge, restart
+
+#: The patterns of tests/jobs/plain_train.py, from its plan (examples/plain_logs/plan.yaml).
+PLAIN: dict[str, str] = yaml.safe_load(
+    (ROOT / "examples" / "plain_logs" / "plan.yaml").read_text()
+)["logs"]
+
+
+def plan_with(logs: dict[str, Any], **resources: Any) -> Plan:
+    raw = demo_raw()
+    raw["logs"] = logs
+    raw["resources"].update(resources)
+    return parse_plan(raw, source="plan.yaml")
+
+
+def refused(logs: dict[str, Any], **resources: Any) -> str:
+    with pytest.raises(PlanError) as err:
+        plan_with(logs, **resources)
+    return str(err.value)
+
+
+# --- the plan's patterns ---------------------------------------------------------------
+
+
+def test_the_patterns_of_the_plain_job_load() -> None:
+    plan = plan_with(PLAIN)
+    assert plan.logs is not None and plan.logs.says_rank
+    assert plan.logs.sample_ids == "observed"
+    assert plan.logs.blind_spots() == []
+
+
+def test_a_pattern_that_does_not_compile_is_refused_naming_the_field() -> None:
+    msg = refused({**PLAIN, "step": r"\] step (?P<step>\d+"})
+    assert "logs.step" in msg and "does not compile: missing ), unterminated subpattern" in msg
+
+
+def test_a_pattern_without_its_required_group_is_refused_naming_it() -> None:
+    msg = refused({**PLAIN, "checkpoint_saved": r"saved (?P<id>\S+)"})
+    assert "logs.checkpoint_saved" in msg and "needs the named group(s) step" in msg
+
+
+def test_an_unknown_group_is_refused_with_the_groups_the_field_knows() -> None:
+    msg = refused({**PLAIN, "step": r"step (?P<stp>\d+)"})
+    assert "logs.step" in msg and "needs the named group(s) step" in msg
+    msg = refused({**PLAIN, "run_end": r"done (?P<steps>\d+)"})
+    assert "logs.run_end" in msg and "has named group(s) steps" in msg
+    assert "its groups are digest, rank, step" in msg
+
+
+def test_the_step_and_end_patterns_are_required() -> None:
+    msg = refused({k: v for k, v in PLAIN.items() if k != "run_end"})
+    assert "logs.run_end" in msg and "required field is missing" in msg
+
+
+def test_a_half_sample_range_and_a_pattern_matching_any_line_are_refused() -> None:
+    msg = refused({**PLAIN, "step": r"step (?P<step>\d+) from (?P<sample_start>\d+)"})
+    assert "logs.step" in msg and "sample_start with exactly one of sample_end" in msg
+    msg = refused({**PLAIN, "no_checkpoint": r"(fresh)?"})
+    assert "logs.no_checkpoint" in msg and "matches an empty line" in msg
+
+
+def test_several_processes_per_node_need_the_rank_from_the_line() -> None:
+    no_rank = {k: v for k, v in PLAIN.items() if k != "rank"}
+    plan_with(no_rank)  # one process per node: the node's replica says the rank
+    msg = refused(no_rank, procs_per_node=2)
+    assert "logs: with procs_per_node 2 a line must say which rank wrote it" in msg
+
+
+def test_what_the_patterns_leave_unobservable() -> None:
+    logs = LogPatterns(step=r"step (?P<step>\d+) n=(?P<samples>\d+)", run_end="done")
+    spots = dict(logs.blind_spots())
+    assert set(spots) == {
+        "progress.sample-ledger",
+        "results.loss-matches-baseline",
+        "progress.resume-point",
+        "results.final-checkpoint-verifies",
+        "results.final-model-digest",
+    }
+    assert "a count of samples" in spots["progress.sample-ledger"]
+    loaded = LogPatterns(
+        step=PLAIN["step"],
+        run_end="done",
+        checkpoint_loaded=r"from (?P<id>\S+)"
+        r" at (?P<step>\d+)",
+    )
+    assert "progress.checkpoint-verified" in dict(loaded.blind_spots())
+
+
+def test_a_plan_without_logs_keeps_its_digest() -> None:
+    raw = demo_raw()
+    plan = parse_plan(raw, source="plan.yaml")
+    dumped = plan.model_dump(mode="json")
+    assert dumped["logs"] is None
+    dumped.pop("logs")
+    assert parse_plan(dumped, source="again").digest() == plan.digest()
+    assert plan_with(PLAIN).digest() != plan.digest()
+
+
+# --- reading a line ----------------------------------------------------------------------
+
+
+def test_a_line_reads_as_the_events_it_stands_for() -> None:
+    reader = LineReader(LogPatterns(**PLAIN))
+    assert reader.read("[rank 1] step 12 loss 0.5 samples 88:92 t=1.0") == [
+        Reading("step", {"step": 12, "loss": 0.5, "samples": [[88, 92]]}, 1)
+    ]
+    [load] = reader.read("[rank 0] resumed from step-000010 at step 10 position 80 (verified)")
+    assert (load.kind, load.rank, load.fields["verified"], load.fields["data_position"]) == (
+        "ckpt_load",
+        0,
+        True,
+        80,
+    )
+    [load] = reader.read("[rank 0] resumed from step-000010 at step 10 position 80")
+    assert load.fields["verified"] is False  # the group did not take part
+    assert reader.read("I1201 torch/distributed/elastic/agent/server/api.py: something") == []
+
+
+def test_two_records_glued_in_one_line_are_both_read_with_their_ranks() -> None:
+    # print() writes the text and the newline separately: two ranks' lines interleave
+    line = (
+        "[rank 0] step 22 loss 28.65 samples 168:172 t=7.40"
+        "[rank 1] step 22 loss 25.85 samples 172:176 t=7.41"
+    )
+    got = LineReader(LogPatterns(**PLAIN)).read(line)
+    assert [(r.kind, r.rank, r.fields["samples"]) for r in got] == [
+        ("step", 0, [[168, 172]]),
+        ("step", 1, [[172, 176]]),
+    ]
+
+
+def test_sample_counts_inclusive_ranges_and_bad_numbers() -> None:
+    counted = LineReader(LogPatterns(step=r"it (?P<step>\w+) n=(?P<samples>\d+)", run_end="x"))
+    assert counted.read("it 3 n=8") == [
+        Reading("step", {"step": 3, "loss": None, "samples": [], "sample_count": 8})
+    ]
+    [bad] = counted.read("it three n=8")
+    assert bad.kind == "unreadable" and "step is not a whole number" in bad.fields["why"]
+    last = r"it (?P<step>\d+) ids (?P<sample_start>\d+)-(?P<sample_last>\d+)"
+    inclusive = LineReader(LogPatterns(step=last, run_end="x"))
+    assert inclusive.read("it 3 ids 8-11")[0].fields["samples"] == [[8, 12]]
+
+
+# --- the live tail -----------------------------------------------------------------------
+
+
+AGENT, W0, W1, COPY = 50, 51, 52, 60
+
+
+def rep(pid: int, rank: int | None, role: str = "worker", ppid: int = AGENT) -> Replica:
+    return Replica(pid, 1000 + pid, role, "n1", rank, ppid=ppid)
+
+
+class Live:
+    """The replicas a platform reports, changed by the test between polls."""
+
+    def __init__(self, *reps: Replica) -> None:
+        self.now = list(reps)
+
+    def __call__(self) -> list[Replica]:
+        return list(self.now)
+
+
+def tail_in(tmp_path: Path, live: Live, logs: dict[str, Any] | None = None) -> LogTail:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    sink = EventSink(tmp_path / "events", "t")
+    return LogTail(
+        LogPatterns(**(logs or PLAIN)),
+        tmp_path / "logs",
+        sink,
+        live,
+        world_size=2,
+        ckpt_dir=tmp_path / "ckpt",
+    )
+
+
+def write(path: Path, *lines: str) -> None:
+    with open(path, "a") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def events(tmp_path: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((tmp_path / "events").glob("*.jsonl")):
+        out += [json.loads(x) for x in path.read_text().splitlines()]
+    return out
+
+
+def test_lines_become_probe_events_of_the_replica_that_wrote_them(tmp_path: Path) -> None:
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0), rep(W1, 1))
+    tail = tail_in(tmp_path, live)
+    log = tmp_path / "logs" / "agent-n1.log"
+    write(
+        log,
+        "[rank 0] start world=2",
+        "[rank 1] start world=2",
+        "[rank 1] step 1 loss 2.5 samples 4:8 t=0.1",
+        "[rank 0] step 1 loss 2.0 samples 0:4 t=0.1",
+    )
+    write(log, "[rank 0] half a li")  # no newline yet: not read
+    tail.poll()
+    got = [(e["kind"], e["rank"], e["pid"], e["via"]) for e in events(tmp_path)]
+    assert got == [
+        ("run_start", 0, W0, "log"),
+        ("run_start", 1, W1, "log"),
+        ("step", 1, W1, "log"),
+        ("step", 0, W0, "log"),
+    ]
+    # the engine's watch sees them like a probe's, so step triggers work on them
+    watch = Watch(tmp_path / "events")
+    watch.poll()
+    assert (watch.max_step, watch.ranks_seen) == (1, {0, 1})
+
+
+def test_a_killed_replicas_last_line_is_its_own_and_a_copy_writes_its_own(tmp_path: Path) -> None:
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0), rep(W1, 1))
+    tail = tail_in(tmp_path, live)
+    log = tmp_path / "logs" / "agent-n1.log"
+    write(log, "[rank 1] start world=2")
+    tail.poll()
+    # rank 1's replica wrote a line and was killed before the next read; a copy of it
+    # (not launched by the agent) holds rank 1 now and writes into its own file
+    write(log, "[rank 1] step 5 loss 1.0 samples 4:8 t=1")
+    live.now = [rep(AGENT, None, "agent", 1), rep(W0, 0), rep(COPY, 1, ppid=1)]
+    write(tmp_path / "logs" / "copy-n1-rank1.log", "[rank 1] start world=2")
+    tail.poll()
+    got = [(e["kind"], e["pid"], e["node"]) for e in events(tmp_path) if e["src"] == "probe"]
+    assert got == [("run_start", W1, "n1"), ("step", W1, "n1"), ("run_start", COPY, "n1")]
+
+
+def test_a_line_no_replica_can_be_found_for_is_counted_not_guessed(tmp_path: Path) -> None:
+    tail = tail_in(tmp_path, Live())
+    write(tmp_path / "logs" / "agent-n2.log", "[rank 1] step 1 loss 1.0 samples 4:8 t=1")
+    write(tmp_path / "logs" / "notes.log", "[rank 1] step 1 loss 1.0 samples 4:8 t=1")
+    tail.stop()
+    [summary] = [e for e in events(tmp_path) if e["kind"] == "log_evidence"]
+    assert (summary["unattributed"], summary["files"], summary["events"]) == (
+        1,
+        {"agent-n2.log": 1},
+        {},
+    )
+    assert summary["stamped"] == "when the harness read the line"
+
+
+def test_without_a_start_pattern_a_replica_announces_itself_with_its_first_line(
+    tmp_path: Path,
+) -> None:
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0))
+    logs = {k: v for k, v in PLAIN.items() if k not in ("rank", "run_start")}
+    tail = tail_in(tmp_path, live, logs)
+    write(tmp_path / "logs" / "agent-n1.log", "[rank 0] step 1 loss 2.0 samples 0:4 t=1")
+    tail.poll()
+    start, step = events(tmp_path)
+    assert (start["kind"], start["synthesized"], start["rank"], start["world_size"]) == (
+        "run_start",
+        True,
+        0,
+        2,
+    )
+    assert (step["kind"], step["pid"]) == ("step", W0)
+
+
+def test_a_saved_checkpoint_is_hashed_when_its_line_is_read(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt" / "step-000010"
+    ckpt.mkdir(parents=True)
+    (ckpt / "state.pt").write_bytes(b"x" * 100)
+    (ckpt / "state.sha256").write_bytes(b"abc")
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0))
+    tail = tail_in(tmp_path, live)
+    write(
+        tmp_path / "logs" / "agent-n1.log",
+        "[rank 0] saved checkpoint step-000010 at step 10 position 80",
+        "[rank 0] saved checkpoint ../../etc at step 20 position 160",
+    )
+    tail.poll()
+    good, bad = [e for e in events(tmp_path) if e["kind"] == "ckpt_save"]
+    assert (good["path"], good["bytes"], good["data_position"]) == (
+        str(ckpt / "state.pt"),
+        100,
+        80,
+    )
+    assert good["sha256"] == hash_checkpoint(tmp_path / "ckpt", "step-000010")["sha256"]
+    assert "not a name inside" in bad["hash_problem"]
+
+
+def test_a_line_that_does_not_say_its_rank_is_the_nodes_replicas(tmp_path: Path) -> None:
+    live = Live(rep(AGENT, None, "agent", 1), Replica(W1, 9, "worker", "n2", 1, ppid=AGENT))
+    logs = {k: v for k, v in PLAIN.items() if k != "rank"}  # one process per node
+    tail = tail_in(tmp_path, live, logs)
+    write(tmp_path / "logs" / "agent-n2.log", "] step 3 loss 1.5 samples 12:16 t=1")
+    write(tmp_path / "logs" / "agent-n1.log", "] step 3 loss 1.5 samples 8:12 t=1")
+    tail.poll()
+    [step] = [e for e in events(tmp_path) if e["kind"] == "step"]
+    assert (step["rank"], step["pid"], step["node"]) == (1, W1, "n2")
+    assert tail.unattributed == 1  # nothing runs on n1
+
+
+def test_a_save_line_naming_a_file_outside_the_checkpoints_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").mkdir()
+    secret = tmp_path / "secret"
+    secret.write_text("x")
+    got = hash_checkpoint(tmp_path / "ckpt", "step-1", str(secret))
+    assert "not inside the checkpoint directory" in got["hash_problem"] and "sha256" not in got
+    assert "hash_problem" in hash_checkpoint(tmp_path / "ckpt", "step-1", "../secret")
+
+
+def test_log_file_names() -> None:
+    assert log_file_origin("agent-n2.log") == ("agent", "n2")
+    assert log_file_origin("copy-n1-rank1.log") == ("copy", "n1")
+    assert log_file_origin("agent-n1.jsonl") is None
+
+
+# --- judged: what the report says ----------------------------------------------------------
+
+
+def test_a_load_that_cannot_say_whether_it_verified_is_retest(judge: Judge) -> None:
+    tl = restart().edit("probe", "ckpt_load", lambda r: True, verified=None, via="log")
+    verdict, msg = judge.one("progress.checkpoint-verified", tl)
+    assert verdict is Verdict.RETEST
+    assert msg.startswith("2 load(s) did not say whether the checkpoint was verified")
+    assert msg.endswith("(read from the job's log line)")
+    bad = restart().edit("probe", "ckpt_load", lambda r: r["rank"] == 0, verified=None)
+    bad = bad.edit("probe", "ckpt_load", lambda r: r["rank"] == 1, verified=False)
+    assert judge.one("progress.checkpoint-verified", bad)[0] is Verdict.FAIL
+
+
+def test_the_report_data_says_what_came_from_logs_and_what_they_cannot_decide(
+    judge: Judge,
+) -> None:
+    tl = (
+        restart()
+        .edit("probe", "step", lambda r: True, samples=[])
+        .edit("probe", "run_start", lambda r: True, via="log", sample_ids="not observable: count")
+    )
+    tl.harness("log_evidence", 20.0, stamp_bound_s=0.06, events={"step": 10}, unattributed=0)
+    timeline = tl.build()
+    ctx = judge.ctx(timeline)
+    counted = LogPatterns(
+        step=r"step (?P<step>\d+) loss (?P<loss>\S+) n=(?P<samples>\d+)",
+        run_end=r"done (?P<digest>\w+)",
+        checkpoint_loaded=PLAIN["checkpoint_loaded"],
+        checkpoint_saved=PLAIN["checkpoint_saved"],
+    )
+    data = log_evidence(counted, timeline, run_checks(ctx))
+    assert data["stamp_bound_s"] == 0.06
+    assert data["from_logs"] == {"run_start": 4, "step": 10}
+    assert data["from_probe"]["ckpt_load"] == 2
+    assert data["not_observable"] == [
+        {
+            "check": "progress.sample-ledger",
+            "why": counted.sample_ids,
+            "verdict": "retest",
+            "why_message": {"message_id": "logs.blind.sample-count", "params": {}},
+        }
+    ]
+    ledger = [u for u in data["undecided"] if u["check"] == "progress.sample-ledger"]
+    assert ledger and all(u["message_id"].startswith("progress.sample-ledger.") for u in ledger)
