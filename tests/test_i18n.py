@@ -15,6 +15,7 @@ import pytest
 import faultdrill
 from faultdrill.cli import build_parser
 from faultdrill.errors import DrillError
+from faultdrill.faults.harness import expand_controls
 from faultdrill.joblogs.spec import LogPatterns
 from faultdrill.report import i18n
 from faultdrill.report.blocks import to_html, to_markdown
@@ -392,10 +393,17 @@ def test_a_harness_control_says_its_fault_not_an_empty_mutation() -> None:
     ctl = next(s for s in rep["scenarios"] if s.get("control"))
     ctl["workload_mutation"] = None
     ctl["fault"] = {"kind": "rollback-latest", "target": "rank 1", "spec": {}}
+    [planned] = expand_controls({"harness": ["rollback-latest"]})
+    ctl["title"] = planned["title"]  # as the harness wrote it into the plan, in English
     zh, en = render_markdown(report_of(rep), "zh"), render_markdown(report_of(rep), "en")
     assert "`演练工具注入：rollback-latest`" in zh
     assert "`harness: rollback-latest`" in en and "``" not in en.split("## Baseline")[0]
     assert "演练工具注入：rollback-latest" in render_html(report_of(rep), None, "zh")
+    assert "— 演练工具注入的对照：重启前把 latest 指针回退到更早的检查点" in zh
+    assert "— harness control: the latest pointer rolled back" in en
+    # a title the plan's author wrote stays as written
+    ctl["title"] = "my own words"
+    assert "— my own words" in render_markdown(report_of(rep), "zh")
 
 
 def test_a_third_language_is_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,7 @@ and traffic before, during and after the fault window, and the injected rules' c
 :func:`network_summary` reads the ``net`` events that the network track
 (:mod:`faultdrill.platforms.local.netsampler`) recorded, for an item's ``network`` section
 of report.json (:class:`~faultdrill.report.model.NetworkTrack`);
-:func:`faultdrill.report.details.network_lines` writes it into report.md.
+:func:`faultdrill.report.parts.accounting.network_part` says it in the reports.
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ def _conditions(c: Conditions | None, t: Translator) -> list[str]:
 
 
 def _item(s: Item, t: Translator, report: Report) -> list[str]:
-    title = f" — {s.title}" if s.title else ""
+    title = f" — {words.item_title(t, s)}" if s.title else ""
     lines = [f"### {s.id}{title}", "", _verdict_line(s, t), ""]
     if s.not_as_planned:
         lines += [t("not_as_planned", why=words.not_as_planned(t, s)), ""]

@@ -176,7 +176,7 @@ def _injection_text(t: Translator, s: Item) -> str:
 
 def _intro(t: Translator, s: Item, n: int, rec: _Recorded, ckpt_dir: str) -> list[str]:
     """Heading, the injection, and how to reproduce it: automatically, or by hand."""
-    title = f" — {s.title}" if s.title else ""
+    title = f" — {words.item_title(t, s)}" if s.title else ""
     lines = [f"## {n}. {s.id}{title}", "", f"- {t('row.injection')}: {_injection_text(t, s)}"]
     if s.control:
         mutation = json.dumps(s.workload_mutation, ensure_ascii=False)

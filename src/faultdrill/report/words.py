@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from faultdrill.report.i18n import Translator
+from faultdrill.report.i18n import Translator, format_message
 from faultdrill.report.model import (
     Conditions,
     Expected,
@@ -36,6 +36,7 @@ __all__ = [
     "expected",
     "field_text",
     "finding_text",
+    "item_title",
     "mutation",
     "not_as_planned",
     "note_text",
@@ -239,6 +240,15 @@ def note_text(t: Translator, note: str) -> str:
         if m is not None:
             return t(key, **m.groupdict())
     return note
+
+
+def item_title(t: Translator, s: Item) -> str:
+    """An item's title as the plan gave it; a title faultdrill wrote itself (a harness
+    control's, ``ctl.harness.title.<kind>``) in the report's language."""
+    key = f"ctl.harness.title.{s.fault.kind}" if s.fault is not None else ""
+    if s.control and t.has(key) and s.title == format_message("en", key, {}):
+        return t(key)
+    return s.title or ""
 
 
 def mutation(t: Translator, s: Item) -> str:

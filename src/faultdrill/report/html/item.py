@@ -88,7 +88,7 @@ def _evidence_cell(t: Translator, s: Item) -> str:
 
 
 def _head(t: Translator, s: Item) -> list[str]:
-    title = f" — {e(s.title)}" if s.title else ""
+    title = f" — {e(words.item_title(t, s))}" if s.title else ""
     out = [
         f'<article class="item {e(s.verdict)}" id="item-{e(s.id)}" data-item="{e(s.id)}" '
         f'data-verdict="{e(s.verdict)}">',

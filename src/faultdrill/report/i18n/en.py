@@ -861,6 +861,7 @@ CATALOG: dict[str, str] = {
     "net.intro": "{hz} per node ({probe}); fault window {seconds}, from {start} to {end}.",
     "net.start": "the start",
     "net.rule": "`{rule}` {kind} {where} on {node}: {packets} packets, {dropped} dropped",
+    "net.rule.no-drops": "`{rule}` {kind} {where} on {node}: {packets} packets",
     "net.rules": "Injected rules (final counters): {rules}",
     "net.gaps": "{n} gap(s) in the network track.",
     "dossier.ownership": "Ownership of recovery dependencies",
@@ -1002,4 +1003,7 @@ CATALOG: dict[str, str] = {
     "logs.blind": "Checks the plan's patterns leave without evidence (never a pass by default):",
     "logs.undecided": "Findings that stay undecided (retest):",
     "ctl.harness": "harness: {kind}",
+    "ctl.harness.title.rollback-latest": "harness control: the latest pointer rolled back to an older checkpoint before a restart",
+    "ctl.harness.title.hide-checkpoints": "harness control: the checkpoint directory hidden during a restart",
+    "ctl.harness.title.stale-copy": "harness control: a copy of a worker left running across a restart",
 }

@@ -863,6 +863,7 @@ CATALOG: dict[str, str] = {
     "net.intro": "每个节点 {hz}（{probe}）；故障窗口 {seconds}，从 {start} 到 {end}。",
     "net.start": "开始",
     "net.rule": "节点 {node} 上的 `{rule}` {kind} {where}：{packets} 个报文，丢弃 {dropped} 个",
+    "net.rule.no-drops": "节点 {node} 上的 `{rule}` {kind} {where}：{packets} 个报文",
     "net.rules": "注入的规则（最终计数）：{rules}",
     "net.gaps": "网络轨道中有 {n} 处缺口。",
     "dossier.ownership": "恢复依赖的责任归属",
@@ -1004,4 +1005,7 @@ CATALOG: dict[str, str] = {
     "logs.blind": "计划中的日志模式无法提供证据的检查（默认绝不判为通过）：",
     "logs.undecided": "仍无法判定的发现（补测）：",
     "ctl.harness": "演练工具注入：{kind}",
+    "ctl.harness.title.rollback-latest": "演练工具注入的对照：重启前把 latest 指针回退到更早的检查点",
+    "ctl.harness.title.hide-checkpoints": "演练工具注入的对照：重启期间隐藏检查点目录",
+    "ctl.harness.title.stale-copy": "演练工具注入的对照：一个 worker 的副本在重启后仍在运行",
 }

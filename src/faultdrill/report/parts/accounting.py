@@ -301,7 +301,7 @@ def network_part(t: Translator, net: NetworkTrack | None) -> Part | None:
     if net.rules:
         rules = "; ".join(
             t(
-                "net.rule",
+                "net.rule" if r.dropped is not None else "net.rule.no-drops",
                 rule=value(t, r.rule),
                 kind=value(t, r.rule_kind),
                 where=value(t, r.chain or r.dev),
