@@ -171,7 +171,7 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
     plan = load_plan(plan_path)
     source: Path | None = plan_path
     if demo:
-        from faultdrill.platforms.local.netns import without_netns_if_unavailable
+        from faultdrill.engine.demo import without_netns_if_unavailable
 
         plan, note = without_netns_if_unavailable(plan)
         if note:
