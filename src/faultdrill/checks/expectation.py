@@ -177,31 +177,53 @@ def _resume_as_expected(ctx: CheckContext, new: Incarnation, resume: str) -> Fin
     got_step = new.resume_step or 0
     got = Msg("expectation.restart.ckpt", ckpt=got_id, step=got_step) if got_id else None
     got = got or Msg("value.scratch")
-    want_id, want_step = newest_valid_before(tl, new.started_mono)
+    want = newest_valid_before(tl, new.started_mono)
     if resume == "scratch":
         if got_id is None:
             return ctx.finding(name, P, Msg("expectation.restart.scratch", head=head))
         return ctx.finding(name, F, Msg("expectation.restart.not-scratch", head=head, got=got))
     if resume == "latest-valid":
-        if got_step == want_step:
-            best = (
-                Msg("expectation.restart.newest-valid", ckpt=want_id, step=want_step)
-                if want_id
-                else Msg("expectation.restart.scratch-none-valid")
-            )
-            return ctx.finding(name, P, Msg("expectation.restart.resumed", head=head, got=best))
-        return ctx.finding(
-            name,
-            F,
-            Msg(
-                "expectation.restart.not-latest",
-                head=head,
-                got=got,
-                valid=want_id or Msg("value.no-checkpoint"),
-                valid_step=want_step,
-            ),
+        return _resumed_latest_valid(ctx, head, got, got_step, want)
+    return _resumed_previous_valid(ctx, new, head, (got_id, got_step, got), want)
+
+
+def _resumed_latest_valid(
+    ctx: CheckContext, head: Msg, got: Msg, got_step: int, want: tuple[str | None, int]
+) -> Finding:
+    """``resume: latest-valid``: the step resumed from is the newest valid checkpoint's."""
+    name = "expectation.restart"
+    want_id, want_step = want
+    if got_step == want_step:
+        best = (
+            Msg("expectation.restart.newest-valid", ckpt=want_id, step=want_step)
+            if want_id
+            else Msg("expectation.restart.scratch-none-valid")
         )
-    # previous-valid: the newest checkpoint refused, an older valid one used
+        return ctx.finding(name, P, Msg("expectation.restart.resumed", head=head, got=best))
+    return ctx.finding(
+        name,
+        F,
+        Msg(
+            "expectation.restart.not-latest",
+            head=head,
+            got=got,
+            valid=want_id or Msg("value.no-checkpoint"),
+            valid_step=want_step,
+        ),
+    )
+
+
+def _resumed_previous_valid(
+    ctx: CheckContext,
+    new: Incarnation,
+    head: Msg,
+    loaded: tuple[str | None, int, Msg],
+    want: tuple[str | None, int],
+) -> Finding:
+    """``resume: previous-valid``: the newest checkpoint refused, an older valid one used."""
+    name, tl = "expectation.restart", ctx.timeline
+    got_id, got_step, got = loaded
+    want_id, want_step = want
     saves = [e for e in tl.of("probe", "ckpt_save") if e.mono < new.started_mono]
     if not saves:
         return ctx.finding(
