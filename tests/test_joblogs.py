@@ -376,6 +376,8 @@ def test_the_report_data_says_what_came_from_logs_and_what_they_cannot_decide(
             "check": "progress.sample-ledger",
             "why": counted.sample_ids,
             "verdict": "retest",
+            "why_message": {"message_id": "logs.blind.sample-count", "params": {}},
         }
     ]
-    assert any(u["check"] == "progress.sample-ledger" for u in data["undecided"])
+    ledger = [u for u in data["undecided"] if u["check"] == "progress.sample-ledger"]
+    assert ledger and all(u["message_id"].startswith("progress.sample-ledger.") for u in ledger)

@@ -172,7 +172,7 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
     plan = load_plan(plan_path)
     source: Path | None = plan_path
     if demo:
-        from faultdrill.platforms.local.netns import without_netns_if_unavailable
+        from faultdrill.engine.demo import without_netns_if_unavailable
 
         plan, note = without_netns_if_unavailable(plan)
         if note:
@@ -564,12 +564,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _language(value: str) -> str:
+    """``--lang``: a language of the reports (one module of ``faultdrill.report.i18n``;
+    imported only when the option is given, so that ``--help`` stays fast)."""
+    from faultdrill.report.i18n import check_lang
+
+    try:
+        return check_lang(value)
+    except DrillError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _lang(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--lang",
-        choices=("en", "zh"),
+        type=_language,
         default="en",
-        help="language of report.md and report.html (default: en; report.json is language-neutral)",
+        metavar="{en,zh}",
+        help="language of report.md and report.html: en, zh, or any other language file of "
+        "faultdrill/report/i18n (default: en; report.json is language-neutral)",
     )
 
 

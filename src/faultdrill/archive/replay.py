@@ -37,6 +37,10 @@ def compare_item(orig: Item, new: Item, band: Band) -> dict[str, Any]:
         diffs.append(f"recovery_class: original {orig.recovery_class}, replay {new.recovery_class}")
     if orig.control and orig.caught != new.caught:
         diffs.append(f"caught: original {orig.caught}, replay {new.caught}")
+    lo = orig.conclusion.level if orig.conclusion is not None else None
+    ln = new.conclusion.level if new.conclusion is not None else None
+    if orig.conclusion is not None and new.conclusion is not None and lo != ln:
+        diffs.append(f"conclusion level: original {lo}, replay {ln}")
     ro, rn = orig.resume_key(), new.resume_key()
     if ro != rn:
         diffs.append(f"resume point: original {ro}, replay {rn}")
@@ -52,6 +56,7 @@ def compare_item(orig: Item, new: Item, band: Band) -> dict[str, Any]:
         "control": orig.control,
         "verdict": [orig.verdict, new.verdict],
         "recovery_class": [orig.recovery_class, new.recovery_class],
+        "level": [lo, ln],
         "resume": [ro, rn],
         "times": times,
         "matches": not diffs,

@@ -21,6 +21,7 @@ from faultdrill.engine.dossier import (
     snapshot_record,
 )
 from faultdrill.engine.item import (
+    ItemKind,
     Reporter,
     environment_facts,
     execute_item,
@@ -31,7 +32,7 @@ from faultdrill.engine.phases import record_phase
 from faultdrill.errors import DrillError
 from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item
 from faultdrill.judge.reference import Reference
-from faultdrill.plan import Plan
+from faultdrill.plan import Control, Plan, Scenario
 from faultdrill.report import write_reports
 from faultdrill.timeline import Timeline
 
@@ -251,28 +252,15 @@ def run_plan(
                 skipped[sc.id] = f"not run: {blocked_by}"
                 say.skip(sc.id, "scenario", skipped[sc.id])
                 continue
-            say.start(sc.id, "scenario")
-            work = execute_item(plan, "scenario", sc, run_dir, report)
-            t = time.monotonic()
-            res = evaluate_item(plan, "scenario", sc, work, reference, base.verdict)
-            _timed(plan, work, "checks", t)
-            works.append(work)
+            res = _run_item(plan, "scenario", sc, run_dir, report, reference, base, say, works)
             items.append(res)
-            say.done(sc.id, "scenario", res)
             round_ok &= res.verdict == Verdict.PASS
         if not round_ok and not rnd.continue_on_failure and blocked_by is None:
             blocked_by = f"round {rnd.round} did not pass (set continue_on_failure to go on)"
     for ctl in plan.controls if controls else ():
         if only is not None and ctl.id not in only:
             continue
-        say.start(ctl.id, "control")
-        work = execute_item(plan, "control", ctl, run_dir, report)
-        t = time.monotonic()
-        res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
-        _timed(plan, work, "checks", t)
-        works.append(work)
-        items.append(res)
-        say.done(ctl.id, "control", res)
+        items.append(_run_item(plan, "control", ctl, run_dir, report, reference, base, say, works))
     (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
     amend_change_record(
         plan,
@@ -288,20 +276,49 @@ def run_plan(
         [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
         controls_waived=not controls,
     )
+    _write_reports_timed(result, works)
+    return result
+
+
+def _run_item(
+    plan: Plan,
+    kind: ItemKind,
+    item: Scenario | Control,
+    run_dir: Path,
+    report: Reporter,
+    reference: Reference,
+    base: ItemResult,
+    say: _Announcer,
+    works: list[Path],
+) -> ItemResult:
+    """Run and judge one scenario or control (its checks timed as its ``checks`` phase);
+    its directory is appended to ``works``."""
+    say.start(item.id, kind)
+    work = execute_item(plan, kind, item, run_dir, report)
+    t = time.monotonic()
+    res = evaluate_item(plan, kind, item, work, reference, base.verdict)
+    _timed(plan, work, "checks", t)
+    works.append(work)
+    say.done(item.id, kind, res)
+    return res
+
+
+def _write_reports_timed(result: RunResult, works: list[Path]) -> None:
+    """Write the run's reports; their time is each item's ``report`` phase, shared
+    equally by the items."""
     t = time.monotonic()
     write_reports(result)
     seconds = time.monotonic() - t
-    for work in works:  # the run's reports, shared equally by its items
+    for work in works:
         record_phase(
             work / "events",
-            plan.task.id,
+            result.plan.task.id,
             "report",
             t,
             seconds / len(works),
             run_s=round(seconds, 6),
             items=len(works),
         )
-    return result
 
 
 def _timed(plan: Plan, work: Path, phase: str, started: float) -> None:

@@ -176,7 +176,7 @@ def _injection_text(t: Translator, s: Item) -> str:
 
 def _intro(t: Translator, s: Item, n: int, rec: _Recorded, ckpt_dir: str) -> list[str]:
     """Heading, the injection, and how to reproduce it: automatically, or by hand."""
-    title = f" — {s.title}" if s.title else ""
+    title = f" — {words.item_title(t, s)}" if s.title else ""
     lines = [f"## {n}. {s.id}{title}", "", f"- {t('row.injection')}: {_injection_text(t, s)}"]
     if s.control:
         mutation = json.dumps(s.workload_mutation, ensure_ascii=False)
@@ -348,7 +348,28 @@ def _observed(t: Translator, s: Item) -> list[str]:
             val += "; " + (words.resumed(t, rf) if rf.checkpoint else t("resumed.scratch"))
         lines.append(f"  - {t(f'q.{i}')}: {val}")
     verdict = t("rb.expect.verdict", verdict=t.verdict(s.verdict), cls=t.cls(s.recovery_class))
-    return [*lines, f"  - {verdict}", ""]
+    return [*lines, f"  - {verdict}", *_proved(t, s), ""]
+
+
+def _proved(t: Translator, s: Item) -> list[str]:
+    """What the original run proved, where it failed, and how its job failed."""
+    lines = []
+    if s.conclusion is not None:
+        lines.append("  - " + t("rb.expect.level", level=t.level(s.conclusion.level)))
+    if s.layer is not None:
+        why = t.message(s.layer.message_id, s.layer.params, s.layer.why)
+        lines.append("  - " + t("rb.expect.layer", layer=t.layer(s.layer.layer), why=why))
+    f = s.failure
+    if f is not None:
+        status = "?" if f.exit_status is None else str(f.exit_status)
+        lines.append(
+            "  - "
+            + t("rb.expect.failure", command=f.command or "?", status=status, log=f.log or "?")
+        )
+        lines += [f"    > {line}" for line in f.error_tail[-5:]]
+    if s.no_probe_events:
+        lines.append("  - " + t("part.no_probe"))
+    return lines
 
 
 def _stop_and_cleanup(t: Translator, s: Item, plan: RecordedPlan, rec: _Recorded) -> list[str]:

@@ -60,7 +60,7 @@ class NetnsNodes:
     def __init__(
         self, work_dir: Path, ledger: Ledger, sink: EventSink, *, workers: int, spares: int = 0
     ) -> None:
-        from faultdrill.plan import Resources
+        from faultdrill.plan.sections import Resources
         from faultdrill.platforms.local.netns import NetnsPlatform
 
         res = Resources(isolation="netns", nodes=workers + spares + 1, spares=0)

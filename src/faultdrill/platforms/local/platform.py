@@ -141,6 +141,11 @@ _NO_STORE_RESTART = (
 )
 
 
+#: ``resources.isolation`` -> the platform class that provides it (each variant registers
+#: itself here, so this module needs no import of its subclasses).
+ISOLATION_VARIANTS: dict[str, type[Platform]] = {}
+
+
 @register
 class LocalPlatform(HostStorage, Platform):
     """torchrun agents on this host; nodes are a :class:`NodeCluster` of cgroups (and, with
@@ -199,11 +204,7 @@ class LocalPlatform(HostStorage, Platform):
 
     @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
-        if resources.isolation == "netns":
-            from faultdrill.platforms.local.netns import NetnsPlatform
-
-            return NetnsPlatform
-        return cls
+        return ISOLATION_VARIANTS.get(resources.isolation, cls)
 
     # --- layout -------------------------------------------------------------------------
 
