@@ -17,7 +17,7 @@ from faultdrill.checks import Verdict
 from faultdrill.checks.api import run_checks
 from faultdrill.engine.watch import Watch
 from faultdrill.errors import PlanError
-from faultdrill.events import EventSink
+from faultdrill.events import EventSink, malformed
 from faultdrill.joblogs import LineReader, LogPatterns, Reading
 from faultdrill.joblogs.evidence import log_evidence
 from faultdrill.joblogs.tail import LogTail, hash_checkpoint, log_file_origin
@@ -206,9 +206,12 @@ def write(path: Path, *lines: str) -> None:
 
 
 def events(tmp_path: Path) -> list[dict[str, Any]]:
+    """The events the tail wrote; each keeps the event contract (a malformed one would
+    be skipped by the timeline and turn the evidence it feeds into retest)."""
     out = []
     for path in sorted((tmp_path / "events").glob("*.jsonl")):
         out += [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(e["kind"], malformed(e)) for e in out if malformed(e)] == []
     return out
 
 
