@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultdrill import __version__
+from faultdrill import __version__, rundir
 from faultdrill.errors import DrillError
 
 if TYPE_CHECKING:
@@ -227,9 +227,9 @@ def _deliverables(
     from faultdrill.report import render_reports
 
     lang = getattr(args, "lang", "en")
-    if lang == "en" and (run_dir / "report.html").exists():  # written in English by the run
+    if lang == "en" and (run_dir / rundir.REPORT_HTML).exists():  # written in English by the run
         paths = {k: str(run_dir / f"report.{x}") for k, x in (("html", "html"), ("markdown", "md"))}
-        paths["json"] = str(run_dir / "report.json")
+        paths["json"] = str(run_dir / rundir.REPORT_JSON)
     else:
         paths = render_reports(run_dir, lang)
     say(
@@ -455,7 +455,7 @@ def _ledgers_below(run_dir: Path) -> list[Path]:
 
     base = run_dir.resolve()
     found = []
-    for f in sorted(run_dir.rglob("ledger.jsonl")):
+    for f in sorted(run_dir.rglob(rundir.LEDGER)):
         why = escape(base, base / f.relative_to(run_dir))
         if why is None:
             found.append(f)

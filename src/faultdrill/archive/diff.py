@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultdrill import rundir
 from faultdrill.errors import RunDirError
 from faultdrill.report.model import Item, Report, read_report
 
@@ -75,7 +76,7 @@ def load_report(path: Path, *, verify: bool = True) -> tuple[Report, str]:
                     "bundle failed verification; refusing to compare it "
                     "(--no-verify to compare anyway):\n" + "\n".join(res.lines())
                 )
-        return Report.from_text(read_member(path, "report.json"), source=str(path)), str(path)
+        return Report.from_text(read_member(path, rundir.REPORT_JSON), source=str(path)), str(path)
     if path.is_file():
         return read_report(path), str(path)
     raise RunDirError(f"{path}: no such run directory, bundle or report.json")

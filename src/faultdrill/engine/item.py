@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from faultdrill import __version__
+from faultdrill import __version__, rundir
 from faultdrill.engine.failure import failure_facts
 from faultdrill.engine.phases import PhaseClock
 from faultdrill.engine.samplers import ProcessSampler, end_snapshot
@@ -51,6 +51,7 @@ from faultdrill.plan import (
 )
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
+from faultdrill.rundir import ItemKind, item_dir
 from faultdrill.safepath import write_file
 from faultdrill.timeline import Timeline
 from faultdrill.timeline.store import StepStoreWriter
@@ -58,14 +59,11 @@ from faultdrill.timeline.store import StepStoreWriter
 __all__ = [
     "REFERENCE_WORKLOAD",
     "DrillInterrupted",
-    "ItemKind",
     "Reporter",
     "execute_item",
-    "item_dir",
     "signal_guard",
 ]
 
-ItemKind = str  # "baseline" | "scenario" | "control"
 #: How often the engine looks at the job (progress, trigger, state, stop conditions): a
 #: trigger fires and the job's end is noticed at most this late.
 POLL_S = 0.05
@@ -119,12 +117,6 @@ class signal_guard:  # noqa: N801  (used as a context manager, reads as a statem
             signal.signal(s, old)
 
 
-def item_dir(run_dir: Path, kind: ItemKind, item_id: str) -> Path:
-    if kind == "baseline":
-        return run_dir / "baseline"
-    return run_dir / ("scenarios" if kind == "scenario" else "controls") / item_id
-
-
 # --- job construction ------------------------------------------------------------------
 
 
@@ -141,7 +133,7 @@ def _workload_config(
 def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: str) -> JobSpec:
     ckpt_dir = work / plan.checkpoint.dir
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    events_dir = work / "events"
+    events_dir = rundir.events_dir(work)
     wl_path = work / "workload.json"
     wl_path.write_text(json.dumps(_workload_config(plan, item, ckpt_dir, work), indent=2) + "\n")
     ep = plan.task.entrypoint
@@ -231,8 +223,8 @@ def execute_item(
         raise DrillError(f"{work} already holds a drill; use a new --out directory")
     work.mkdir(parents=True, exist_ok=True)
     run_id = f"{plan.task.id}-{item_id}-{uuid.uuid4().hex[:8]}"
-    sink = EventSink(work / "events", plan.task.id)
-    ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
+    sink = EventSink(rundir.events_dir(work), plan.task.id)
+    ledger = Ledger(rundir.ledger_path(work), run_id=run_id)
     platform_cls = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
     platform: Platform = platform_cls(plan.resources, work, ledger, sink)
     stop = plan.stop_for(item.stop) if item is not None else plan.stop
@@ -249,12 +241,12 @@ def execute_item(
     ledger.activate()
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
     # the probe files, tailed while the job runs, into the columnar step store
-    watch = Watch(work / "events", StepStoreWriter(work / "events"))
+    watch = Watch(rundir.events_dir(work), StepStoreWriter(rundir.events_dir(work)))
     tail = None  # a job that cannot be changed: its progress read from its log lines
     if plan.logs is not None:
         tail = LogTail(
             plan.logs,
-            work / "logs",
+            rundir.logs_dir(work),
             sink,
             platform.replicas,
             world_size=plan.resources.world_size,
@@ -591,7 +583,7 @@ def _close_observation(
     attempt("close the step store", watch.close)
 
     def inventory() -> None:
-        tl = Timeline.load(work / "events")
+        tl = Timeline.load(rundir.events_dir(work))
         records, pointer = take_inventory(
             tl, work / plan.checkpoint.dir, plan.checkpoint.latest_file, plan.checkpoint.keep
         )
@@ -614,4 +606,4 @@ def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:
         if source
         else yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False)
     )
-    write_file(run_dir / "plan.yaml", text, within=run_dir)
+    write_file(run_dir / rundir.PLAN, text, within=run_dir)

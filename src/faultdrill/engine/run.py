@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from faultdrill import rundir
 from faultdrill.checks import Verdict
 from faultdrill.engine.dossier import (
     amend_change_record,
@@ -25,7 +26,6 @@ from faultdrill.engine.item import (
     Reporter,
     environment_facts,
     execute_item,
-    item_dir,
     write_plan_copy,
 )
 from faultdrill.engine.phases import record_phase
@@ -99,7 +99,7 @@ def write_dossier(
         },
         "environment": environment_facts(),
     }
-    path = item_dir(run_dir, "baseline", "baseline") / "dossier.json"
+    path = rundir.dossier_path(run_dir)
     path.write_text(json.dumps(dossier, indent=2) + "\n")
 
 
@@ -232,7 +232,7 @@ def run_plan(
     base_work = execute_item(plan, "baseline", None, run_dir, report)
     ended = time.time()
     t = time.monotonic()  # the baseline's checks: its load, dossier and reference included
-    base_tl = Timeline.load(base_work / "events")
+    base_tl = Timeline.load(rundir.events_dir(base_work))
     write_dossier(plan, run_dir, started, ended, timeline=base_tl, data_before=data_before)
     reference = Reference.from_timeline(base_tl)
     base = evaluate_item(plan, "baseline", None, base_work, reference, timeline=base_tl)
@@ -264,7 +264,7 @@ def run_plan(
     (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
     amend_change_record(
         plan,
-        item_dir(run_dir, "baseline", "baseline") / "dossier.json",
+        rundir.dossier_path(run_dir),
         {"baseline": base_tl, **{i.id: i.timeline for i in items}},
     )
     result = RunResult(
@@ -311,7 +311,7 @@ def _write_reports_timed(result: RunResult, works: list[Path]) -> None:
     seconds = time.monotonic() - t
     for work in works:
         record_phase(
-            work / "events",
+            rundir.events_dir(work),
             result.plan.task.id,
             "report",
             t,
@@ -322,4 +322,4 @@ def _write_reports_timed(result: RunResult, works: list[Path]) -> None:
 
 
 def _timed(plan: Plan, work: Path, phase: str, started: float) -> None:
-    record_phase(work / "events", plan.task.id, phase, started, time.monotonic() - started)
+    record_phase(rundir.events_dir(work), plan.task.id, phase, started, time.monotonic() - started)

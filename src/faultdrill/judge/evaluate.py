@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faultdrill import __version__
+from faultdrill import __version__, rundir
 from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, combine, run_checks
 from faultdrill.checks.api import Msg
 from faultdrill.checks.network import network_report
 from faultdrill.checks.results import comparison_mode
-from faultdrill.engine.item import environment_facts, item_dir
+from faultdrill.engine.item import environment_facts
 from faultdrill.errors import RunDirError
 from faultdrill.joblogs.evidence import log_evidence
 from faultdrill.judge.analysis import Answers, answer_questions
@@ -53,6 +53,7 @@ from faultdrill.report.model import (
 )
 from faultdrill.report.model import Conclusion as ReportConclusion
 from faultdrill.report.model import Finding as ReportFinding
+from faultdrill.rundir import item_dir
 from faultdrill.timeline import Timeline
 
 __all__ = [
@@ -517,9 +518,9 @@ def evaluate_item(
     timeline: Timeline | None = None,
 ) -> ItemResult:
     """Judge one recorded item (``timeline``: its events, if already loaded)."""
-    if not (work / "events").is_dir():
+    if not rundir.events_dir(work).is_dir():
         raise RunDirError(f"{work}: no events/ directory; was this item run?")
-    tl = timeline if timeline is not None else Timeline.load(work / "events")
+    tl = timeline if timeline is not None else Timeline.load(rundir.events_dir(work))
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
     evidence = run_checks(ctx)
     item_id = "baseline" if item is None else item.id
@@ -631,7 +632,7 @@ class RunResult:
         """The run as report.json's typed content (:class:`~faultdrill.report.model.Report`)."""
         base = self.baseline
         ref = self.reference
-        dossier_path = self.run_dir / "baseline" / "dossier.json"
+        dossier_path = rundir.dossier_path(self.run_dir)
         dossier = json.loads(dossier_path.read_text()) if dossier_path.exists() else None
         return Report(
             faultdrill_version=__version__,
@@ -700,8 +701,8 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
     plan = plan or load_run_plan(run_dir)
     base_dir = item_dir(run_dir, "baseline", "baseline")
     baseline = reference = None
-    if (base_dir / "events").is_dir():
-        tl = Timeline.load(base_dir / "events")
+    if rundir.events_dir(base_dir).is_dir():
+        tl = Timeline.load(rundir.events_dir(base_dir))
         reference = Reference.from_timeline(tl)
         baseline = evaluate_item(plan, "baseline", None, base_dir, reference, timeline=tl)
     bverdict = baseline.verdict if baseline else None
@@ -713,7 +714,7 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
             work = item_dir(run_dir, kind, it.id)
             if selected is not None and it.id not in selected:
                 continue  # left out on purpose (--only / --no-controls), not a gap
-            if (work / "events").is_dir():
+            if rundir.events_dir(work).is_dir():
                 items.append(evaluate_item(plan, kind, it, work, reference, bverdict))
             else:
                 skipped.append({"id": it.id, "kind": kind, "reason": notes.get(it.id, "not run")})

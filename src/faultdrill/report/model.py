@@ -57,7 +57,7 @@ from pydantic import (
     model_validator,
 )
 
-from faultdrill import __version__
+from faultdrill import __version__, rundir
 from faultdrill.errors import RunDirError
 from faultdrill.safepath import write_file
 
@@ -964,7 +964,7 @@ def _explain(source: str, exc: ValidationError) -> str:
 
 def read_report(path: Path) -> Report:
     """The report of a run directory (or a report.json file). Raises RunDirError."""
-    file = path / "report.json" if path.is_dir() else path
+    file = path / rundir.REPORT_JSON if path.is_dir() else path
     try:
         text = file.read_bytes()
     except FileNotFoundError as exc:
@@ -979,7 +979,7 @@ def read_report(path: Path) -> Report:
 
 def write_report(report: Report, run_dir: Path) -> Path:
     """Write ``run_dir/report.json``; returns its path."""
-    path = run_dir / "report.json"
+    path = run_dir / rundir.REPORT_JSON
     write_file(path, json.dumps(report.to_json(), indent=2) + "\n", within=run_dir)
     return path
 

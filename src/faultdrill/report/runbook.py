@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from faultdrill import rundir
 from faultdrill.events import read_jsonl
 from faultdrill.report import words
 from faultdrill.report.i18n import Translator, translator
@@ -72,7 +73,7 @@ def undo_hint(kind: str, data: dict[str, Any]) -> str:
 
 def ledger_changes(item_dir: Path) -> list[dict[str, Any]]:
     """Every change an item's ledger recorded: kind, label, data, applied, reverted."""
-    path = item_dir / "ledger.jsonl"
+    path = rundir.ledger_path(item_dir)
     if not path.exists():
         return []
     entries: dict[str, dict[str, Any]] = {}

@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from faultdrill import rundir
 from faultdrill.errors import FaultError, PlatformError
 from faultdrill.platforms.api import Change, JobSpec, JobState, NodeInfo
 from faultdrill.platforms.local import procfs
@@ -246,7 +247,7 @@ class NetnsPlatform(LocalPlatform):
     # --- observing, and re-placement after a node loss -----------------------------------
 
     def _poll(self) -> JobState:
-        self._logwatch.poll(self.work_dir / "logs")
+        self._logwatch.poll(rundir.logs_dir(self.work_dir))
         state = super()._poll()
         if state == JobState.RUNNING:
             self._replace_lost_nodes()

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from faultdrill import rundir
 from faultdrill.errors import FaultError, NotOursError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
@@ -305,7 +306,7 @@ class LocalPlatform(HostStorage, Platform):
     def start_agent(self, node: str, job: JobSpec, *, is_host: bool) -> None:
         """Start one node's agent on the node (its cgroup joined before exec, so every
         descendant inherits it)."""
-        log_path = job.work_dir / "logs" / f"agent-{node}.log"
+        log_path = rundir.logs_dir(job.work_dir) / f"agent-{node}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "ab")  # noqa: SIM115  (closed in _teardown)
         try:
@@ -445,7 +446,7 @@ class LocalPlatform(HostStorage, Platform):
     # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
 
     def replica_copy(self, replica: Replica) -> Change:
-        return copy_change(self.cluster, replica, self.work_dir / "logs", self._copies)
+        return copy_change(self.cluster, replica, rundir.logs_dir(self.work_dir), self._copies)
 
     # --- actions: the control plane (ControlPlaneActions) ------------------------------------
 
