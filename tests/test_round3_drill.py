@@ -151,7 +151,7 @@ def test_unverified_load_of_a_damaged_checkpoint_is_caught(report: dict[str, Any
 
 def test_report_shows_inventory_goodput_and_how_it_ended(report: dict[str, Any]) -> None:
     text = render_markdown(Report.from_json(report))
-    assert "**How the fault ended: HANG**" in text
+    assert "**How the fault's disruption ended**" in text and "**hang**: progress stopped" in text
     assert "**Checkpoint inventory**" in text and "damaged by corrupt-checkpoint" in text
     assert "WASTED_PROGRESS_FROM_DISRUPTION" in text
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SHAPES", "SOURCES", "Event", "EventSink", "malformed", "read_jsonl"]
+__all__ = ["SHAPES", "SOURCES", "Event", "EventSink", "malformed", "read_jsonl", "read_objects"]
 
 SOURCES = ("probe", "platform", "fault", "sampler", "net", "harness")
 _RESERVED = frozenset({"ts", "mono", "src", "kind", "task"})
@@ -166,6 +166,27 @@ class Event:
             task=str(raw.get("task", "")),
             fields=fields,
         )
+
+
+def read_objects(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield every JSON object line of a JSON-lines file that holds no events (a ledger),
+    skipping a torn last line and lines that are not objects; nothing from a file that
+    cannot be read. Events files are read with :func:`read_jsonl`, which also holds each
+    line to the event contract."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115  (kept open for the loop below)
+    except OSError:
+        return
+    with f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                return
+            try:
+                obj = json.loads(raw)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(obj, dict):
+                yield obj
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill import rundir
-from faultdrill.events import read_jsonl
+from faultdrill.events import read_jsonl, read_objects
 from faultdrill.report import words
 from faultdrill.report.i18n import Translator, translator
 from faultdrill.report.model import Item, PlanStop, RecordedPlan, Report
@@ -77,7 +77,7 @@ def ledger_changes(item_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     entries: dict[str, dict[str, Any]] = {}
-    for rec in read_jsonl(path):
+    for rec in read_objects(path):  # ledger records are not events
         eid, op = rec.get("id"), rec.get("op")
         if op == "record":
             old = entries.get(str(eid), {})
