@@ -22,7 +22,6 @@ from faultdrill.engine.dossier import (
     snapshot_record,
 )
 from faultdrill.engine.item import (
-    ItemKind,
     Reporter,
     environment_facts,
     execute_item,
@@ -34,6 +33,7 @@ from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item
 from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, Scenario
 from faultdrill.report import write_reports
+from faultdrill.rundir import ItemKind
 from faultdrill.timeline import Timeline
 
 __all__ = ["Progress", "host_problem", "machine_problems", "run_plan", "write_dossier"]
