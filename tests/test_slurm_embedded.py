@@ -28,12 +28,11 @@ import pytest
 from faultdrill.errors import EnvironmentPrepError
 from faultdrill.events import EventSink
 from faultdrill.ledger import Ledger
-from faultdrill.plan import Resources
 from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.cluster import NodeCluster
 from faultdrill.platforms.local.linux import netns_exists, netns_unavailable, run_in_netns
-from faultdrill.platforms.slurm.embedded import EmbeddedSlurm, slurm_missing
+from faultdrill.platforms.slurm.embedded import EmbeddedSlurm, slurm_cluster, slurm_missing
 from faultdrill.platforms.slurm.jobs import SlurmWatch
-from faultdrill.platforms.slurm.nodes import SlurmNodes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,7 +40,6 @@ _WHY = netns_unavailable() or slurm_missing()
 needs_slurm = pytest.mark.skipif(_WHY is not None, reason=f"no embedded Slurm here: {_WHY}")
 pytestmark = [pytest.mark.drill, pytest.mark.root, needs_slurm]
 
-RES = Resources(isolation="netns", nodes=2, spares=1)
 # Where Slurm and munge put files by default: none of them may gain a file.
 DEFAULT_PLACES = [
     Path(p)
@@ -63,12 +61,12 @@ DEFAULT_PLACES = [
 ]
 
 
-def make(work: Path) -> tuple[SlurmNodes, EmbeddedSlurm]:
-    """A cluster of :data:`RES` in ``work``, not brought up yet (unique run id)."""
+def make(work: Path) -> tuple[NodeCluster, EmbeddedSlurm]:
+    """Two nodes and a spare in ``work``, not brought up yet (unique run id)."""
     run_id = f"t-slurm-{uuid.uuid4().hex[:10]}"
     ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
     sink = EventSink(work / "events", "t")
-    nodes = SlurmNodes(RES, work, ledger, sink)
+    nodes = slurm_cluster(ledger, sink, ["n1", "n2"], ["n3"])
     return nodes, EmbeddedSlurm(nodes, work / "slurm")
 
 
@@ -114,7 +112,7 @@ def leftovers(ledger: Path) -> list[str]:
 
 
 @pytest.fixture()
-def cluster(tmp_path: Path) -> Iterator[tuple[SlurmNodes, EmbeddedSlurm]]:
+def cluster(tmp_path: Path) -> Iterator[tuple[NodeCluster, EmbeddedSlurm]]:
     nodes, slurm = make(tmp_path)
     try:
         yield nodes, slurm
@@ -127,7 +125,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[SlurmNodes, EmbeddedSlurm]]:
 
 
 def test_bring_up_run_a_job_on_two_nodes_tear_down_leaves_nothing(
-    tmp_path: Path, cluster: tuple[SlurmNodes, EmbeddedSlurm]
+    tmp_path: Path, cluster: tuple[NodeCluster, EmbeddedSlurm]
 ) -> None:
     nodes, slurm = cluster
     before = snapshot()
@@ -182,7 +180,7 @@ def test_bring_up_run_a_job_on_two_nodes_tear_down_leaves_nothing(
 
 
 def test_a_slurmd_that_cannot_start_is_named_with_its_log(
-    cluster: tuple[SlurmNodes, EmbeddedSlurm],
+    cluster: tuple[NodeCluster, EmbeddedSlurm],
 ) -> None:
     """Bring-up fails at once, naming the node, its slurmd's exit and its log's tail, when a
     slurmd cannot start (here: its port is taken inside its node), and never hangs."""
@@ -195,7 +193,7 @@ def test_a_slurmd_that_cannot_start_is_named_with_its_log(
         s.listen()
         return s
 
-    blocker = run_in_netns(nodes.cluster.link("n2").ns, occupy)
+    blocker = run_in_netns(nodes.link("n2").ns, occupy)
     try:
         t0 = time.monotonic()
         with pytest.raises(EnvironmentPrepError) as err:
