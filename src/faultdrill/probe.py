@@ -17,7 +17,10 @@ Contract
 
   ============  ===============================================================
   run_start     world_size, local_rank, node, host, restart_count, master,
-                config_digest  (call after the process group is initialised)
+                config_digest  (call after the process group is initialised); under a
+                scheduler that restarts whole jobs, also sched_job_id and
+                sched_incarnation (from ``FAULTDRILL_SCHED_JOB_ID`` /
+                ``FAULTDRILL_SCHED_INCARNATION``, which the platform exports)
   step          step, loss (``null``: not reported this step), samples:
                 ``[[start, end), ...]`` global sample ids
   ckpt_save     id, step, path, sha256, bytes, data_position  (after it is durable);
@@ -47,6 +50,8 @@ __all__ = ["ENV_EVENTS_DIR", "Probe", "SampleIds", "fold_ranges", "probe_from_en
 ENV_EVENTS_DIR = "FAULTDRILL_EVENTS_DIR"
 ENV_TASK_ID = "FAULTDRILL_TASK_ID"
 ENV_NODE = "FAULTDRILL_NODE"
+ENV_SCHED_JOB = "FAULTDRILL_SCHED_JOB_ID"
+ENV_SCHED_INCARNATION = "FAULTDRILL_SCHED_INCARNATION"
 
 SampleIds = Sequence[int] | Sequence[Sequence[int]] | range
 
@@ -148,6 +153,14 @@ class Probe:
         master = None
         if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
             master = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+        # The scheduler's incarnation of the whole job (a Slurm requeue keeps the job id and
+        # counts up): the timeline keys generations by it, so an old task that still runs
+        # on a cut-off node is told from the requeued job's.
+        sched = env.get(ENV_SCHED_INCARNATION, "")
+        if env.get(ENV_SCHED_JOB):
+            extra.setdefault("sched_job_id", env[ENV_SCHED_JOB])
+        if sched.isdigit():
+            extra.setdefault("sched_incarnation", int(sched))
         self.emit(
             "run_start",
             world_size=world_size,
