@@ -309,6 +309,17 @@ def _item_section(
                 ),
             )
         )
+        for a in acts:
+            for step in a.get("steps") or []:
+                lines.append(
+                    "  - "
+                    + t(
+                        "rb.recover.step",
+                        command=step.get("command"),
+                        permission=step.get("permission"),
+                        at=a.get("at") or "?",
+                    )
+                )
     lines.append("")
     # expected observations
     lines += [f"### {t('rb.expect')}", ""]
