@@ -144,11 +144,20 @@ def render_task(
     """The script ``srun`` runs once per node: one torchrun agent, rendezvous on the first
     allocated node. On the embedded cluster, per-node facts come from ``SLURMD_NODENAME``
     (a map of addresses and interfaces written in) and ``TMPDIR`` is below ``scratch``; on a
-    real cluster (no maps) the first node's host name is the endpoint and each node keeps
-    its own ``TMPDIR``."""
+    real cluster (no maps) each node's address is its ``NodeAddr`` as Slurm reaches it, gloo
+    uses the interface that holds it (when it is an IP address of the node), and each node
+    keeps its own ``TMPDIR``."""
     argv = " ".join(shlex.quote(a) for a in job.argv)
-    maps, node_env, local_addr = "", "", ""
-    endpoint = '"$first"'
+    maps = "addr_of() { scontrol show node \"$1\" -o | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p'; }\n"
+    node_env = (
+        'my_addr=$(addr_of "$node")\n'
+        'export FAULTDRILL_NODE_ADDR="$my_addr"\n'
+        'ifname=$(ip -o -4 addr show 2>/dev/null | awk -v a="$my_addr" '
+        "'{split($4, p, \"/\"); if (p[1] == a) print $2}' | head -n1)\n"
+        'if [ -n "$ifname" ]; then export GLOO_SOCKET_IFNAME="$ifname"; fi\n'
+    )
+    endpoint = '"$(addr_of "$first")"'
+    local_addr = ' --local-addr="$my_addr"'
     if addresses is not None and ifnames is not None:
         addr = " ".join(f"[{n}]={shlex.quote(a)}" for n, a in addresses.items())
         ifn = " ".join(f"[{n}]={shlex.quote(i)}" for n, i in ifnames.items())
@@ -557,7 +566,9 @@ class SlurmWatch:
         seen PENDING then COMPLETED); COMPLETING after a requeue lists the old nodes."""
         state, restarts = rec.get("JobState", ""), int(rec.get("Restarts", "0") or 0)
         placed = base_state(state) in ("RUNNING", "CONFIGURING") or (
-            job_state_of(rec).ended and slurm_time(rec.get("StartTime")) is not None
+            job_state_of(rec).ended
+            and not is_held(rec)  # a held job's record still names its last allocation
+            and slurm_time(rec.get("StartTime")) is not None
         )
         if placed and nodes and restarts not in self.incarnations:
             self.incarnations[restarts] = nodes

@@ -196,6 +196,7 @@ class SlurmPlatform(Platform):
         self.job_id: str | None = None
         self.watch: jobs.SlurmWatch | None = None
         self._cancelled = False
+        self._releasing = False  # released, but the watch may still hold the held record
         self._cluster_options: dict[str, Any] = {}
         #: Node states the drill set (down, frozen, drained), over what Slurm says.
         self.marked: dict[str, str] = {}
@@ -347,6 +348,7 @@ class SlurmPlatform(Platform):
             # a node that came back by itself meanwhile refuses RESUME: nothing lost
             last = step is steps[-1]
             self.client.client(step["command"].split(), timeout=15, check=last)
+        self._releasing = True
         self._emit(
             "job_released",
             job_id=self.job_id,
@@ -361,6 +363,10 @@ class SlurmPlatform(Platform):
         rec = self.watch.job
         if "Invalid" in rec:
             return self._forgotten()
+        if self._releasing:
+            if jobs.is_held(rec):  # the record from before the release
+                return JobState.RESTARTING
+            self._releasing = False
         state = jobs.job_state_of(rec, cancelled_by_us=self._cancelled)
         restarts = int(rec.get("Restarts", "0") or 0)
         # Between a requeue and the new incarnation's start the record says COMPLETING of
