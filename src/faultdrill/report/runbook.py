@@ -53,6 +53,9 @@ _UNDO = {
     "netns": "ip netns del {name}",
     "netns-link": "ip -n {ns} link del {name}",
     "node-kill": "# killed processes cannot be revived; nothing to revert",
+    "slurm-drain": "scontrol update NodeName={node} State=RESUME",
+    "slurm-daemon": "kill -TERM {pid}  # {name} on {node}",
+    "slurmctld-stop": "slurmctld  # start the controller again (it keeps its saved state)",
 }
 
 
