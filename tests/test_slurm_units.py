@@ -355,3 +355,26 @@ def test_the_runbook_lists_the_operators_commands_with_permission_and_time() -> 
     )
     drain = {"node": "n2", "reason": "faultdrill r: node-drain", "ns": None}
     assert undo_hint("slurm-drain", drain) == "scontrol update NodeName=n2 State=RESUME"
+
+
+def test_a_job_on_other_hosts_stamps_events_on_the_harness_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FAULTDRILL_CLOCK_OFFSET (the harness's wall minus monotonic) makes ``mono`` of a
+    remote writer (probe, agent, a node's sampler) comparable with the harness's."""
+    import time
+
+    from faultdrill.events import EventSink
+
+    offset = time.time() - time.monotonic() + 1000.0  # a host whose clock is 1000 s off
+    monkeypatch.setenv("FAULTDRILL_CLOCK_OFFSET", repr(offset))
+    probe = Probe(tmp_path, rank=0, task_id="t")
+    probe.step(1, 0.5)
+    probe.close()
+    ev = json.loads((tmp_path / "probe-rank0.jsonl").read_text())
+    assert ev["mono"] == pytest.approx(ev["ts"] - offset)
+    sink = EventSink(tmp_path / "s", "t", mono_offset=offset)
+    e = sink.emit("sampler", "proc_seen", stream="sampler-n1", pid=1)
+    sink.close()
+    assert e.mono == pytest.approx(e.ts - offset)
+    assert (tmp_path / "s" / "sampler-n1.jsonl").exists()

@@ -12,7 +12,8 @@ Contract
   same rank appends after it. A torn last line is terminated before the first new event,
   so readers only ever lose that one line.
 * Every event carries ``ts`` (wall clock), ``mono`` (``time.monotonic()``, shared by all
-  processes of one host and the drill's ordering clock), ``src`` = ``"probe"``, ``kind``,
+  processes of one host and the drill's ordering clock; on another host than the
+  harness's, ``time.time() - $FAULTDRILL_CLOCK_OFFSET``), ``src`` = ``"probe"``, ``kind``,
   ``task``, ``rank`` and ``pid``. Kinds and their extra fields:
 
   ============  ===============================================================
@@ -50,6 +51,7 @@ __all__ = ["ENV_EVENTS_DIR", "Probe", "SampleIds", "fold_ranges", "probe_from_en
 ENV_EVENTS_DIR = "FAULTDRILL_EVENTS_DIR"
 ENV_TASK_ID = "FAULTDRILL_TASK_ID"
 ENV_NODE = "FAULTDRILL_NODE"
+ENV_CLOCK_OFFSET = "FAULTDRILL_CLOCK_OFFSET"
 ENV_SCHED_JOB = "FAULTDRILL_SCHED_JOB_ID"
 ENV_SCHED_INCARNATION = "FAULTDRILL_SCHED_INCARNATION"
 
@@ -99,6 +101,10 @@ class Probe:
         self.task_id = task_id
         self.pid = os.getpid()
         self._fd: int | None = None
+        try:
+            self._offset: float | None = float(os.environ[ENV_CLOCK_OFFSET])
+        except (KeyError, ValueError):
+            self._offset = None
         if events_dir is None:
             return
         os.makedirs(events_dir, exist_ok=True)
@@ -128,8 +134,10 @@ class Probe:
         if self._fd is None:
             return
         body = json.dumps(fields, separators=(",", ":"))
+        ts = time.time()
+        mono = time.monotonic() if self._offset is None else ts - self._offset
         line = (
-            f'{self._head},"ts":{time.time()!r},"mono":{time.monotonic()!r},'
+            f'{self._head},"ts":{ts!r},"mono":{mono!r},'
             f'"kind":"{kind}"' + ("," + body[1:] if len(body) > 2 else "}") + "\n"
         )
         os.write(self._fd, line.encode())

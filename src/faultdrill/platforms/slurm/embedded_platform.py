@@ -135,6 +135,9 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
             scratch=self.scratch(),
         )
 
+    def _job_env(self) -> dict[str, str]:
+        return {}  # one host, one clock; the harness samples every node's processes
+
     def address_of(self, node: str) -> str:
         return self.cluster.address(node)
 

@@ -228,17 +228,21 @@ def submit(
     *,
     task: str,
     out_dir: Path,
+    env: dict[str, str] | None = None,
 ) -> str:
     """Write the task script (``task``, from :func:`render_task`) and the batch script
     under ``out_dir`` and sbatch; returns the job id. The job's environment is the
-    submitter's (sbatch exports it), so the client runs with :func:`job_env` added.
+    submitter's (sbatch exports it), so the client runs with :func:`job_env` and ``env``
+    added.
     Raises PlatformError when sbatch refuses."""
     out_dir.mkdir(parents=True, exist_ok=True)
     task_path = out_dir / f"{job.run_id}-task.sh"
     batch = out_dir / f"{job.run_id}-batch.sh"
     task_path.write_text(task)
     batch.write_text(render_batch(job, opts, task_script=task_path, out_dir=out_dir))
-    done = client.client(["sbatch", "--parsable", str(batch)], timeout=20, env=job_env(job))
+    done = client.client(
+        ["sbatch", "--parsable", str(batch)], timeout=20, env={**job_env(job), **(env or {})}
+    )
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise PlatformError(f"sbatch answered {done.stdout!r}, not a job id")

@@ -36,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,8 @@ _NEEDS_NODES = (
     "inject it by hand on the node and drill what Slurm does with a plan that observes it)"
 )
 _OPERATOR = "a Slurm operator (AdminLevel=Operator or Admin), root or SlurmUser"
+#: How often each node's agent samples its processes on a real cluster.
+NODE_SAMPLE_HZ = 5.0
 
 
 def _scontrol(
@@ -286,7 +289,12 @@ class SlurmPlatform(Platform):
             return
         self._cancelled = False
         self.job_id = jobs.submit(
-            self.client, job, self.options, task=self._task_script(job), out_dir=self.jobs_dir()
+            self.client,
+            job,
+            self.options,
+            task=self._task_script(job),
+            out_dir=self.jobs_dir(),
+            env=self._job_env(),
         )
         self._emit("slurm_job", job_id=self.job_id, source="sbatch")
         if self.watch is not None:
@@ -299,6 +307,14 @@ class SlurmPlatform(Platform):
             all_nodes=self.settings.embedded,
         )
         self.watch.start()
+
+    def _job_env(self) -> dict[str, str]:
+        """The nodes are other hosts: events on this machine's clock, and each node's agent
+        samples its own processes (the harness cannot see them)."""
+        return {
+            "FAULTDRILL_CLOCK_OFFSET": repr(time.time() - time.monotonic()),
+            "FAULTDRILL_NODE_SAMPLE_HZ": str(NODE_SAMPLE_HZ),
+        }
 
     def jobs_dir(self) -> Path:
         """Where the batch and task scripts and the job's output go."""
@@ -448,7 +464,8 @@ class SlurmPlatform(Platform):
         )
 
     def replicas(self) -> list[Replica]:
-        """None visible: the harness has no access to a real cluster's nodes."""
+        """None visible from here: each node's agent samples its own processes into the
+        shared events directory instead (``sampler-<node>.jsonl``)."""
         return []
 
     # --- stopping -----------------------------------------------------------------------
