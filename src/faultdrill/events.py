@@ -15,6 +15,12 @@ harness    the drill engine: scenario start/end, stop conditions, operator actio
 =========  ====================================================================
 
 Writers append to ``<run>/events/<name>.jsonl``; readers tolerate a torn last line.
+
+A job whose processes run on other hosts than the harness (a real Slurm cluster) writes
+its events into the shared run directory with ``mono`` on the harness's clock: the
+platform exports ``FAULTDRILL_CLOCK_OFFSET`` (the harness's ``time.time() -
+time.monotonic()``), and every writer there stamps ``mono = time.time() - offset``
+(wall clocks kept in step by NTP; their skew is the timeline's error).
 """
 
 from __future__ import annotations
@@ -27,6 +33,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+ENV_CLOCK_OFFSET = "FAULTDRILL_CLOCK_OFFSET"
+
+
+def clock_offset_from_env() -> float | None:
+    """The harness's wall-minus-monotonic offset a remote writer stamps ``mono`` with, or
+    None (same host: ``time.monotonic()`` is the drill's clock)."""
+    raw = os.environ.get(ENV_CLOCK_OFFSET)
+    try:
+        return float(raw) if raw else None
+    except ValueError:
+        return None
+
 
 __all__ = ["SHAPES", "SOURCES", "Event", "EventSink", "malformed", "read_jsonl"]
 
@@ -195,15 +214,20 @@ class EventSink:
     so a crash loses at most that line.
     """
 
-    def __init__(self, events_dir: Path, task_id: str) -> None:
+    def __init__(self, events_dir: Path, task_id: str, *, mono_offset: float | None = None) -> None:
+        """``mono_offset``: stamp ``mono`` as ``time.time() - mono_offset`` (a writer on
+        another host than the harness: :func:`clock_offset_from_env`)."""
         self.events_dir = events_dir
         self.task_id = task_id
+        self.mono_offset = mono_offset
         events_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._fds: dict[str, int] = {}
 
     def emit(self, src: str, kind: str, *, stream: str | None = None, **fields: Any) -> Event:
-        ev = Event(time.time(), time.monotonic(), src, kind, self.task_id, fields)
+        ts = time.time()
+        mono = time.monotonic() if self.mono_offset is None else ts - self.mono_offset
+        ev = Event(ts, mono, src, kind, self.task_id, fields)
         line = (json.dumps(ev.to_json(), separators=(",", ":"), default=str) + "\n").encode()
         name = stream or src
         with self._lock:

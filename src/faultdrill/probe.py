@@ -12,13 +12,17 @@ Contract
   same rank appends after it. A torn last line is terminated before the first new event,
   so readers only ever lose that one line.
 * Every event carries ``ts`` (wall clock), ``mono`` (``time.monotonic()``, shared by all
-  processes of one host and the drill's ordering clock), ``src`` = ``"probe"``, ``kind``,
+  processes of one host and the drill's ordering clock; on another host than the
+  harness's, ``time.time() - $FAULTDRILL_CLOCK_OFFSET``), ``src`` = ``"probe"``, ``kind``,
   ``task``, ``rank`` and ``pid``. Kinds and their extra fields:
 
   ============  ===============================================================
   run_start     world_size, local_rank, node, host, restart_count, master,
                 config_digest, uid, user (the identity the process runs as: the
-                data access identity)  (call after the process group is initialised)
+                data access identity)  (call after the process group is initialised);
+                under a scheduler that restarts whole jobs, also sched_job_id and
+                sched_incarnation (from ``FAULTDRILL_SCHED_JOB_ID`` /
+                ``FAULTDRILL_SCHED_INCARNATION``, which the platform exports)
   step          step, loss (``null``: not reported this step), samples:
                 ``[[start, end), ...]`` global sample ids
   ckpt_save     id, step, path, sha256, bytes, data_position  (after it is durable);
@@ -52,6 +56,9 @@ __all__ = ["ENV_EVENTS_DIR", "Probe", "SampleIds", "fold_ranges", "probe_from_en
 ENV_EVENTS_DIR = "FAULTDRILL_EVENTS_DIR"
 ENV_TASK_ID = "FAULTDRILL_TASK_ID"
 ENV_NODE = "FAULTDRILL_NODE"
+ENV_CLOCK_OFFSET = "FAULTDRILL_CLOCK_OFFSET"
+ENV_SCHED_JOB = "FAULTDRILL_SCHED_JOB_ID"
+ENV_SCHED_INCARNATION = "FAULTDRILL_SCHED_INCARNATION"
 
 SampleIds = Sequence[int] | Sequence[Sequence[int]] | range
 
@@ -99,6 +106,10 @@ class Probe:
         self.task_id = task_id
         self.pid = os.getpid()
         self._fd: int | None = None
+        try:
+            self._offset: float | None = float(os.environ[ENV_CLOCK_OFFSET])
+        except (KeyError, ValueError):
+            self._offset = None
         if events_dir is None:
             return
         os.makedirs(events_dir, exist_ok=True)
@@ -128,8 +139,10 @@ class Probe:
         if self._fd is None:
             return
         body = json.dumps(fields, separators=(",", ":"))
+        ts = time.time()
+        mono = time.monotonic() if self._offset is None else ts - self._offset
         line = (
-            f'{self._head},"ts":{time.time()!r},"mono":{time.monotonic()!r},'
+            f'{self._head},"ts":{ts!r},"mono":{mono!r},'
             f'"kind":"{kind}"' + ("," + body[1:] if len(body) > 2 else "}") + "\n"
         )
         os.write(self._fd, line.encode())
@@ -153,6 +166,14 @@ class Probe:
         master = None
         if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
             master = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+        # The scheduler's incarnation of the whole job (a Slurm requeue keeps the job id and
+        # counts up): the timeline keys generations by it, so an old task that still runs
+        # on a cut-off node is told from the requeued job's.
+        sched = env.get(ENV_SCHED_INCARNATION, "")
+        if env.get(ENV_SCHED_JOB):
+            extra.setdefault("sched_job_id", env[ENV_SCHED_JOB])
+        if sched.isdigit():
+            extra.setdefault("sched_incarnation", int(sched))
         self.emit(
             "run_start",
             world_size=world_size,

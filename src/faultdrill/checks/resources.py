@@ -15,23 +15,27 @@ P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
 @check("resources.no-stale-replica", "resources")
 def no_stale_replica(ctx: CheckContext) -> list[Finding]:
-    """Once a new incarnation has made progress, no process of an older one is alive and
-    no older replica emits steps."""
+    """Once a new incarnation has made progress, no process of one it superseded is alive
+    and no superseded replica emits steps; and no incarnation resumed from a checkpoint a
+    superseded replica wrote after its successor started (a split brain's checkpoint).
+    "Superseded" follows the scheduler's incarnations where the replicas announced them
+    (:meth:`~faultdrill.timeline.Incarnation.supersedes`), else start order."""
     tl, name = ctx.timeline, "resources.no-stale-replica"
     workers = [p for p in tl.procs if p.role == "worker"]
     if not workers:
         return [ctx.finding(name, R, "the process table was not sampled (no worker seen)")]
     out = []
     pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
-    for inc in tl.incarnations[1:]:
+    for inc in tl.incarnations:
+        older = {o.index for o in tl.incarnations if o is not inc and inc.supersedes(o)}
         t = inc.first_step_mono
-        if t is None:
+        if t is None or not older:
             continue
         stale = []
         for p in workers:
             owner = pid_inc.get(p.pid)
-            older = owner < inc.index if owner is not None else p.seen_mono < inc.started_mono
-            if older and p.last_seen_mono >= t:
+            old = owner in older if owner is not None else p.seen_mono < inc.started_mono
+            if old and p.last_seen_mono >= t:
                 stale.append(p)
         if stale:
             desc = ", ".join(
@@ -50,7 +54,7 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
                 )
             )
         st = tl.steps
-        late = (st.inc >= 0) & (st.inc < inc.index) & (st.mono > t)
+        late = np.isin(st.inc, sorted(older)) & (st.mono > t)
         if late.any():
             i = int(np.flatnonzero(late)[0])
             out.append(
@@ -63,6 +67,7 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
                     inc=inc.index,
                 )
             )
+    out += _stale_checkpoints_loaded(ctx, pid_inc)
     if not out:
         n = len(tl.incarnations) - 1
         out.append(
@@ -74,6 +79,41 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
                 else "no restart; no replica was superseded",
             )
         )
+    return out
+
+
+def _stale_checkpoints_loaded(ctx: CheckContext, pid_inc: dict[int, int]) -> list[Finding]:
+    """Loads of a checkpoint whose (last) save before the load came from a replica that
+    had already been superseded when it saved."""
+    tl, out = ctx.timeline, []
+    incs = tl.incarnations
+    saves = tl.of("probe", "ckpt_save")
+    for inc in incs:
+        loaded = {str(e.get("id")): e for e in inc.loads if e.kind == "ckpt_load"}
+        for ld in loaded.values():  # one finding per checkpoint, whichever ranks loaded it
+            before = [
+                e for e in saves if str(e.get("id")) == str(ld.get("id")) and e.mono < ld.mono
+            ]
+            if not before:
+                continue
+            save = before[-1]
+            writer = pid_inc.get(int(save.get("pid", -1)))
+            if writer is None:
+                continue
+            newer = [n for n in incs if n.supersedes(incs[writer]) and n.started_mono < save.mono]
+            if newer:
+                out.append(
+                    ctx.finding(
+                        "resources.no-stale-replica",
+                        F,
+                        f"incarnation {inc.index} resumed from checkpoint {ld.get('id')!r} "
+                        f"(step {ld.get('step')}), written by incarnation {writer} after "
+                        f"incarnation {newer[0].index} had replaced it (a stale replica's "
+                        "checkpoint)",
+                        inc=inc.index,
+                        checkpoint=ld.get("id"),
+                    )
+                )
     return out
 
 

@@ -97,8 +97,21 @@ def write_dossier(
         },
         "environment": environment_facts(),
     }
-    path = item_dir(run_dir, "baseline", "baseline") / "dossier.json"
-    path.write_text(json.dumps(dossier, indent=2) + "\n")
+    base = item_dir(run_dir, "baseline", "baseline")
+    options = _platform_options(base)
+    if options:
+        dossier["resources"]["platform_options"] = options
+    (base / "dossier.json").write_text(json.dumps(dossier, indent=2) + "\n")
+
+
+def _platform_options(work: Path) -> dict[str, object]:
+    """What the platform recorded of its own recovery-deciding options in the baseline
+    (its ``platform``/``dossier`` event: Slurm's requeue, timeouts...); {} if none."""
+    try:
+        events = Timeline.load(work / "events").of("platform", "dossier")
+    except OSError:
+        return {}
+    return dict(events[-1].fields) if events else {}
 
 
 def machine_problems(plan: Plan, ids: Iterable[str]) -> dict[str, dict[str, str]]:

@@ -15,17 +15,23 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from faultdrill.events import EventSink
 from faultdrill.platforms.api import Platform, Replica
 from faultdrill.platforms.local import procfs
 
-__all__ = ["ProcessSampler", "end_snapshot"]
+__all__ = ["HasReplicas", "ProcessSampler", "end_snapshot"]
+
+
+class HasReplicas(Protocol):
+    """What the sampler reads: a platform, or a node agent's view of its own processes."""
+
+    def replicas(self) -> list[Replica]: ...
 
 
 class ProcessSampler:
-    def __init__(self, platform: Platform, sink: EventSink, hz: float) -> None:
+    def __init__(self, platform: HasReplicas, sink: EventSink, hz: float) -> None:
         self.platform = platform
         self.sink = sink
         self.period = 1.0 / hz

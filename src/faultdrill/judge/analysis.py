@@ -35,9 +35,14 @@ __all__ = [
 ]
 
 #: Platform event kinds that mean "the platform has decided a replica is gone".
-#: Adapters for other schedulers emit the generic ``replica_lost``/``node_lost``. A worker's
-#: own symptoms (``peer_error``, ``timeout_fired``: a collective failing inside the job) are
-#: not the platform's decision and are reported separately (``disruption``).
+#: Adapters for other schedulers emit the generic ``replica_lost``/``node_lost``, with
+#: ``layer="scheduler"`` when the scheduler decided (Slurm's node DOWN and requeue) rather
+#: than the launcher inside the job (torchrun's agent): when the scheduler replaced the job
+#: (the new incarnation has another scheduler incarnation than the old), the scheduler's
+#: first decision answers "when was the worker deemed lost", even if the launcher noticed
+#: earlier. A worker's own symptoms (``peer_error``, ``timeout_fired``: a collective failing
+#: inside the job) are not the platform's decision and are reported separately
+#: (``disruption``).
 LOST_KINDS = frozenset(
     {
         "worker_group_failed",
@@ -174,14 +179,12 @@ def answer_questions(tl: Timeline) -> Answers:
             note=RODE_OUT,
         )
     done = job_done_mono(tl, t0)
-    lost = next(
-        (
-            e
-            for e in tl.events
-            if t0 <= e.mono < done and e.src == "platform" and e.kind in LOST_KINDS
-        ),
-        None,
-    )
+    decisions = [
+        e for e in tl.events if t0 <= e.mono < done and e.src == "platform" and e.kind in LOST_KINDS
+    ]
+    if old is not None and new is not None and _rescheduled(old, new):
+        decisions = [e for e in decisions if e.get("layer") == "scheduler"] or decisions
+    lost = decisions[0] if decisions else None
     stopped, note = _old_stopped(tl, old)
     resumed = None
     if new is not None and new.load is not None:
@@ -203,7 +206,11 @@ def answer_questions(tl: Timeline) -> Answers:
         before = (st.inc == old.index) & (st.mono < new.started_mono)
         if before.any():
             recomputed = max(0, int(st.step[before].max()) - new.resume_step)
-    by = f"{lost.kind} on {lost.get('node', '?')}" if lost else "no platform event after injection"
+    by = "no platform event after injection"
+    if lost is not None:
+        by = f"{lost.kind} on {lost.get('node', '?')}"
+        if lost.get("source"):
+            by += f" ({lost.get('source')})"
     return Answers(
         injected_at=t0,
         worker_lost_at=lost.mono if lost else None,
@@ -219,6 +226,11 @@ def answer_questions(tl: Timeline) -> Answers:
         offset=offset,
         note="" if new is not None else "no new incarnation started after the fault",
     )
+
+
+def _rescheduled(old: Incarnation, new: Incarnation) -> bool:
+    """The scheduler, not the launcher, replaced the job: another scheduler incarnation."""
+    return old.sched is not None and new.sched is not None and new.sched != old.sched
 
 
 def job_done_mono(tl: Timeline, after: float) -> float:

@@ -34,6 +34,7 @@ __all__ = [
     "RecoveryClass",
     "Resources",
     "Responsibility",
+    "SlurmSettings",
     "StopConditions",
     "StopOverrides",
     "Task",
@@ -177,6 +178,156 @@ class Timeouts(Frozen):
     monitor_interval_s: float = Field(0.1, ge=0.01, le=60)
 
 
+# --- platform: slurm ---------------------------------------------------------------------
+
+#: sbatch options faultdrill writes itself (the batch script's layout and its requeue).
+_SBATCH_OWN = (
+    "--nodes",
+    "-N",
+    "--ntasks-per-node",
+    "--cpus-per-task",
+    "--output",
+    "-o",
+    "--chdir",
+    "-D",
+    "--job-name",
+    "-J",
+    "--open-mode",
+    "--requeue",
+    "--no-requeue",
+    "--no-kill",
+    "-k",
+    "--parsable",
+)
+#: Settings of the embedded cluster's slurm.conf (a real cluster's own are read from it).
+_EMBEDDED_ONLY = (
+    "slurmd_timeout_s",
+    "message_timeout_s",
+    "kill_wait_s",
+    "cred_expire_s",
+    "return_to_service",
+    "sched_interval_s",
+)
+
+
+class SlurmSettings(Frozen):
+    """``resources.slurm`` (``platform: slurm``): which Slurm cluster, and the options that
+    decide how it recovers a job (all recorded in the resource dossier).
+
+    ``embedded: true`` brings a Slurm cluster up on this machine for each item (root,
+    ``isolation: netns``, Debian's ``slurmctld slurmd slurm-client munge``); otherwise the
+    job goes to the cluster that ``sbatch`` on PATH reaches, and ``shared_dir`` names a
+    directory that every node and this machine see at the same path: the run directory
+    (``--out``) must be below it, since the job writes its events and checkpoints there."""
+
+    embedded: bool = Field(
+        False, description="bring an embedded cluster up on this machine for each item"
+    )
+    shared_dir: str | None = Field(
+        None,
+        description="real cluster: a directory every node and this machine see at the same "
+        "path; run directories (--out) must be below it",
+    )
+    python: str | None = Field(
+        None,
+        description="real cluster: the interpreter on the nodes, with faultdrill and torch "
+        "(default: this machine's, which must then be on the shared file system)",
+    )
+    sbatch_options: tuple[str, ...] = Field(
+        (), description="extra sbatch options, e.g. --partition=gpu --account=a --time=30"
+    )
+    requeue: bool = Field(True, description="sbatch --requeue: requeue the job on a node failure")
+    no_kill: bool = Field(
+        False, description="sbatch --no-kill: keep the allocation when one of its nodes fails"
+    )
+    kill_on_bad_exit: bool = Field(
+        True, description="srun --kill-on-bad-exit: one task failing ends the step"
+    )
+    slurmd_timeout_s: int = Field(5, ge=1, le=3600, description="embedded: SlurmdTimeout")
+    message_timeout_s: int = Field(5, ge=1, le=100, description="embedded: MessageTimeout")
+    kill_wait_s: int = Field(5, ge=1, le=600, description="embedded: KillWait")
+    cred_expire_s: int = Field(
+        5,
+        ge=5,
+        le=3600,
+        description="embedded: munge cred_expire, also the hold-off before a requeued job "
+        "may start (Slurm's default is 120 s)",
+    )
+    return_to_service: Literal[0, 1, 2] = Field(
+        2, description="embedded: ReturnToService (2: a node that registers again is usable)"
+    )
+    sched_interval_s: int = Field(2, ge=1, le=60, description="embedded: sched_interval")
+
+    @field_validator("sbatch_options")
+    @classmethod
+    def _own_options(cls, opts: tuple[str, ...]) -> tuple[str, ...]:
+        for i, opt in enumerate(opts):
+            name = opt.split("=", 1)[0]
+            if not opt.startswith("-") or any(c in opt for c in "\n\r\0"):
+                raise ValueError(
+                    f"[{i}] {opt!r} is not one sbatch option; write each as --name=value"
+                )
+            if name in _SBATCH_OWN:
+                raise ValueError(
+                    f"[{i}] {name} is set by faultdrill (from resources and slurm.requeue / "
+                    "no_kill); remove it"
+                )
+        return opts
+
+    @model_validator(mode="after")
+    def _which_cluster(self) -> SlurmSettings:
+        if self.embedded:
+            for name in ("shared_dir", "python"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name} is for a real cluster; the embedded cluster runs on this "
+                        f"machine: remove {name} or set embedded: false"
+                    )
+            return self
+        if self.shared_dir is None:
+            raise ValueError(
+                "a real Slurm cluster needs shared_dir (a directory every node and this "
+                "machine see at the same path); or set embedded: true to drill an embedded "
+                "cluster on this machine"
+            )
+        if not self.shared_dir.startswith("/"):
+            raise ValueError(f"shared_dir must be an absolute path (got {self.shared_dir!r})")
+        tuned = [n for n in _EMBEDDED_ONLY if n in self.model_fields_set]
+        if tuned:
+            raise ValueError(
+                f"{', '.join(tuned)} configure the embedded cluster only (a real cluster's are "
+                "its slurm.conf, recorded from `scontrol show config`); remove them"
+            )
+        return self
+
+
+def slurm_section_problem(res: Resources) -> str | None:
+    """What is wrong with ``resources.slurm`` for this platform and layout, or None."""
+    if res.platform != "slurm":
+        if res.slurm is not None:
+            return f"slurm applies only with platform: slurm (platform is {res.platform!r})"
+        return None
+    if res.slurm is None:
+        return (
+            "platform slurm needs a slurm section: slurm: {embedded: true} for an embedded "
+            "cluster on this machine, or slurm: {shared_dir: /shared/path} for the cluster "
+            "sbatch reaches"
+        )
+    if res.slurm.embedded and res.isolation != "netns":
+        return (
+            "the embedded Slurm cluster puts each node in a network namespace: set isolation: netns"
+        )
+    if not res.slurm.embedded and res.spares:
+        return (
+            f"spares ({res.spares}): on a real cluster, spares are the cluster's own idle "
+            "nodes, which Slurm picks; set spares: 0"
+        )
+    return None
+
+
+# --- resources ------------------------------------------------------------------------------
+
+
 class Resources(Frozen):
     platform: str = "local"
     isolation: Literal["none", "netns"] = "none"
@@ -187,6 +338,14 @@ class Resources(Frozen):
     max_restarts: int = Field(3, ge=0, le=1000)
     devices: str = "cpu"
     timeouts: Timeouts = Timeouts()
+    slurm: SlurmSettings | None = None
+
+    @model_validator(mode="after")
+    def _platform_sections(self) -> Resources:
+        problem = slurm_section_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _elastic_range(self) -> Resources:

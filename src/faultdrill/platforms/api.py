@@ -338,6 +338,12 @@ class Platform(ABC):
         self._submit(self.job)
         self._set_state(JobState.RUNNING)
 
+    def resubmit_steps(self) -> list[dict[str, str]]:
+        """What the recovery operator's manual restart is on this platform now, step by
+        step: each a ``command`` and the ``permission`` it needs (the runbook shows them).
+        Asked right before :meth:`resubmit`."""
+        return [{"command": "resubmit the job unchanged", "permission": "may submit the job"}]
+
     def poll(self) -> JobState:
         """The job's state now; records every change as a ``job_state`` event."""
         if not self._state.ended:

@@ -541,6 +541,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "恢复操作人重新提交任务（不作修改地重复第 1 步）{runbook}。",
     ),
     "rb.recover.recorded": ("Recorded operator actions: {actions}", "记录的操作人动作：{actions}"),
+    "rb.recover.step": (
+        "`{command}` at {at} (needs: {permission})",
+        "{at} 执行 `{command}`（所需权限：{permission}）",
+    ),
     "rb.expect": ("Expected observations", "预期观察结果"),
     "rb.expect.plan": ("Plan: {expected}", "计划预期：{expected}"),
     "rb.expect.recorded": ("Recorded in the original run:", "原始运行记录："),

@@ -55,6 +55,9 @@ _UNDO = {
     "netns": "ip netns del {name}",
     "netns-link": "ip -n {ns} link del {name}",
     "node-kill": "# killed processes cannot be revived; nothing to revert",
+    "slurm-drain": "scontrol update NodeName={node} State=RESUME",
+    "slurm-daemon": "kill -TERM {pid}  # {name} on {node}",
+    "slurmctld-stop": "slurmctld  # start the controller again (it keeps its saved state)",
 }
 
 
@@ -328,6 +331,13 @@ def _recovery(t: Translator, s: Item, plan: RecordedPlan) -> list[str]:
         lines.append("- " + t("manual.confirm", why=t("manual.confirm.plan")))
     if s.operator_actions:
         lines.append("- " + t("rb.recover.recorded", actions=words.actions(t, s.operator_actions)))
+    for a in s.operator_actions:
+        for step in a.steps:
+            at = a.at or "?"
+            lines.append(
+                "  - "
+                + t("rb.recover.step", command=step.command, permission=step.permission, at=at)
+            )
     return [*lines, ""]
 
 
