@@ -23,6 +23,7 @@ from faultdrill.errors import DrillError
 from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item
 from faultdrill.judge.reference import Reference
 from faultdrill.plan import Plan
+from faultdrill.platforms import PLATFORMS
 from faultdrill.report import write_reports
 from faultdrill.timeline import Timeline
 
@@ -118,6 +119,31 @@ def run_plan(
         )
     write_plan_copy(plan, source, run_dir)
     (run_dir / "selection.json").write_text(json.dumps({"selected": selected}, indent=2) + "\n")
+    platform = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
+    with platform.run_scope(plan.resources, run_dir):
+        base, reference, items, skipped = _execute(plan, run_dir, only, controls, report, on_item)
+    (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
+    result = RunResult(
+        plan,
+        run_dir,
+        base,
+        reference,
+        items,
+        [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
+    )
+    write_reports(result)
+    return result
+
+
+def _execute(
+    plan: Plan,
+    run_dir: Path,
+    only: set[str] | None,
+    controls: bool,
+    report: Reporter,
+    on_item: Callable[[str, str, Verdict | None], None],
+) -> tuple[ItemResult, Reference, list[ItemResult], dict[str, str]]:
+    """The baseline, the rounds in order and the controls, each executed and judged."""
     skipped: dict[str, str] = {}
     started = time.time()
     base_work = execute_item(plan, "baseline", None, run_dir, report)
@@ -154,14 +180,4 @@ def run_plan(
             res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
             items.append(res)
             on_item(ctl.id, "control", res.verdict)
-    (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
-    result = RunResult(
-        plan,
-        run_dir,
-        base,
-        reference,
-        items,
-        [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
-    )
-    write_reports(result)
-    return result
+    return base, reference, items, skipped

@@ -1,6 +1,9 @@
 """The nodes of one run on this host: the substrate every embedded cluster stands on.
 
-A :class:`NodeCluster` is ``n1..nN`` plus spares. Each node is
+A :class:`NodeCluster` is ``n1..nN`` plus spares, plus optional *controller* nodes (a node
+for the platform's own services that never runs a replica of the job: a Ray head, a Slurm
+controller, a Kubernetes control plane; named by the platform, after the spares). Each node
+is
 
 * a cgroup v1 freezer group ``/sys/fs/cgroup/freezer/faultdrill/<run id>/nI`` (when this
   machine has the freezer writable: as root). Every process :meth:`~NodeCluster.launch`
@@ -15,7 +18,7 @@ A :class:`NodeCluster` is ``n1..nN`` plus spares. Each node is
     namespace fd<h>-sw  (the "switch"): bridge fd<h>br
       ├── fd<h>n1p ═ veth ═ fd<h>n1  in namespace fd<h>-n1, address 10.77.0.1/24
       ├── fd<h>n2p ═ veth ═ fd<h>n2  in namespace fd<h>-n2, address 10.77.0.2/24
-      └── ...                         spare nodes the same way (n3 -> 10.77.0.3 ...)
+      └── ...                         spares, then controllers, the same way
 
   The host's own network namespace is never touched: every address, route, bridge and
   rule lives in a namespace this module created. A process is entered into its node's
@@ -93,12 +96,16 @@ class NodeCluster:
         spares: Sequence[str] = (),
         *,
         netns: bool = False,
+        controllers: Sequence[str] = (),
     ) -> None:
         self.ledger = ledger
         self.sink = sink
         self.run_id = ledger.run_id
         self.node_names = list(nodes)
         self.spare_names = list(spares)
+        #: Nodes for the platform's own services (never a replica of the job); a name of at
+        #: most 6 characters (interface names are limited to 15).
+        self.controller_names = list(controllers)
         self.netns = netns
         h = hashlib.sha1(self.run_id.encode()).hexdigest()[:6]
         self.prefix = f"fd{h}"
@@ -123,8 +130,8 @@ class NodeCluster:
     # --- layout -------------------------------------------------------------------------
 
     def nodes(self) -> list[str]:
-        """Every node, working nodes first, then the spares."""
-        return [*self.node_names, *self.spare_names]
+        """Every node: working nodes first, then the spares, then the controllers."""
+        return [*self.node_names, *self.spare_names, *self.controller_names]
 
     def address(self, node: str) -> str:
         """The node's IPv4 address (loopback without network namespaces)."""
@@ -311,14 +318,19 @@ class NodeCluster:
         env: Mapping[str, str],
         cwd: Path,
         log: IO[bytes],
+        cgroup: bool = True,
     ) -> subprocess.Popen[bytes]:
         """Start ``argv`` on ``node``, in its own session: it joins the node's cgroup before
         exec (so do all its descendants), then enters the node's network namespace. Its
         environment is ``env`` plus ``FAULTDRILL_RUN_ID`` and ``FAULTDRILL_NODE`` (the handle
         without cgroups) unless ``env`` sets them. Output goes to ``log``. Raises
-        PlatformError when it cannot be started."""
+        PlatformError when it cannot be started.
+
+        ``cgroup=False``: the process stays out of the node's cgroup (in the harness's), so
+        node faults do not reach it: for the harness's own helpers that must reach the
+        node's network (an observer of a scheduler); the caller records and stops it."""
         full = [*self.launch_prefix(node), *argv]
-        group = self.cgroups.get(node)
+        group = self.cgroups.get(node) if cgroup else None
         if group is not None:
             procs_file = shlex.quote(str(group.path / "cgroup.procs"))
             full = ["/bin/sh", "-c", f'echo $$ > {procs_file} && exec "$@"', "sh", *full]
