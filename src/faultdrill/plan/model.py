@@ -206,18 +206,23 @@ class Plan(Frozen):
         """The reference workload's config, as each item will run it, is valid."""
         if self.task.entrypoint.module != REFERENCE_WORKLOAD:
             return
-        from faultdrill.workloads.lm_config import ConfigError, config_from_dict
+        from faultdrill.workloads.lm_config import RAY_BAD_MODES, ConfigError, config_from_dict
 
         checks: list[tuple[str, Control | None]] = [("task.workload", None)]
         checks += [(f"controls[{c.id}].workload", c) for c in self.controls]
         for where, item in checks:
             try:
-                config_from_dict(self.workload_config(item, "<ckpt_dir>"), source=where)
+                cfg = config_from_dict(self.workload_config(item, "<ckpt_dir>"), source=where)
             except ConfigError as exc:
                 raise ValueError(
                     f"{exc}; the fields are those of the reference workload's LMConfig "
                     "(faultdrill.workloads.lm_config)"
                 ) from exc
+            if cfg.bad_mode in RAY_BAD_MODES and self.resources.platform != "ray":
+                raise ValueError(
+                    f"{where}.bad_mode {cfg.bad_mode!r} is a Ray Train mode (a platform that "
+                    "hands checkpoints over); use it with resources.platform: ray"
+                )
 
     def workload_config(self, item: Scenario | Control | None, ckpt_dir: str) -> dict[str, Any]:
         """The workload config an item runs with (``{workload_config}``): ``task.workload``,

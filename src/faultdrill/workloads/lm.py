@@ -56,6 +56,7 @@ optimizer-not-restored         restores model, step, data; fresh optimizer and L
 load-unverified                follows ``latest`` and unpickles it unchecked (verified=False)
 stale-replica                  first incarnation's highest rank leaves an old replica behind
 publish-before-durable         moves ``latest`` before ``state.pt`` is written and fsynced
+handover-stale                 Ray Train only (``lm_ray``): Ray is handed the previous checkpoint
 =============================  ==============================================================
 
 ``stale-replica`` starts its replica at most once per ``ckpt_dir`` (it claims the marker
@@ -95,6 +96,7 @@ from faultdrill.workloads._loader import StepBatches, make_loader
 from faultdrill.workloads.lm_config import (  # the config part needs no torch: plans use it
     BAD_MODES,
     DIGEST_FIELDS,
+    RAY_BAD_MODES,
     ConfigError,
     LMConfig,
     config_digest,
@@ -640,6 +642,11 @@ def run(cfg: LMConfig) -> None:
     whatever stopped training otherwise (no ``run_end`` then). The process group is
     destroyed before it returns or raises.
     """
+    if cfg.bad_mode in RAY_BAD_MODES:
+        raise ConfigError(
+            f"field 'bad_mode': {cfg.bad_mode!r} needs a platform that hands checkpoints "
+            "over (Ray Train: faultdrill.workloads.lm_ray)"
+        )
     _init_process_group(cfg)
     try:
         rank = dist.get_rank()
