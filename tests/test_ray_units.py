@@ -273,3 +273,13 @@ def test_a_damaged_checkpoint_the_platform_never_handed_over_is_retest_not_silen
     tl.inject(4.6, fault="corrupt-checkpoint", ckpt_id="ckpt-4")
     f = judge.run("progress.damaged-checkpoint-refused", tl)
     assert [x.verdict.value for x in f] == ["fail"]
+
+
+def test_the_example_plan_is_a_valid_ray_plan() -> None:
+    from faultdrill.plan import load_plan
+    from tests.drillkit import ROOT
+
+    plan = load_plan(ROOT / "examples" / "ray.yaml")
+    assert plan.resources.platform == "ray" and plan.resources.ray is not None
+    kinds = {i.fault.kind for i in plan.items()}
+    assert {"kill-worker", "node-down"} <= kinds

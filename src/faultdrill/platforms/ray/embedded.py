@@ -546,8 +546,21 @@ class EmbeddedRay:
         daemon.startup_s = time.monotonic() - began
         self._announce(daemon)
 
-    def start_node(self, node: str) -> Daemon:
-        """Start (or restart) one node's ``ray start --block``; returns once it is up."""
+    def start_node(self, node: str, *, attempts: int = 2) -> Daemon:
+        """Start (or restart) one node's ``ray start --block``; returns once it is up. A
+        start that fails is stopped and tried again, up to ``attempts`` in all: ``ray start``
+        gives its raylet a fixed 30 s to register, which a loaded host can miss."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_node(node)
+            except EnvironmentPrepError as exc:
+                self.stop_node(node, self.role(node), grace_s=2.0)
+                if attempt == attempts:
+                    raise
+                self.sink.emit("platform", "ray_start_retried", node=node, error=str(exc)[-300:])
+        raise AssertionError("unreachable")
+
+    def _start_node(self, node: str) -> Daemon:
         head = node == self.head
         role = self.role(node)
         marker = uuid.uuid4().hex
