@@ -216,7 +216,15 @@ def test_a_cut_off_worker_that_lives_on_is_caught_by_the_resource_checks() -> No
     assert [f.verdict.value for f in end] == ["fail"]
     a = answer_questions(split_brain().build())
     assert a.old_replica_stopped_at is None
-    assert f"[{OLD[1]}] still alive" in a.old_replica_note
+    assert f"[{OLD[1]}] still alive when observation ended" in a.old_replica_note
+    # Stopped only by the drill's clean-up after the job ended: not stopped by the platform.
+    tl = split_brain().drop("sampler", where=lambda r: r["pid"] == OLD[1])
+    tl.proc(OLD[1], 1, 0.05, 14.0, node="n2")
+    a = answer_questions(tl.build())
+    assert a.old_replica_stopped_at is None
+    assert "still alive when the job ended (stopped only by the drill's clean-up)" in (
+        a.old_replica_note
+    )
 
 
 # --- parsers -------------------------------------------------------------------------------

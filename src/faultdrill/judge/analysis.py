@@ -275,6 +275,18 @@ def _old_stopped(tl: Timeline, old: Incarnation | None) -> tuple[float | None, s
     alive = [p.pid for p in lives if p.gone_mono is None]
     if alive:
         return None, f"old replica pid(s) {alive} still alive when observation ended"
+    end = tl.first("harness", "procs_final")
+    outlived = [
+        p.pid
+        for p in lives
+        if end is not None and p.gone_mono is not None and p.gone_mono > end.mono
+    ]
+    if outlived:
+        # Gone only once the drill stopped what was left: the platform never stopped them.
+        return None, (
+            f"old replica pid(s) {outlived} still alive when the job ended "
+            "(stopped only by the drill's clean-up)"
+        )
     missing = set(old.members) - {p.pid for p in lives}
     note = f"pids {sorted(missing)} never sampled" if missing else ""
     return max(p.gone_mono for p in lives if p.gone_mono is not None), note

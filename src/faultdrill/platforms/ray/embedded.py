@@ -263,6 +263,9 @@ class RayTuning:
             "RAY_gcs_rpc_server_reconnect_timeout_s": str(self.gcs_reconnect_timeout_s),
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(self.graceful_drain_s),
             "RAY_worker_maximum_startup_concurrency": str(self.startup_concurrency),
+            # A raylet gives up when its node's agents take too long to start, which a
+            # loaded host makes them do.
+            "RAY_agent_register_timeout_ms": "120000",
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_DEDUP_LOGS": "0",
         }
@@ -546,7 +549,7 @@ class EmbeddedRay:
         daemon.startup_s = time.monotonic() - began
         self._announce(daemon)
 
-    def start_node(self, node: str, *, attempts: int = 2) -> Daemon:
+    def start_node(self, node: str, *, attempts: int = 3) -> Daemon:
         """Start (or restart) one node's ``ray start --block``; returns once it is up. A
         start that fails is stopped and tried again, up to ``attempts`` in all: ``ray start``
         gives its raylet a fixed 30 s to register, which a loaded host can miss."""
