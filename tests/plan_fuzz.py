@@ -77,6 +77,8 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "Data": ("data", None),
     "Resources": ("resources", None),
     "Timeouts": ("resources.timeouts", {}),
+    "SlurmSettings": ("resources.slurm", {}),
+    "RaySettings": ("resources.ray", {}),
     "CheckpointPolicy": ("checkpoint", None),
     "Observation": ("observation", None),
     "StopConditions": ("stop", None),

@@ -39,7 +39,7 @@ from faultdrill.platforms.local import procfs
 from faultdrill.platforms.local.linux import link_exists, netns_exists, ns_run
 from faultdrill.platforms.local.mounts import mounts_at
 from faultdrill.platforms.local.owned import net_prefix, run_tmp_dir
-from faultdrill.platforms.ray import platform as ray_platform
+from faultdrill.platforms.ray import cluster as ray_cluster
 
 IS_ROOT = os.geteuid() == 0
 TAG = uuid.uuid4().hex[:6]
@@ -89,7 +89,7 @@ class _FakeRay:
     def running(self, node: str, role: str) -> bool:
         return False
 
-    def stop_node(self, node: str, role: str) -> None:
+    def stop_node(self, node: str, role: str, grace_s: float | None = None) -> None:
         self.calls.append(f"stop_node {node}")
 
     def start_node(self, node: str) -> None:
@@ -549,6 +549,20 @@ TABLE: dict[str, list[Case]] = {
         _files("relative", lambda d: {"path": "../elsewhere/precious.txt"}),
     ],
     "ckpt-damage": [_tree("outside the run", lambda d: {"ckpt_dir": str(d.dir), "ckpt_id": "s"})],
+    "ckpt-pointer": [
+        _files(
+            "outside the run",
+            lambda d: {"path": str(d.file), "before": "evil\n", "after": "keep me\n"},
+        )
+    ],
+    "ckpt-hide": [
+        _tree("hidden outside", lambda d: {"ckpt_dir": str(d.run / "ckpt"), "hidden": str(d.dir)}),
+        _tree("restored outside", lambda d: {"ckpt_dir": str(d.dir), "hidden": str(d.run)}),
+    ],
+    "replica-copy": [
+        _pid_case("foreign process", "foreign", {"run_id": RUN_ID}),
+        _pid_case("another run's process", "other_runs", {"run_id": OTHER_RUN}),
+    ],
     "k8s-files": [
         _tree("outside the run", lambda d: {"paths": [str(d.run / "pki"), str(d.dir)]}),
         _tree("through a swapped-in link", lambda d: {"paths": [str(d.link)]}),
@@ -579,12 +593,13 @@ TABLE: dict[str, list[Case]] = {
     "k8s-kubelet-down": [_other_run("another run's id", _FakeK8s, k8s_platform._LIVE)],
     "k8s-apiserver-down": [_other_run("another run's id", _FakeK8s, k8s_platform._LIVE)],
     "k8s-cordon": [_other_run("another run's id", _FakeK8s, k8s_platform._LIVE)],
-    "ray-head-stopped": [_other_run("another run's id", _FakeRay, ray_platform._LIVE)],
+    "ray-head-stopped": [_other_run("another run's id", _FakeRay, ray_cluster.LIVE)],
     # --- undos that act on nothing -------------------------------------------------------------------
     "node-kill": [_inert("a foreign pid and path")],
     "signal": [_inert("a foreign pid")],
     "k8s-done": [_inert("a foreign pid")],
     "ray-signal": [_inert("a foreign pid")],
+    "slurmctld-stop": [_inert("a foreign pid")],
     "fake-change": [_inert("a platform of no live fake")],
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Verdict, check
+from faultdrill.events import Event
 from faultdrill.intervals import describe, length, merge, overlaps, subtract
 from faultdrill.timeline import Incarnation, Timeline
 
@@ -80,13 +81,14 @@ def resume_point(ctx: CheckContext) -> list[Finding]:
         want_id, want_step = newest_valid_before(tl, inc.started_mono)
         got_step = inc.resume_step or 0
         got_id = ld.get("id") if ld.kind == "ckpt_load" else None
+        handed = _handover(ld, want_id)
         if got_step == want_step:
             out.append(
                 ctx.finding(
                     name,
                     P,
                     f"incarnation {inc.index} resumed from {got_id or 'scratch'} "
-                    f"(step {got_step}), the newest valid checkpoint",
+                    f"(step {got_step}), the newest valid checkpoint{handed}",
                     inc=inc.index,
                     step=got_step,
                 )
@@ -98,7 +100,7 @@ def resume_point(ctx: CheckContext) -> list[Finding]:
                     F,
                     f"incarnation {inc.index} resumed from step {got_step} "
                     f"({got_id or 'scratch'}) although valid checkpoint {want_id} at step "
-                    f"{want_step} existed",
+                    f"{want_step} existed{handed}",
                     inc=inc.index,
                     step=got_step,
                     expected=want_step,
@@ -118,6 +120,19 @@ def resume_point(ctx: CheckContext) -> list[Finding]:
                 )
             )
     return out
+
+
+def _handover(load: Event, newest: str | None) -> str:
+    """What the platform handed over for this resume, in words ('' when the platform does
+    not hand checkpoints over: the load event has no ``handed_over``)."""
+    if "handed_over" not in load.fields:
+        return ""
+    handed = load.get("handed_over")
+    if handed is None:
+        return "; the platform handed over no checkpoint"
+    if handed == newest:
+        return f"; the platform handed over {handed}, the newest valid one"
+    return f"; the platform handed over {handed}, not the newest valid one ({newest})"
 
 
 @check("progress.no-restart-from-zero", "progress")

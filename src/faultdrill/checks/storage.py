@@ -128,6 +128,21 @@ def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
         ]
         chosen = next((e for e in decision if e.kind == "ckpt_load"), None)
         fell_to = f"{chosen.get('id')} (step {chosen.get('step')})" if chosen else "scratch"
+        offered = [e for e in decision if "handed_over" in e.fields]
+        if not said and offered and all(str(e.get("handed_over")) != cid for e in offered):
+            # A platform that hands checkpoints over (Ray Train) never offered the damaged
+            # one (it had not registered it yet): there was nothing to refuse.
+            out.append(
+                ctx.finding(
+                    name,
+                    R,
+                    f"the platform handed over {offered[0].get('handed_over')}, not damaged "
+                    f"{cid}: the damage was never put to the test (inject after the platform "
+                    "has registered the checkpoint)",
+                    ckpt_id=cid,
+                )
+            )
+            continue
         if not said:
             out.append(
                 ctx.finding(

@@ -31,6 +31,7 @@ from faultdrill.errors import DrillError
 from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item
 from faultdrill.judge.reference import Reference
 from faultdrill.plan import Plan
+from faultdrill.platforms import PLATFORMS
 from faultdrill.report import write_reports
 from faultdrill.timeline import Timeline
 
@@ -236,6 +237,42 @@ def run_plan(
     chosen = {"selected": selected, "no_controls": not controls}
     (run_dir / "selection.json").write_text(json.dumps(chosen, indent=2) + "\n")
     say = _Announcer(1 + len(selected), on_item, progress)
+    platform = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
+    # One scope around every item: an embedded cluster is brought up once per run.
+    with platform.run_scope(plan.resources, run_dir):
+        base, base_tl, reference, items, skipped = _execute(
+            plan, run_dir, only, controls, report, say
+        )
+    (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
+    amend_change_record(
+        plan,
+        item_dir(run_dir, "baseline", "baseline") / "dossier.json",
+        {"baseline": base_tl, **{i.id: i.timeline for i in items}},
+    )
+    result = RunResult(
+        plan,
+        run_dir,
+        base,
+        reference,
+        items,
+        [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
+        controls_waived=not controls,
+    )
+    write_reports(result)
+    return result
+
+
+def _execute(
+    plan: Plan,
+    run_dir: Path,
+    only: set[str] | None,
+    controls: bool,
+    report: Reporter,
+    say: _Announcer,
+) -> tuple[ItemResult, Timeline, Reference, list[ItemResult], dict[str, str]]:
+    """The baseline, the rounds in order and the controls, each executed and judged;
+    returns the baseline's result and timeline, its reference, the items' results and the
+    scenarios not run (id -> reason)."""
     skipped: dict[str, str] = {}
     data_before = snapshot_record(plan, "before the baseline")
     started = time.time()
@@ -276,20 +313,4 @@ def run_plan(
         res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
         items.append(res)
         say.done(ctl.id, "control", res)
-    (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
-    amend_change_record(
-        plan,
-        item_dir(run_dir, "baseline", "baseline") / "dossier.json",
-        {"baseline": base_tl, **{i.id: i.timeline for i in items}},
-    )
-    result = RunResult(
-        plan,
-        run_dir,
-        base,
-        reference,
-        items,
-        [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
-        controls_waived=not controls,
-    )
-    write_reports(result)
-    return result
+    return base, base_tl, reference, items, skipped

@@ -6,6 +6,13 @@ position did training continue. From those: detection time, recovery time, recom
 steps. Times are monotonic seconds on the timeline's clock; :meth:`Answers.to_json` adds
 wall-clock ISO times and seconds since injection.
 
+Question 1 is answered by the platform's own decision (``platform`` events of
+:data:`LOST_KINDS`, e.g. torchrun's agent, Ray Train's controller or Ray's GCS): its
+``source`` and ``reason``, when the event names them, are part of the answer. Question 4
+says, besides the checkpoint loaded, which one the platform handed over when it hands
+checkpoints over (a load event's ``handed_over``, e.g. Ray Train's
+``get_checkpoint()``).
+
 Only platform decisions between the injection and the job's successful end count as "the
 worker deemed lost" (agents closing the rendezvous at a normal end say things that look
 like a loss). When no new incarnation started after the fault and the job ended well,
@@ -198,6 +205,8 @@ def answer_questions(tl: Timeline) -> Answers:
             }
         else:
             resumed = {"checkpoint": None, "step": 0, "data_position": 0, "verified": None}
+        if "handed_over" in ld.fields:
+            resumed["handed_over"] = ld.get("handed_over")
     recomputed = None
     if old is not None and new is not None and new.resume_step is not None:
         # Only steps the old generation made before its successor started count: a stale
@@ -206,11 +215,7 @@ def answer_questions(tl: Timeline) -> Answers:
         before = (st.inc == old.index) & (st.mono < new.started_mono)
         if before.any():
             recomputed = max(0, int(st.step[before].max()) - new.resume_step)
-    by = "no platform event after injection"
-    if lost is not None:
-        by = f"{lost.kind} on {lost.get('node', '?')}"
-        if lost.get("source"):
-            by += f" ({lost.get('source')})"
+    by = _lost_by(lost) if lost else "no platform event after injection"
     return Answers(
         injected_at=t0,
         worker_lost_at=lost.mono if lost else None,
@@ -231,6 +236,16 @@ def answer_questions(tl: Timeline) -> Answers:
 def _rescheduled(old: Incarnation, new: Incarnation) -> bool:
     """The scheduler, not the launcher, replaced the job: another scheduler incarnation."""
     return old.sched is not None and new.sched is not None and new.sched != old.sched
+
+
+def _lost_by(e: Event) -> str:
+    """``replica_lost on n1 (ray-train-controller: WorkerHealthCheckFailedError)``: the
+    decision, where, and who decided why when the event says."""
+    out = f"{e.kind} on {e.get('node', '?')}"
+    source, reason = e.get("source"), e.get("reason")
+    if source:
+        out += f" ({source}" + (f": {reason}" if reason else "") + ")"
+    return out
 
 
 def job_done_mono(tl: Timeline, after: float) -> float:
@@ -268,6 +283,18 @@ def _old_stopped(tl: Timeline, old: Incarnation | None) -> tuple[float | None, s
     alive = [p.pid for p in lives if p.gone_mono is None]
     if alive:
         return None, f"old replica pid(s) {alive} still alive when observation ended"
+    end = tl.first("harness", "procs_final")
+    outlived = [
+        p.pid
+        for p in lives
+        if end is not None and p.gone_mono is not None and p.gone_mono > end.mono
+    ]
+    if outlived:
+        # Gone only once the drill stopped what was left: the platform never stopped them.
+        return None, (
+            f"old replica pid(s) {outlived} still alive when the job ended "
+            "(stopped only by the drill's clean-up)"
+        )
     missing = set(old.members) - {p.pid for p in lives}
     note = f"pids {sorted(missing)} never sampled" if missing else ""
     return max(p.gone_mono for p in lives if p.gone_mono is not None), note

@@ -10,6 +10,7 @@ from faultdrill.plan.model import Control, Plan, Round, Scenario
 from faultdrill.plan.sections import (
     ARG_PLACEHOLDERS,
     REFERENCE_WORKLOAD,
+    RaySettings,
     RecoveryClass,
     Resources,
     SlurmSettings,
@@ -24,6 +25,7 @@ __all__ = [
     "REFERENCE_WORKLOAD",
     "Control",
     "Plan",
+    "RaySettings",
     "RecoveryClass",
     "Resources",
     "Round",

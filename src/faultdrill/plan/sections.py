@@ -30,6 +30,7 @@ __all__ = [
     "Owner",
     "Ownership",
     "PassCriteria",
+    "RaySettings",
     "Recovery",
     "RecoveryClass",
     "Resources",
@@ -253,8 +254,11 @@ class SlurmSettings(Frozen):
         description="embedded: munge cred_expire, also the hold-off before a requeued job "
         "may start (Slurm's default is 120 s)",
     )
-    return_to_service: Literal[0, 1, 2] = Field(
-        2, description="embedded: ReturnToService (2: a node that registers again is usable)"
+    return_to_service: int = Field(
+        2,
+        ge=0,
+        le=2,
+        description="embedded: ReturnToService (2: a node that registers again is usable)",
     )
     sched_interval_s: int = Field(2, ge=1, le=60, description="embedded: sched_interval")
 
@@ -325,6 +329,96 @@ def slurm_section_problem(res: Resources) -> str | None:
     return None
 
 
+# --- platform: ray -----------------------------------------------------------------------
+
+
+class RaySettings(Frozen):
+    """``resources.ray``: where the Ray Train job runs, and Ray's detection settings.
+
+    ``embedded: true`` (the default): faultdrill brings a Ray cluster up on the namespace
+    cluster for the run (``isolation: netns``, as root) and down at its end: a head on a
+    node of its own (``head: own``, 0 CPUs: the control plane alone, Ray's recommended
+    layout) or on ``n1`` (``head: n1``, which then also runs Train workers), and a Ray
+    worker node on each of ``n1..nN`` (``procs_per_node`` CPUs each). The driver runs on
+    ``n1``. ``address: HOST:PORT`` instead submits to a running cluster of which this host
+    is a node (the driver attaches to this host's raylet; faultdrill then owns no node and
+    no link). The health-check and Train settings are set short for drills (Ray's defaults
+    in brackets) and recorded in the resource dossier."""
+
+    embedded: bool = True
+    address: str | None = Field(
+        None, description="HOST:PORT of a running Ray cluster's GCS (instead of embedded)"
+    )
+    head: Literal["own", "n1"] = Field(
+        "own", description="own: a head node of its own (0 CPUs); n1: the head on n1"
+    )
+    gcs_ft: Literal["none", "redis"] = Field(
+        "none",
+        description="GCS fault tolerance: redis = GCS tables in a redis-server (Debian) on "
+        "the head node, a GCS restart keeps the cluster; none = in memory, a restart loses it",
+    )
+    health_check_period_ms: int = Field(500, ge=50, le=600_000, description="GCS -> raylet [3000]")
+    health_check_timeout_ms: int = Field(500, ge=50, le=600_000, description="[10000]")
+    health_check_failure_threshold: int = Field(3, ge=1, le=1000, description="[5]")
+    gcs_reconnect_timeout_s: int = Field(
+        60, ge=5, le=3600, description="how long raylets and drivers wait for a lost GCS [60]"
+    )
+    train_health_check_interval_s: float = Field(
+        0.5, gt=0, le=600, description="Train controller poll interval [2]"
+    )
+    train_worker_health_check_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="a hung Train worker health check [600]"
+    )
+    train_worker_group_start_timeout_s: float = Field(
+        90.0, gt=0, le=3600, description="how long a new worker group may take to start [60]"
+    )
+    drain_deadline_s: float = Field(
+        5.0, gt=0, le=120, description="node-drain: how long a drained node keeps running [30]"
+    )
+    object_store_mb: int = Field(100, ge=75, le=1_000_000, description="each node's object store")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _embedded_or_address(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        address, embedded = data.get("address"), data.get("embedded")
+        if address is not None and embedded:
+            raise ValueError(
+                "set either embedded: true or address: HOST:PORT, not both (an address "
+                "names a running cluster, embedded brings one up)"
+            )
+        if address is None and embedded is False:
+            raise ValueError("embedded: false needs address: HOST:PORT of a running cluster")
+        if isinstance(address, str):
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(
+                    f"address {address!r} is not HOST:PORT (the GCS address, e.g. 10.0.0.1:6379)"
+                )
+        return {**data, "embedded": address is None}
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.embedded
+
+
+def ray_section_problem(res: Resources) -> str | None:
+    """What is wrong with ``resources.ray`` for this platform and layout, or None."""
+    if res.ray is not None and res.platform != "ray":
+        return (
+            f"ray: settings for platform ray, but platform is {res.platform!r}; "
+            "remove the ray section or set platform: ray"
+        )
+    if res.ray is not None and res.ray.is_embedded and res.isolation != "netns":
+        return (
+            "platform ray with an embedded cluster needs isolation: netns (each Ray "
+            "node its own network namespace, as root); set isolation: netns, or "
+            "ray.address to use a running cluster"
+        )
+    return None
+
+
 # --- resources ------------------------------------------------------------------------------
 
 
@@ -339,10 +433,22 @@ class Resources(Frozen):
     devices: str = "cpu"
     timeouts: Timeouts = Timeouts()
     slurm: SlurmSettings | None = None
+    ray: RaySettings | None = Field(
+        None, description="platform ray: the cluster and Ray's settings (default: embedded)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ray_defaults(cls, data: Any) -> Any:
+        # A Ray plan without the section runs with its defaults, written out so that the
+        # resource dossier records every setting that decides detection.
+        if isinstance(data, dict) and data.get("platform") == "ray" and data.get("ray") is None:
+            return {**data, "ray": {}}
+        return data
 
     @model_validator(mode="after")
     def _platform_sections(self) -> Resources:
-        problem = slurm_section_problem(self)
+        problem = slurm_section_problem(self) or ray_section_problem(self)
         if problem is not None:
             raise ValueError(problem)
         return self

@@ -40,6 +40,7 @@ group it cannot do.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from abc import ABC, abstractmethod
@@ -292,6 +293,20 @@ class Platform(ABC):
         with its fix; None when nothing is missing. Checked before a run writes anything;
         ``faultdrill validate`` says it too."""
         return None
+
+    @classmethod
+    def run_scope(
+        cls, resources: Resources, run_dir: Path
+    ) -> contextlib.AbstractContextManager[None]:
+        """Held open around every item of one run (baseline, scenarios, controls): what
+        the items share. Default: nothing. An adapter whose cluster is costly to bring up
+        (an embedded Ray, Slurm or Kubernetes cluster) brings it up once per run while the
+        scope is open, in a ledger of its own under ``run_dir`` (recorded before each
+        change, listed for ``faultdrill cleanup`` like an item's), and takes it down when
+        the scope closes, whatever the reason; an item's platform constructed outside any
+        scope brings up its own. Each item still starts from a cluster in its planned
+        state: the adapter restores it between items."""
+        return contextlib.nullcontext()
 
     @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:

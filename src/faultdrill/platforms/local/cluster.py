@@ -148,7 +148,7 @@ class NodeCluster:
     # --- layout -------------------------------------------------------------------------
 
     def nodes(self) -> list[str]:
-        """Every node, working nodes first, then the spares."""
+        """Every node, working nodes first, then the spares (not the controller hosts)."""
         return [*self.node_names, *self.spare_names]
 
     def hosts(self) -> list[str]:
@@ -347,6 +347,7 @@ class NodeCluster:
         cwd: Path,
         log: IO[bytes],
         hostname: str | None = None,
+        cgroup: bool = True,
     ) -> subprocess.Popen[bytes]:
         """Start ``argv`` on ``node``, in its own session: it joins the node's cgroup before
         exec (so do all its descendants), then enters the node's network namespace and, with
@@ -354,13 +355,17 @@ class NodeCluster:
         name from the host name, such as slurmd's tasks). Every step execs, so the returned
         pid is ``argv``'s own. Its environment is ``env`` plus ``FAULTDRILL_RUN_ID`` and
         ``FAULTDRILL_NODE`` (the handle without cgroups) unless ``env`` sets them. Output
-        goes to ``log``. Raises PlatformError when it cannot be started."""
+        goes to ``log``. Raises PlatformError when it cannot be started.
+
+        ``cgroup=False``: the process stays out of the node's cgroup (in the harness's), so
+        node faults do not reach it: for the harness's own helpers that must reach the
+        node's network (an observer of a scheduler); the caller records and stops it."""
         inner = list(argv)
         if hostname is not None:
             inner = ["unshare", "--uts", "/bin/sh", "-c", 'hostname "$0" && exec "$@"', hostname]
             inner += argv
         full = [*self.launch_prefix(node), *inner]
-        group = self.cgroups.get(node)
+        group = self.cgroups.get(node) if cgroup else None
         if group is not None:
             procs_file = shlex.quote(str(group.path / "cgroup.procs"))
             full = ["/bin/sh", "-c", f'echo $$ > {procs_file} && exec "$@"', "sh", *full]
