@@ -118,6 +118,39 @@ def run_plan(
         )
     write_plan_copy(plan, source, run_dir)
     (run_dir / "selection.json").write_text(json.dumps({"selected": selected}, indent=2) + "\n")
+    from faultdrill.platforms import PLATFORMS
+
+    platform = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
+    # One scope for all items: an embedded cluster is brought up once per run.
+    with platform.run_scope(plan.resources, run_dir):
+        base, reference, items, skipped = _run_items(
+            plan, run_dir, only=only, controls=controls, report=report, on_item=on_item
+        )
+    (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
+    result = RunResult(
+        plan,
+        run_dir,
+        base,
+        reference,
+        items,
+        [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
+    )
+    write_reports(result)
+    return result
+
+
+def _run_items(
+    plan: Plan,
+    run_dir: Path,
+    *,
+    only: set[str] | None,
+    controls: bool,
+    report: Reporter,
+    on_item: Callable[[str, str, Verdict | None], None],
+) -> tuple[ItemResult, Reference, list[ItemResult], dict[str, str]]:
+    """The baseline, the rounds (with their discipline) and the controls, each executed and
+    judged; returns the baseline's result, its reference, the items' results and the
+    scenarios not run (id -> reason)."""
     skipped: dict[str, str] = {}
     started = time.time()
     base_work = execute_item(plan, "baseline", None, run_dir, report)
@@ -154,14 +187,4 @@ def run_plan(
             res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
             items.append(res)
             on_item(ctl.id, "control", res.verdict)
-    (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
-    result = RunResult(
-        plan,
-        run_dir,
-        base,
-        reference,
-        items,
-        [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
-    )
-    write_reports(result)
-    return result
+    return base, reference, items, skipped

@@ -39,6 +39,7 @@ raise :class:`~faultdrill.errors.FaultError` from an action of the group it cann
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from abc import ABC, abstractmethod
@@ -51,6 +52,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 from faultdrill.errors import DrillError
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from faultdrill.events import EventSink
     from faultdrill.ledger import Ledger
     from faultdrill.plan import Resources
@@ -98,6 +101,10 @@ class Ability(str, Enum):
     LINK_FLAP = "link-flap"
     #: Drop every packet of a node, or those to and from one peer (``LinkActions``).
     LINK_CUT = "link-cut"
+    #: Cut a node off the control plane only (``link_cut(node, peer="control-plane")``):
+    #: its agent, kubelet or slurmd loses its controller while the job's own traffic still
+    #: flows (``LinkActions``).
+    LINK_CUT_CONTROL_PLANE = "link-cut-control-plane"
     #: Stop the control plane's processes until the undo resumes them.
     CONTROL_PLANE_PAUSE = "control-plane-pause"
     #: Cut the control plane off the network until the undo.
@@ -288,6 +295,14 @@ class Platform(ABC):
         ``isolation: netns``). Construct platforms through this."""
         return cls
 
+    @classmethod
+    def run_scope(cls, resources: Resources, run_dir: Path) -> AbstractContextManager[None]:
+        """What this platform keeps for all the items of one run (an embedded cluster
+        brought up once, not once per item): entered by the engine before a run's first
+        item, exited after its last, also on an error or a signal. Whatever it holds is in
+        a ledger of its own, listed for ``faultdrill cleanup``. Default: nothing."""
+        return contextlib.nullcontext()
+
     # --- the contract (final) -----------------------------------------------------------
 
     def prepare(self) -> None:
@@ -466,8 +481,9 @@ class LinkActions(Protocol):
         ...
 
     def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
-        """Drop every packet of the node each way (or only those to and from ``peer``).
-        Apply results: ``rule``, ``dev``."""
+        """Drop every packet of the node each way (or only those to and from ``peer``;
+        ``peer="control-plane"``: only its traffic with the control plane, ability
+        ``link-cut-control-plane``). Apply results: ``rule``, ``dev``."""
         ...
 
 

@@ -1,6 +1,9 @@
 """The nodes of one run on this host: the substrate every embedded cluster stands on.
 
-A :class:`NodeCluster` is ``n1..nN`` plus spares. Each node is
+A :class:`NodeCluster` is ``n1..nN`` plus spares, plus optional *controller hosts*: hosts
+that run no job (a scheduler's controller, an API server) but are machines of the cluster
+like the nodes (their own cgroup and, with ``netns``, namespace and address on the bridge,
+after the spares). Each node is
 
 * a cgroup v1 freezer group ``/sys/fs/cgroup/freezer/faultdrill/<run id>/nI`` (when this
   machine has the freezer writable: as root). Every process :meth:`~NodeCluster.launch`
@@ -93,12 +96,14 @@ class NodeCluster:
         spares: Sequence[str] = (),
         *,
         netns: bool = False,
+        controllers: Sequence[str] = (),
     ) -> None:
         self.ledger = ledger
         self.sink = sink
         self.run_id = ledger.run_id
         self.node_names = list(nodes)
         self.spare_names = list(spares)
+        self.controller_names = list(controllers)
         self.netns = netns
         h = hashlib.sha1(self.run_id.encode()).hexdigest()[:6]
         self.prefix = f"fd{h}"
@@ -106,7 +111,7 @@ class NodeCluster:
         self.bridge = f"{self.prefix}br"
         self._links: dict[str, NodeLink] = {}
         if netns:
-            for i, name in enumerate(self.nodes(), start=1):
+            for i, name in enumerate(self.hosts(), start=1):
                 self._links[name] = NodeLink(
                     node=name,
                     ns=f"{self.prefix}-{name}",
@@ -125,6 +130,10 @@ class NodeCluster:
     def nodes(self) -> list[str]:
         """Every node, working nodes first, then the spares."""
         return [*self.node_names, *self.spare_names]
+
+    def hosts(self) -> list[str]:
+        """Every machine of the cluster: the nodes, then the controller hosts."""
+        return [*self.nodes(), *self.controller_names]
 
     def address(self, node: str) -> str:
         """The node's IPv4 address (loopback without network namespaces)."""
@@ -178,7 +187,7 @@ class NodeCluster:
         eid = self.ledger.record("cgroup", {"path": str(root)}, f"cgroup {root}")
         procfs.Cgroup(root).create()
         self.ledger.mark_applied(eid)
-        for name in self.nodes():
+        for name in self.hosts():
             group = procfs.Cgroup(root / name)
             eid = self.ledger.record("cgroup", {"path": str(group.path)}, f"cgroup {group.path}")
             try:
@@ -366,9 +375,10 @@ class NodeCluster:
         ]
 
     def pids(self) -> list[int]:
-        """Every live process on any node of the cluster."""
+        """Every live process on any node of the cluster (not on its controller hosts)."""
         if self.cgroups:
-            return [pid for group in self.cgroups.values() for pid in group.pids()]
+            groups = [self.cgroups[n] for n in self.nodes() if n in self.cgroups]
+            return [pid for group in groups for pid in group.pids()]
         return procfs.pids_with_env("FAULTDRILL_RUN_ID", self.run_id)
 
     def free_port(self, node: str) -> int:
@@ -426,6 +436,20 @@ class NodeCluster:
     def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
         """Drop every packet of the node each way (or to and from ``peer`` only)."""
         return self._both_ways(node, peer, [], "link-cut")
+
+    def service_cut(
+        self, node: str, address: str, port: int, *, purpose: str = "service-cut"
+    ) -> list[Change]:
+        """Drop the node's TCP traffic to and from one service (``address:port``, e.g. an
+        API server on a controller host), each way, on the node's own link; everything
+        else the node sends still flows."""
+        ln = self.link(node)
+        to = ["-o", ln.dev, "-d", f"{address}/32", "-p", "tcp", "--dport", str(port)]
+        back = ["-i", ln.dev, "-s", f"{address}/32", "-p", "tcp", "--sport", str(port)]
+        return [
+            self._drop(ln, "OUTPUT", to, purpose),
+            self._drop(ln, "INPUT", back, purpose),
+        ]
 
     def port_cut(self, node: str, port: int, *, purpose: str = "port-cut") -> list[Change]:
         """Drop the TCP traffic to and from ``port`` on the node's link."""
