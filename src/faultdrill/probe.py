@@ -12,7 +12,9 @@ Contract
   same rank appends after it. A torn last line is terminated before the first new event,
   so readers only ever lose that one line.
 * Every event carries ``ts`` (wall clock), ``mono`` (``time.monotonic()``, shared by all
-  processes of one host and the drill's ordering clock), ``src`` = ``"probe"``, ``kind``,
+  processes of one host and the drill's ordering clock; on another host than the harness's,
+  ``FAULTDRILL_MONO_FROM_WALL=<offset>`` makes it ``ts - offset``, the harness's monotonic
+  clock as far as the hosts' wall clocks agree: :func:`mono_clock`), ``src`` = ``"probe"``, ``kind``,
   ``task``, ``rank`` and ``pid``. Kinds and their extra fields:
 
   ============  ===============================================================
@@ -42,13 +44,36 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["ENV_EVENTS_DIR", "Probe", "SampleIds", "fold_ranges", "probe_from_env"]
+__all__ = [
+    "ENV_EVENTS_DIR",
+    "ENV_MONO_FROM_WALL",
+    "Probe",
+    "SampleIds",
+    "fold_ranges",
+    "mono_clock",
+    "probe_from_env",
+]
 
 ENV_EVENTS_DIR = "FAULTDRILL_EVENTS_DIR"
+#: Set by a platform whose jobs run on other hosts than the harness (a real Kubernetes
+#: cluster): the harness's ``time.time() - time.monotonic()`` when it submitted the job.
+ENV_MONO_FROM_WALL = "FAULTDRILL_MONO_FROM_WALL"
 ENV_TASK_ID = "FAULTDRILL_TASK_ID"
 ENV_NODE = "FAULTDRILL_NODE"
 
 SampleIds = Sequence[int] | Sequence[Sequence[int]] | range
+
+
+def mono_clock() -> Any:
+    """The events' ``mono`` clock: ``time.monotonic`` on the harness's host; with
+    :data:`ENV_MONO_FROM_WALL` set, the wall clock minus the harness's offset (so events of
+    every host fall on the harness's clock, within the hosts' clock sync)."""
+    raw = os.environ.get(ENV_MONO_FROM_WALL, "")
+    try:
+        offset = float(raw)
+    except ValueError:
+        return time.monotonic
+    return lambda: time.time() - offset
 
 
 def fold_ranges(ids: SampleIds) -> list[list[int]]:
@@ -94,6 +119,7 @@ class Probe:
         self.task_id = task_id
         self.pid = os.getpid()
         self._fd: int | None = None
+        self._mono = mono_clock()
         if events_dir is None:
             return
         os.makedirs(events_dir, exist_ok=True)
@@ -124,7 +150,7 @@ class Probe:
             return
         body = json.dumps(fields, separators=(",", ":"))
         line = (
-            f'{self._head},"ts":{time.time()!r},"mono":{time.monotonic()!r},'
+            f'{self._head},"ts":{time.time()!r},"mono":{self._mono()!r},'
             f'"kind":"{kind}"' + ("," + body[1:] if len(body) > 2 else "}") + "\n"
         )
         os.write(self._fd, line.encode())

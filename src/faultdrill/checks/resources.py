@@ -13,15 +13,25 @@ from faultdrill.checks.api import CheckContext, Finding, Verdict, check
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
 
+#: Seconds a replica the platform declared lost may still write after its replacement
+#: started, on top of the deletion's grace: the kill path itself (a kubelet's TERM/KILL).
+KILL_SLACK_S = 2.0
+
+
 @check("resources.no-stale-replica", "resources")
 def no_stale_replica(ctx: CheckContext) -> list[Finding]:
     """Once a new incarnation has made progress, no process of an older one is alive and
-    no older replica emits steps."""
+    no older replica emits steps; and a replica the platform declared lost (``replica_lost``:
+    its pod deleted or evicted) emits no step once its replacement started, beyond the
+    deletion's grace (a split brain even when the replacement never got the rank)."""
     tl, name = ctx.timeline, "resources.no-stale-replica"
     workers = [p for p in tl.procs if p.role == "worker"]
+    superseded = _superseded_writers(ctx, name)
     if not workers:
+        if superseded:
+            return superseded
         return [ctx.finding(name, R, "the process table was not sampled (no worker seen)")]
-    out = []
+    out = list(superseded)
     pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
     for inc in tl.incarnations[1:]:
         t = inc.first_step_mono
@@ -75,6 +85,74 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
             )
         )
     return out
+
+
+def _superseded_writers(ctx: CheckContext, name: str) -> list[Finding]:
+    """Replicas the platform declared lost that kept writing steps after it started their
+    replacement (plus the deletion's grace and :data:`KILL_SLACK_S`)."""
+    tl = ctx.timeline
+    out = []
+    starts = tl.of("probe", "run_start")
+    st = tl.steps
+    for lost in tl.of("platform", "replica_lost"):
+        pids = _lost_pids(lost, starts)
+        repl = _replacement(tl, lost, pids)
+        if not pids or repl is None:
+            continue
+        grace = float(lost.get("grace_s") or 0.0)
+        deadline = repl.mono + grace + KILL_SLACK_S
+        late = np.isin(st.pid, list(pids)) & (st.mono > deadline)
+        if not late.any():
+            continue
+        rows = np.flatnonzero(late)
+        last = float(st.mono[rows[-1]])
+        who = lost.get("pod") or f"the replica on {lost.get('node')}"
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                f"{who} (node {lost.get('node')}, pids {sorted(pids)}) was declared lost by "
+                f"{lost.get('source') or 'the platform'} at {lost.mono:.1f} s and its "
+                f"replacement started at {repl.mono:.1f} s, yet it wrote {len(rows)} step(s) "
+                f"after the {grace:g} s grace, the last {last - repl.mono:.1f} s after its "
+                f"replacement started (split brain; first: rank {int(st.rank[rows[0]])} step "
+                f"{int(st.step[rows[0]])})",
+                pids=sorted(pids),
+                node=lost.get("node"),
+                after_s=round(last - repl.mono, 3),
+            )
+        )
+    return out
+
+
+def _lost_pids(lost: Any, starts: list[Any]) -> set[int]:
+    """The processes of a lost replica: as the platform named them, else those that had
+    announced themselves on its node before the decision."""
+    named = lost.get("pids")
+    if named:
+        return {int(p) for p in named}
+    node = lost.get("node")
+    return {int(e.get("pid", -1)) for e in starts if e.get("node") == node and e.mono < lost.mono}
+
+
+def _replacement(tl: Any, lost: Any, pids: set[int]) -> Any:
+    """The first sign, after ``lost``, that the platform started its replacement: a
+    ``replica_started`` of another pod (or node), else a replica announcing itself that is
+    not one of ``pids``."""
+    uid, node = lost.get("uid"), lost.get("node")
+
+    def other(e: Any) -> bool:  # a replica other than the lost one
+        return e.get("uid") not in (None, uid) if uid is not None else e.get("node") != node
+
+    for e in tl.events:
+        if e.mono <= lost.mono:
+            continue
+        started = e.src == "platform" and e.kind in ("replica_started", "spare_placed")
+        if started and other(e):
+            return e
+        if e.src == "probe" and e.kind == "run_start" and int(e.get("pid", -1)) not in pids:
+            return e
+    return None
 
 
 @check("resources.no-duplicate-rank", "resources")

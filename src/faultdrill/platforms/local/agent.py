@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from faultdrill.probe import mono_clock
+
 # Order matters: the most specific phrase first. Values are event kinds.
 _CLASSIFY = (
     ("Rendezvous complete for workers", "rdzv_complete"),
@@ -38,13 +40,21 @@ _CLASSIFY = (
     ("Detected dead node", "dead_node"),
 )
 _RDZV_LOGGER = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
+#: The events' ``mono``: this host's monotonic clock, or the harness's (probe.mono_clock).
+_MONO = mono_clock()
 
 
 class _TimelineHandler(logging.Handler):
     def __init__(self, fd: int, node: str, task: str) -> None:
         super().__init__(level=logging.INFO)
         self._fd = fd
-        self._base = {"src": "platform", "task": task, "node": node, "pid": os.getpid()}
+        self._base = {
+            "src": "platform",
+            "task": task,
+            "node": node,
+            "pid": os.getpid(),
+            "source": "torchrun-agent",
+        }
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -75,14 +85,14 @@ class _TimelineHandler(logging.Handler):
             and len(record.args) >= 3
         ):
             fields["state"], fields["restarts_left"] = record.args[1], record.args[2]
-        line = {"ts": time.time(), "mono": time.monotonic(), **self._base, **fields}
+        line = {"ts": time.time(), "mono": _MONO(), **self._base, **fields}
         os.write(self._fd, (json.dumps(line, default=str) + "\n").encode())
 
 
 def _emit(fd: int, node: str, task: str, kind: str, **fields: Any) -> None:
     line = {
         "ts": time.time(),
-        "mono": time.monotonic(),
+        "mono": _MONO(),
         "src": "platform",
         "task": task,
         "kind": kind,
