@@ -88,8 +88,16 @@ def test_no_stale_replica_reports_both_a_live_and_a_stepping_old_replica(judge: 
 def test_no_stale_replica_retests_without_sampler_data(judge: Judge) -> None:
     assert judge.one(NS, restart().drop("sampler")) == (
         R,
-        "the process table was not sampled (no worker seen)",
+        "the process table was not sampled: no worker seen",
     )
+
+
+def test_a_platform_that_cannot_see_the_processes_says_why(judge: Judge) -> None:
+    why = "the pods run on the cluster's machines"
+    tl = restart().drop("sampler").platform("unobservable", 0.0, what="processes", why=why)
+    for check in (NS, "resources.no-duplicate-rank", "resources.children-released"):
+        [f] = judge.run(check, tl)
+        assert f.verdict is R and why in f.message and f.data == {"unobservable": True}
 
 
 def test_no_stale_replica_ignores_agents(judge: Judge) -> None:
@@ -131,9 +139,9 @@ def test_a_replica_declared_lost_that_keeps_writing_beside_its_replacement_is_st
     found = judge.run(NS, _evicted_but_writing(40))
     assert [f.verdict for f in found] == [F]
     assert found[0].message == (
-        "job-b (node n1, pids [101]) was declared lost by kube-apiserver at 26.0 s and its "
-        "replacement started at 26.1 s, yet it wrote 7 step(s) after the 5 s grace, the last "
-        "13.9 s after its replacement started (split brain; first: rank 1 step 34)"
+        "job-b (node n1, pids [101]) was declared lost by kube-apiserver and its "
+        "replacement started 0.1 s later, yet it wrote 7 step(s) past the 5 s grace, the "
+        "last 13.9 s after its replacement started (split brain; first: rank 1 step 34)"
     )
     # Only one process ever held rank 1: the duplicate-rank check cannot see this.
     assert judge.verdicts("resources.no-duplicate-rank", _evicted_but_writing(40)) == [P]

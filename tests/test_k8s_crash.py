@@ -4,7 +4,8 @@ namespace, file or API object of the drill is left.
 The drill is a ``faultdrill run`` on the test cluster, killed while its baseline trains. The
 crash leaves two ledgers listed for cleanup (the run's cluster, the baseline's objects).
 The test first cleans up the baseline's ledger alone, while the control plane still runs,
-and sees through the API that the Job and its pods are gone; then everything else. ~1 min.
+and sees through the API that the Job and its pods are gone; then everything else. ~1-2
+min (``slow``: the default run keeps one plan run on the test cluster).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tests.drillkit import ROOT, cli_env, kill_task, wait_for
 from tests.k8s_kit import k8s_leftovers, needs_test_cluster, plan_raw, write
 from tests.test_netns_kit import ledger_records
 
-pytestmark = [pytest.mark.drill, pytest.mark.root, needs_test_cluster]
+pytestmark = [pytest.mark.drill, pytest.mark.root, pytest.mark.slow, needs_test_cluster]
 
 
 def _cleanup(*paths: Path, env: dict[str, str]) -> str:

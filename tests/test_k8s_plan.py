@@ -334,3 +334,18 @@ def test_the_probes_clock_follows_the_harness_through_the_wall_clock(
     assert abs(ev["mono"] - before) < 0.05
     monkeypatch.setenv(ENV_MONO_FROM_WALL, "not a number")
     assert mono_clock() is time.monotonic
+
+
+def test_pids_of_containers_carry_their_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import socket
+
+    from faultdrill.probe import ENV_PID_PER_HOST, own_pid
+
+    assert own_pid() == os.getpid()
+    monkeypatch.setenv(ENV_PID_PER_HOST, "1")
+    mine = own_pid()
+    assert mine & ((1 << 22) - 1) == os.getpid() and mine >> 22 > 0
+    monkeypatch.setattr(socket, "gethostname", lambda: "pod-b")
+    other = own_pid()
+    assert other != mine and other & ((1 << 22) - 1) == os.getpid()

@@ -14,7 +14,8 @@ Contract
 * Every event carries ``ts`` (wall clock), ``mono`` (``time.monotonic()``, shared by all
   processes of one host and the drill's ordering clock; on another host than the harness's,
   ``FAULTDRILL_MONO_FROM_WALL=<offset>`` makes it ``ts - offset``, the harness's monotonic
-  clock as far as the hosts' wall clocks agree: :func:`mono_clock`), ``src`` = ``"probe"``, ``kind``,
+  clock as far as the hosts' wall clocks agree: :func:`mono_clock`; ``pid`` is the process
+  id, with the host name folded in where containers number their own: :func:`own_pid`), ``src`` = ``"probe"``, ``kind``,
   ``task``, ``rank`` and ``pid``. Kinds and their extra fields:
 
   ============  ===============================================================
@@ -47,10 +48,12 @@ from typing import Any
 __all__ = [
     "ENV_EVENTS_DIR",
     "ENV_MONO_FROM_WALL",
+    "ENV_PID_PER_HOST",
     "Probe",
     "SampleIds",
     "fold_ranges",
     "mono_clock",
+    "own_pid",
     "probe_from_env",
 ]
 
@@ -58,6 +61,9 @@ ENV_EVENTS_DIR = "FAULTDRILL_EVENTS_DIR"
 #: Set by a platform whose jobs run on other hosts than the harness (a real Kubernetes
 #: cluster): the harness's ``time.time() - time.monotonic()`` when it submitted the job.
 ENV_MONO_FROM_WALL = "FAULTDRILL_MONO_FROM_WALL"
+#: Set by a platform whose replicas have pid namespaces of their own (containers: every pod
+#: numbers its processes from 1): ``pid`` then also carries the host name (:func:`own_pid`).
+ENV_PID_PER_HOST = "FAULTDRILL_PID_PER_HOST"
 ENV_TASK_ID = "FAULTDRILL_TASK_ID"
 ENV_NODE = "FAULTDRILL_NODE"
 
@@ -74,6 +80,18 @@ def mono_clock() -> Any:
     except ValueError:
         return time.monotonic
     return lambda: time.time() - offset
+
+
+def own_pid() -> int:
+    """This process's ``pid`` in events: ``os.getpid()``; with :data:`ENV_PID_PER_HOST`
+    set, the pid in its low 22 bits (Linux's largest pid_max) and 15 bits of the host
+    name's CRC-32 above, so that processes of different containers stay apart."""
+    pid = os.getpid()
+    if not os.environ.get(ENV_PID_PER_HOST):
+        return pid
+    import zlib
+
+    return ((zlib.crc32(socket.gethostname().encode()) & 0x7FFF) << 22) | pid
 
 
 def fold_ranges(ids: SampleIds) -> list[list[int]]:
@@ -117,7 +135,7 @@ class Probe:
     ) -> None:
         self.rank = rank
         self.task_id = task_id
-        self.pid = os.getpid()
+        self.pid = own_pid()
         self._fd: int | None = None
         self._mono = mono_clock()
         if events_dir is None:

@@ -30,7 +30,7 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
     if not workers:
         if superseded:
             return superseded
-        return [ctx.finding(name, R, "the process table was not sampled (no worker seen)")]
+        return [ctx.unsampled(name, "no worker seen")]
     out = list(superseded)
     pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
     for inc in tl.incarnations[1:]:
@@ -112,9 +112,9 @@ def _superseded_writers(ctx: CheckContext, name: str) -> list[Finding]:
                 name,
                 F,
                 f"{who} (node {lost.get('node')}, pids {sorted(pids)}) was declared lost by "
-                f"{lost.get('source') or 'the platform'} at {lost.mono:.1f} s and its "
-                f"replacement started at {repl.mono:.1f} s, yet it wrote {len(rows)} step(s) "
-                f"after the {grace:g} s grace, the last {last - repl.mono:.1f} s after its "
+                f"{lost.get('source') or 'the platform'} and its replacement started "
+                f"{repl.mono - lost.mono:.1f} s later, yet it wrote {len(rows)} step(s) past "
+                f"the {grace:g} s grace, the last {last - repl.mono:.1f} s after its "
                 f"replacement started (split brain; first: rank {int(st.rank[rows[0]])} step "
                 f"{int(st.step[rows[0]])})",
                 pids=sorted(pids),
@@ -175,14 +175,7 @@ def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
             )
     workers = [p for p in tl.procs if p.role == "worker" and p.rank is not None]
     if not workers and not out:
-        return [
-            ctx.finding(
-                name,
-                R,
-                "the process table was not sampled (no worker seen): "
-                "cannot tell whether two processes held one rank",
-            )
-        ]
+        return [ctx.unsampled(name, "cannot tell whether two processes held one rank")]
     step_times = np.sort(tl.steps.mono)
     by_rank: dict[int, list[Any]] = {}
     for p in workers:
@@ -226,7 +219,7 @@ def children_released(ctx: CheckContext) -> list[Finding]:
     tl, name = ctx.timeline, "resources.children-released"
     grace = float(ctx.plan.observation.child_grace_s)
     if not any(p.role == "worker" for p in tl.procs):
-        return [ctx.finding(name, R, "the process table was not sampled (no worker seen)")]
+        return [ctx.unsampled(name, "no worker seen")]
     lives = _lingering(tl.procs)
     if not lives:
         return [

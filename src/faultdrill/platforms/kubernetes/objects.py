@@ -39,6 +39,8 @@ def is_not_found(exc: BaseException) -> bool:
 def api_for(data: Mapping[str, Any]) -> Any | None:
     """An ``ApiClient`` from a ledger entry's ``kubeconfig``/``context``/``netns``; None when
     the entry is the test cluster's and its kubeconfig is gone (the cluster with it)."""
+    if "kubeconfig" not in data:
+        return None  # written by the draft adapter: its test cluster goes with its etcd
     kubeconfig = Path(str(data["kubeconfig"]))
     if data.get("test_cluster") and not kubeconfig.exists():
         return None
@@ -154,3 +156,34 @@ def _undo_objects(data: dict[str, Any]) -> None:
 @undoer("k8s-request")
 def _undo_request(data: dict[str, Any]) -> None:
     """A request to the API that cannot be taken back (a pod deleted, an eviction)."""
+
+
+# --- kinds the draft adapter wrote (before the platform-actions seam): still cleanable -------
+
+
+@undoer("k8s-done")
+def _undo_done(data: dict[str, Any]) -> None:
+    """A delivered signal, a deleted pod, an eviction: nothing to take back."""
+
+
+@undoer("k8s-link-down")
+def _undo_link_down(data: dict[str, Any]) -> None:
+    """Set the recorded veth up again (the same as ``link-down``)."""
+    from faultdrill.ledger import UNDOERS
+
+    UNDOERS["link-down"](data)
+
+
+@undoer("k8s-kubelet-pause")
+def _undo_kubelet_pause(data: dict[str, Any]) -> None:
+    Path(str(data["file"])).unlink(missing_ok=True)
+
+
+@undoer("k8s-kubelet-down")
+def _undo_kubelet_down(data: dict[str, Any]) -> None:
+    """A kubelet killed with its node: restarted in process only; its cluster goes."""
+
+
+@undoer("k8s-apiserver-down")
+def _undo_apiserver_down(data: dict[str, Any]) -> None:
+    """An apiserver killed: restarted in process only; its cluster goes."""

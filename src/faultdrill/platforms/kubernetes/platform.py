@@ -63,7 +63,7 @@ from faultdrill.platforms.kubernetes.job import (
     template_values,
 )
 from faultdrill.platforms.kubernetes.objects import Objects, api_for, is_not_found
-from faultdrill.probe import ENV_MONO_FROM_WALL
+from faultdrill.probe import ENV_MONO_FROM_WALL, ENV_PID_PER_HOST
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -188,6 +188,7 @@ class KubernetesPlatform(Platform):
         from faultdrill.platforms.kubernetes.follow import Follower
 
         self.sink.emit("platform", "deciders", sources=list(DECIDERS), platform=self.name)
+        self.declare_observability()
         self.follower = Follower(
             self.api,
             self.sink,
@@ -196,6 +197,17 @@ class KubernetesPlatform(Platform):
             pids_of=self.pod_pids_of,
         )
         self.follower.start()
+
+    def declare_observability(self) -> None:
+        """A real cluster's processes run on its machines: the checks that need the process
+        table say so (retest), and the run goes on past such a baseline."""
+        self.sink.emit(
+            "platform",
+            "unobservable",
+            what="processes",
+            why="the pods run on the machines of a cluster given by kubeconfig; only the "
+            "test cluster's processes are sampled",
+        )
 
     def pod_pids_of(self, uid: str) -> list[int]:
         """Live processes of the pod with ``uid`` (none known on a real cluster)."""
@@ -232,9 +244,13 @@ class KubernetesPlatform(Platform):
         return [*env, {"name": "FAULTDRILL_NODE", "valueFrom": node}]
 
     def clock_env(self) -> dict[str, str]:
-        """The pods run on other hosts: their events' ``mono`` is put on the harness's
-        clock through the wall clock (``probe.mono_clock``; as good as the hosts' sync)."""
-        return {ENV_MONO_FROM_WALL: f"{time.time() - time.monotonic():.6f}"}
+        """The pods run on other hosts, in pid namespaces of their own: their events'
+        ``mono`` is put on the harness's clock through the wall clock (as good as the hosts'
+        sync) and their pids carry their host name (``probe.mono_clock``, ``own_pid``)."""
+        return {
+            ENV_MONO_FROM_WALL: f"{time.time() - time.monotonic():.6f}",
+            ENV_PID_PER_HOST: "1",  # each pod numbers its processes from 1
+        }
 
     def render(self, job: JobSpec) -> list[dict[str, Any]]:
         """The item's objects, filled, labelled and given the probe's environment."""
@@ -339,6 +355,19 @@ class KubernetesPlatform(Platform):
     def _signal_all(self, sig: int) -> None:
         grace = None if sig == _signal.SIGTERM else 0
         self._delete_objects(grace_s=grace)
+
+    def leftovers(self) -> list[str]:
+        """Pods of the job still pending or running after it ended (not being deleted);
+        none known when the API does not answer (the job's end was read from it just before)."""
+        try:
+            pods = self._live_pods()
+        except Exception:
+            return []
+        return [
+            f"pod {p['metadata']['name']} still {(p.get('status') or {}).get('phase')}"
+            for p in pods
+            if (p.get("status") or {}).get("phase") in ("Pending", "Running")
+        ]
 
     def _any_alive(self) -> bool:
         try:
