@@ -84,6 +84,20 @@ def recovery_class(
     return RecoveryClass.AUTOMATIC, "the platform recovered the job by itself from valid progress"
 
 
+def _unobservable_only(
+    evidence: dict[str, EvidenceResult], cls: RecoveryClass, confirm: bool
+) -> bool:
+    """The class is manual-confirmation only because of retests of what the platform
+    declared it cannot observe (``unobservable`` findings: a real cluster's processes)."""
+    if cls != RecoveryClass.MANUAL_CONFIRMATION or confirm:
+        return False
+    found = [f for c in ("progress", "resources", "results") for f in evidence[c].findings]
+    not_pass = [f for f in found if f.verdict != Verdict.PASS]
+    return bool(not_pass) and all(
+        f.verdict == Verdict.RETEST and f.data.get("unobservable") for f in not_pass
+    )
+
+
 @dataclass
 class ItemResult:
     id: str
@@ -302,6 +316,15 @@ def evaluate_item(
                 "expectation.recovery-class",
                 Verdict.PASS,
                 f"recovery class {cls.value}, as expected",
+            )
+        elif _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want) and _unobservable_only(
+            evidence, cls, confirm
+        ):
+            f = Finding(
+                "expectation.recovery-class",
+                Verdict.RETEST,
+                f"recovery class {cls.value} only because what the platform cannot observe "
+                f"was not judged: whether it is the expected {want.value} is unknown",
             )
         elif _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
             f = Finding(
