@@ -34,19 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ENV_CLOCK_OFFSET = "FAULTDRILL_CLOCK_OFFSET"
-
-
-def clock_offset_from_env() -> float | None:
-    """The harness's wall-minus-monotonic offset a remote writer stamps ``mono`` with, or
-    None (same host: ``time.monotonic()`` is the drill's clock)."""
-    raw = os.environ.get(ENV_CLOCK_OFFSET)
-    try:
-        return float(raw) if raw else None
-    except ValueError:
-        return None
-
-
 __all__ = ["SHAPES", "SOURCES", "Event", "EventSink", "malformed", "read_jsonl"]
 
 SOURCES = ("probe", "platform", "fault", "sampler", "net", "harness")
@@ -216,7 +203,7 @@ class EventSink:
 
     def __init__(self, events_dir: Path, task_id: str, *, mono_offset: float | None = None) -> None:
         """``mono_offset``: stamp ``mono`` as ``time.time() - mono_offset`` (a writer on
-        another host than the harness: :func:`clock_offset_from_env`)."""
+        another host than the harness: :func:`faultdrill.probe.clock_offset`)."""
         self.events_dir = events_dir
         self.task_id = task_id
         self.mono_offset = mono_offset

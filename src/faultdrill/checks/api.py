@@ -99,6 +99,20 @@ class CheckContext:
     def finding(self, check: str, verdict: Verdict, message: str, **data: Any) -> Finding:
         return Finding(check, verdict, message, data)
 
+    def unsampled(self, check: str, what: str) -> Finding:
+        """The retest of a check that needs the process table, which was not sampled: on a
+        platform that declared it cannot observe the job's processes (a ``platform``/
+        ``unobservable`` event, ``what: processes``), its reason, and ``unobservable``."""
+        for e in self.timeline.of("platform", "unobservable"):
+            if e.get("what") == "processes":
+                return self.finding(
+                    check,
+                    Verdict.RETEST,
+                    f"{what}: the job's processes are not observable here ({e.get('why')})",
+                    unobservable=True,
+                )
+        return self.finding(check, Verdict.RETEST, f"the process table was not sampled: {what}")
+
 
 CheckFn = Callable[[CheckContext], list[Finding]]
 

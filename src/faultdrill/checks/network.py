@@ -257,7 +257,7 @@ def lost_node_isolated(ctx: CheckContext) -> list[Finding]:
     t0 = inj[0].mono
     node = str(item.fault.target.node)  # type: ignore[attr-defined]
     if not tl.procs:
-        return [ctx.finding(name, R, "the process table was not sampled: cannot tell")]
+        return [ctx.unsampled(name, "cannot tell")]
     out = []
     mine = [p for p in tl.procs if p.node == node]
     limit = 5.0 if item.fault.kind == "node-down" else None

@@ -13,18 +13,29 @@ from faultdrill.checks.api import CheckContext, Finding, Verdict, check
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
 
+#: Seconds a replica the platform declared lost may still write after its replacement
+#: started, on top of the deletion's grace: the kill path itself (a kubelet's TERM/KILL).
+KILL_SLACK_S = 2.0
+
+
 @check("resources.no-stale-replica", "resources")
 def no_stale_replica(ctx: CheckContext) -> list[Finding]:
     """Once a new incarnation has made progress, no process of one it superseded is alive
-    and no superseded replica emits steps; and no incarnation resumed from a checkpoint a
-    superseded replica wrote after its successor started (a split brain's checkpoint).
-    "Superseded" follows the scheduler's incarnations where the replicas announced them
+    and no superseded replica emits steps; no incarnation resumed from a checkpoint a
+    superseded replica wrote after its successor started (a split brain's checkpoint); and
+    a replica the platform declared lost (``replica_lost``: its pod deleted or evicted)
+    emits no step once its replacement started, beyond the deletion's grace (a split brain
+    even when the replacement never got the rank). "Superseded" follows the scheduler's
+    incarnations where the replicas announced them
     (:meth:`~faultdrill.timeline.Incarnation.supersedes`), else start order."""
     tl, name = ctx.timeline, "resources.no-stale-replica"
     workers = [p for p in tl.procs if p.role == "worker"]
+    superseded = _superseded_writers(ctx, name)
     if not workers:
-        return [ctx.finding(name, R, "the process table was not sampled (no worker seen)")]
-    out = []
+        if superseded:
+            return superseded
+        return [ctx.unsampled(name, "no worker seen")]
+    out = list(superseded)
     pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
     for inc in tl.incarnations:
         older = {o.index for o in tl.incarnations if o is not inc and inc.supersedes(o)}
@@ -82,6 +93,74 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
     return out
 
 
+def _superseded_writers(ctx: CheckContext, name: str) -> list[Finding]:
+    """Replicas the platform declared lost that kept writing steps after it started their
+    replacement (plus the deletion's grace and :data:`KILL_SLACK_S`)."""
+    tl = ctx.timeline
+    out = []
+    starts = tl.of("probe", "run_start")
+    st = tl.steps
+    for lost in tl.of("platform", "replica_lost"):
+        pids = _lost_pids(lost, starts)
+        repl = _replacement(tl, lost, pids)
+        if not pids or repl is None:
+            continue
+        grace = float(lost.get("grace_s") or 0.0)
+        deadline = repl.mono + grace + KILL_SLACK_S
+        late = np.isin(st.pid, list(pids)) & (st.mono > deadline)
+        if not late.any():
+            continue
+        rows = np.flatnonzero(late)
+        last = float(st.mono[rows[-1]])
+        who = lost.get("pod") or f"the replica on {lost.get('node')}"
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                f"{who} (node {lost.get('node')}, pids {sorted(pids)}) was declared lost by "
+                f"{lost.get('source') or 'the platform'} and its replacement started "
+                f"{repl.mono - lost.mono:.1f} s later, yet it wrote {len(rows)} step(s) past "
+                f"the {grace:g} s grace, the last {last - repl.mono:.1f} s after its "
+                f"replacement started (split brain; first: rank {int(st.rank[rows[0]])} step "
+                f"{int(st.step[rows[0]])})",
+                pids=sorted(pids),
+                node=lost.get("node"),
+                after_s=round(last - repl.mono, 3),
+            )
+        )
+    return out
+
+
+def _lost_pids(lost: Any, starts: list[Any]) -> set[int]:
+    """The processes of a lost replica: as the platform named them, else those that had
+    announced themselves on its node before the decision."""
+    named = lost.get("pids")
+    if named:
+        return {int(p) for p in named}
+    node = lost.get("node")
+    return {int(e.get("pid", -1)) for e in starts if e.get("node") == node and e.mono < lost.mono}
+
+
+def _replacement(tl: Any, lost: Any, pids: set[int]) -> Any:
+    """The first sign, after ``lost``, that the platform started its replacement: a
+    ``replica_started`` of another pod (or node), else a replica announcing itself that is
+    not one of ``pids``."""
+    uid, node = lost.get("uid"), lost.get("node")
+
+    def other(e: Any) -> bool:  # a replica other than the lost one
+        return e.get("uid") not in (None, uid) if uid is not None else e.get("node") != node
+
+    for e in tl.events:
+        if e.mono <= lost.mono:
+            continue
+        started = e.src == "platform" and e.kind in ("replica_started", "spare_placed")
+        if started and other(e):
+            return e
+        if e.src == "probe" and e.kind == "run_start" and int(e.get("pid", -1)) not in pids:
+            return e
+    return None
+
+
 def _stale_checkpoints_loaded(ctx: CheckContext, pid_inc: dict[int, int]) -> list[Finding]:
     """Loads of a checkpoint whose (last) save before the load came from a replica that
     had already been superseded when it saved."""
@@ -137,14 +216,7 @@ def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
             )
     workers = [p for p in tl.procs if p.role == "worker" and p.rank is not None]
     if not workers and not out:
-        return [
-            ctx.finding(
-                name,
-                R,
-                "the process table was not sampled (no worker seen): "
-                "cannot tell whether two processes held one rank",
-            )
-        ]
+        return [ctx.unsampled(name, "cannot tell whether two processes held one rank")]
     step_times = np.sort(tl.steps.mono)
     by_rank: dict[int, list[Any]] = {}
     for p in workers:
@@ -188,7 +260,7 @@ def children_released(ctx: CheckContext) -> list[Finding]:
     tl, name = ctx.timeline, "resources.children-released"
     grace = float(ctx.plan.observation.child_grace_s)
     if not any(p.role == "worker" for p in tl.procs):
-        return [ctx.finding(name, R, "the process table was not sampled (no worker seen)")]
+        return [ctx.unsampled(name, "no worker seen")]
     lives = _lingering(tl.procs)
     if not lives:
         return [

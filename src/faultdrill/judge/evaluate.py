@@ -118,6 +118,20 @@ def recovery_class(
     return RecoveryClass.AUTOMATIC, "the platform recovered the job by itself from valid progress"
 
 
+def _unobservable_only(
+    evidence: dict[str, EvidenceResult], cls: RecoveryClass, confirm: bool
+) -> bool:
+    """The class is manual-confirmation only because of retests of what the platform
+    declared it cannot observe (``unobservable`` findings: a real cluster's processes)."""
+    if cls != RecoveryClass.MANUAL_CONFIRMATION or confirm:
+        return False
+    found = [f for c in ("progress", "resources", "results") for f in evidence[c].findings]
+    not_pass = [f for f in found if f.verdict != Verdict.PASS]
+    return bool(not_pass) and all(
+        f.verdict == Verdict.RETEST and f.data.get("unobservable") for f in not_pass
+    )
+
+
 @dataclass
 class ItemResult:
     id: str
@@ -483,8 +497,12 @@ def _aborted_is_retest(
     ]
 
 
-def _class_as_expected(item: Scenario, cls: RecoveryClass, why: str) -> Finding:
-    """``expectation.recovery-class``: the class against the plan's expected one."""
+def _class_as_expected(
+    item: Scenario, cls: RecoveryClass, why: str, unobservable_only: bool = False
+) -> Finding:
+    """``expectation.recovery-class``: the class against the plan's expected one. A class
+    worse than expected only because of what the platform cannot observe
+    (``unobservable_only``) is retest: whether it is the expected one is unknown."""
     name, want = "expectation.recovery-class", item.expected.recovery
     params = {"cls": cls.value, "expected": want.value}
     if cls == RecoveryClass.NOT_DETERMINED:
@@ -501,6 +519,15 @@ def _class_as_expected(item: Scenario, cls: RecoveryClass, why: str) -> Finding:
             Verdict.PASS,
             f"recovery class {cls.value}, as expected",
             message_id=f"{name}.as-expected",
+            params=params,
+        )
+    if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want) and unobservable_only:
+        return Finding(
+            name,
+            Verdict.RETEST,
+            f"recovery class {cls.value} only because what the platform cannot observe "
+            f"was not judged: whether it is the expected {want.value} is unknown",
+            message_id=f"{name}.unobservable",
             params=params,
         )
     if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
@@ -561,7 +588,9 @@ def evaluate_item(
         undetermined = no_probe
     cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted, undetermined)
     if isinstance(item, Scenario):
-        evidence["expectation"].findings.append(_class_as_expected(item, cls, why))
+        evidence["expectation"].findings.append(
+            _class_as_expected(item, cls, why, _unobservable_only(evidence, cls, confirm))
+        )
     _aborted_is_retest(tl, evidence, item)
     result = ItemResult(
         id=item_id,

@@ -26,6 +26,7 @@ __all__ = [
     "Entrypoint",
     "Expected",
     "Frozen",
+    "KubernetesSettings",
     "Observation",
     "Owner",
     "Ownership",
@@ -419,7 +420,137 @@ def ray_section_problem(res: Resources) -> str | None:
     return None
 
 
+def kubernetes_section_problem(res: Resources) -> str | None:
+    """What is wrong with ``resources.kubernetes`` for this platform and layout, or None."""
+    k8s = res.kubernetes
+    if res.platform != "kubernetes":
+        if k8s is not None:
+            return (
+                f"kubernetes: is for platform kubernetes (platform is {res.platform!r}); remove it"
+            )
+        return None
+    if k8s is None:
+        return (
+            "platform kubernetes needs a kubernetes: section; set kubernetes: "
+            "{test_cluster: true} (the test cluster faultdrill starts) or kubernetes: "
+            "{kubeconfig: PATH, manifest: JOB.yaml} (a cluster that exists)"
+        )
+    if res.spares and not k8s.test_cluster:
+        return (
+            f"spares ({res.spares}) are nodes of the test cluster; a cluster given by "
+            "kubeconfig schedules on its own nodes: set spares: 0"
+        )
+    return None
+
+
 # --- resources ------------------------------------------------------------------------------
+
+
+# --- Kubernetes (resources.platform: kubernetes) ---------------------------------------
+
+
+def _plan_relative(value: str, info: ValidationInfo, what: str) -> str:
+    """``value`` as an absolute path (relative to the plan file's directory when the plan
+    was loaded from a file), which must be a file then; unchanged without a plan file."""
+    base = (info.context or {}).get("plan_dir")
+    path = Path(value).expanduser()
+    if base is None:
+        return value  # a recorded run's copy: resolved when it was loaded
+    if not path.is_absolute():
+        path = Path(base) / path
+    if not path.is_file():
+        raise ValueError(
+            f"{what} {value!r} not found (looked for {path}); give a path relative to the "
+            f"plan file's directory ({base}) or an absolute one"
+        )
+    return str(path.resolve())
+
+
+class KubernetesSettings(Frozen):
+    """Where and how the job runs on ``platform: kubernetes``
+    (:mod:`faultdrill.platforms.kubernetes`). Exactly one of ``test_cluster`` (the real
+    v1.20.2 control plane that faultdrill starts on this host, with process kubelets) or
+    ``kubeconfig`` (a cluster that exists)."""
+
+    test_cluster: bool = Field(
+        False,
+        description="start the test cluster for the run (root): real control plane, "
+        "emulated kubelets; torn down at the end of the run",
+    )
+    kubeconfig: str | None = Field(
+        None, description="a cluster that exists: its kubeconfig (relative to the plan file)"
+    )
+    context: str | None = Field(None, description="kubeconfig context (default: current)")
+    namespace: str = Field(
+        "default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="the job's"
+    )
+    manifest: str | None = Field(
+        None,
+        description="the job's manifest template (YAML, relative to the plan file): a "
+        "batch/v1 Job, PyTorchJob, JobSet or Volcano Job, plus any objects it needs, with "
+        "{{placeholders}} faultdrill fills (see docs/kubernetes.md); default on the test "
+        "cluster: a built-in batch/v1 Job of torchrun agents",
+    )
+    rendezvous: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9.-]+:\d{1,5}$",
+        description="host:port of the c10d rendezvous store the template's "
+        "{{rdzv_endpoint}} names (a real cluster; the test cluster has its own)",
+    )
+    kill_worker: Literal["delete-pod", "signal"] = Field(
+        "delete-pod",
+        description="kill-worker deletes the rank's pod (grace 0 for SIGKILL), or signals "
+        "its worker process (test cluster only)",
+    )
+    pod_grace_s: int = Field(
+        5, ge=0, le=300, description="terminationGracePeriodSeconds of the built-in job's pods"
+    )
+
+    @field_validator("kubeconfig")
+    @classmethod
+    def _kubeconfig_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else _plan_relative(value, info, "kubeconfig")
+
+    @field_validator("manifest")
+    @classmethod
+    def _manifest_valid(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        path = _plan_relative(value, info, "manifest")
+        if (info.context or {}).get("plan_dir") is not None:
+            from faultdrill.platforms.kubernetes.manifest import template_problem
+
+            problem = template_problem(Path(path))
+            if problem:
+                raise ValueError(problem)
+        return path
+
+    @model_validator(mode="after")
+    def _one_cluster(self) -> KubernetesSettings:
+        if self.test_cluster == (self.kubeconfig is not None):
+            raise ValueError(
+                "set exactly one of test_cluster: true (faultdrill starts a test cluster) "
+                "or kubeconfig: PATH (a cluster that exists)"
+            )
+        if self.kill_worker == "signal" and not self.test_cluster:
+            raise ValueError(
+                "kill_worker: signal needs the test cluster (faultdrill cannot reach a "
+                "real cluster's processes); use delete-pod"
+            )
+        if self.manifest and not self.test_cluster and self.rendezvous is None:
+            from faultdrill.platforms.kubernetes.manifest import uses_placeholder
+
+            if uses_placeholder(Path(self.manifest), "rdzv_endpoint"):
+                raise ValueError(
+                    "the manifest uses {{rdzv_endpoint}}: set rendezvous: HOST:PORT (the "
+                    "address of the job's c10d store in the cluster)"
+                )
+        if not self.manifest and not self.test_cluster:
+            raise ValueError(
+                "a cluster given by kubeconfig needs manifest: PATH (the job's template: "
+                "its image, volumes and rendezvous are the cluster's)"
+            )
+        return self
 
 
 class Resources(Frozen):
@@ -433,6 +564,9 @@ class Resources(Frozen):
     devices: str = "cpu"
     timeouts: Timeouts = Timeouts()
     slurm: SlurmSettings | None = None
+    kubernetes: KubernetesSettings | None = Field(
+        None, description="platform kubernetes: the cluster, namespace and job template"
+    )
     ray: RaySettings | None = Field(
         None, description="platform ray: the cluster and Ray's settings (default: embedded)"
     )
@@ -448,7 +582,11 @@ class Resources(Frozen):
 
     @model_validator(mode="after")
     def _platform_sections(self) -> Resources:
-        problem = slurm_section_problem(self) or ray_section_problem(self)
+        problem = (
+            slurm_section_problem(self)
+            or ray_section_problem(self)
+            or kubernetes_section_problem(self)
+        )
         if problem is not None:
             raise ValueError(problem)
         return self

@@ -23,6 +23,8 @@ import sys
 import time
 from typing import Any
 
+from faultdrill.probe import clock_offset, mono_clock
+
 # Order matters: the most specific phrase first. Values are event kinds.
 _CLASSIFY = (
     ("Rendezvous complete for workers", "rdzv_complete"),
@@ -44,23 +46,21 @@ _CLASSIFY = (
     ("Detected dead node", "dead_node"),
 )
 _RDZV_LOGGER = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
-
-
-def _clock() -> tuple[float, float]:
-    """(wall, mono) now; mono on the harness's clock when it runs elsewhere."""
-    ts = time.time()
-    raw = os.environ.get("FAULTDRILL_CLOCK_OFFSET")
-    try:
-        return ts, (ts - float(raw)) if raw else time.monotonic()
-    except ValueError:
-        return ts, time.monotonic()
+#: The events' ``mono``: this host's monotonic clock, or the harness's (probe.mono_clock).
+_MONO = mono_clock()
 
 
 class _TimelineHandler(logging.Handler):
     def __init__(self, fd: int, node: str, task: str) -> None:
         super().__init__(level=logging.INFO)
         self._fd = fd
-        self._base = {"src": "platform", "task": task, "node": node, "pid": os.getpid()}
+        self._base = {
+            "src": "platform",
+            "task": task,
+            "node": node,
+            "pid": os.getpid(),
+            "source": "torchrun-agent",
+        }
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -91,16 +91,14 @@ class _TimelineHandler(logging.Handler):
             and len(record.args) >= 3
         ):
             fields["state"], fields["restarts_left"] = record.args[1], record.args[2]
-        ts, mono = _clock()
-        line = {"ts": ts, "mono": mono, **self._base, **fields}
+        line = {"ts": time.time(), "mono": _MONO(), **self._base, **fields}
         os.write(self._fd, (json.dumps(line, default=str) + "\n").encode())
 
 
 def _emit(fd: int, node: str, task: str, kind: str, **fields: Any) -> None:
-    ts, mono = _clock()
     line = {
-        "ts": ts,
-        "mono": mono,
+        "ts": time.time(),
+        "mono": _MONO(),
         "src": "platform",
         "task": task,
         "kind": kind,
@@ -155,13 +153,13 @@ def _node_sampler(events_dir: str, node: str, task: str) -> Any:
     from pathlib import Path
 
     from faultdrill.engine.samplers import ProcessSampler
-    from faultdrill.events import EventSink, clock_offset_from_env
+    from faultdrill.events import EventSink
 
     class _NodeSink(EventSink):
         def emit(self, src: str, kind: str, *, stream: str | None = None, **fields: Any) -> Any:
             return super().emit(src, kind, stream=f"{src}-{node}", **fields)
 
-    sink = _NodeSink(Path(events_dir), task, mono_offset=clock_offset_from_env())
+    sink = _NodeSink(Path(events_dir), task, mono_offset=clock_offset())
     sampler = ProcessSampler(_NodeProcesses(node, run_id), sink, float(hz))
     sampler.start()
     return sampler

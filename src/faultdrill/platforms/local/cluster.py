@@ -122,7 +122,7 @@ class NodeCluster:
         self.bridge = f"{self.prefix}br"
         self._links: dict[str, NodeLink] = {}
         if netns:
-            for i, name in enumerate(self.nodes(), start=1):
+            for i, name in enumerate(self.hosts(), start=1):
                 self._links[name] = NodeLink(
                     node=name,
                     ns=f"{self.prefix}-{name}",
@@ -475,6 +475,20 @@ class NodeCluster:
     def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
         """Drop every packet of the node each way (or to and from ``peer`` only)."""
         return self._both_ways(node, peer, [], "link-cut")
+
+    def service_cut(
+        self, node: str, address: str, port: int, *, purpose: str = "service-cut"
+    ) -> list[Change]:
+        """Drop the node's TCP traffic to and from one service (``address:port``, e.g. an
+        API server on a controller host), each way, on the node's own link; everything
+        else the node sends still flows."""
+        ln = self.link(node)
+        to = ["-o", ln.dev, "-d", f"{address}/32", "-p", "tcp", "--dport", str(port)]
+        back = ["-i", ln.dev, "-s", f"{address}/32", "-p", "tcp", "--sport", str(port)]
+        return [
+            self._drop(ln, "OUTPUT", to, purpose),
+            self._drop(ln, "INPUT", back, purpose),
+        ]
 
     def port_cut(self, node: str, port: int, *, purpose: str = "port-cut") -> list[Change]:
         """Drop the TCP traffic to and from ``port`` on the node's link."""

@@ -45,6 +45,7 @@ from faultdrill.errors import EnvironmentPrepError, FaultError
 from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
+    CONTROL_PLANE_PEER,
     Ability,
     Change,
     JobSpec,
@@ -254,6 +255,8 @@ class RayPlatform(HostStorage, Platform):
         shared = current(self.resources)
         self._owned = shared is None
         self.rc = shared or RayCluster(self.resources, self.work_dir, self.ledger, self.sink)
+        if shared is not None:  # this item's faults name the shared cluster's namespaces
+            self.ledger.share(shared.ledger.run_id)
         self.rc.attach(self.sink)
         facts = self.rc.ensure_up()
         self.state = {n: "up" for n in self.rc.members}
@@ -584,6 +587,16 @@ class RayPlatform(HostStorage, Platform):
         return self.cluster.nodes.link_down(node)
 
     def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
+        if peer == CONTROL_PLANE_PEER:  # the node's raylet loses the GCS; gloo still flows
+            ray = self.cluster.ray
+            if node == ray.head:
+                raise FaultError(
+                    f"{node} hosts the GCS (head: n1): it cannot be cut off from itself; "
+                    "pick another node or set resources.ray.head: own"
+                )
+            return self.cluster.nodes.service_cut(
+                node, self.cluster.nodes.address(ray.head), GCS_PORT, purpose="partition-gcs"
+            )
         return self.cluster.nodes.link_cut(node, peer=peer)
 
     def start_network_track(self, hz: float) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -39,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
-from faultdrill.platforms.api import Ability, Change, JobSpec, Note, Replica
+from faultdrill.platforms.api import CONTROL_PLANE_PEER, Ability, Change, JobSpec, Note, Replica
 from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.copies import copy_change, reap
 from faultdrill.platforms.local.linux import netns_unavailable, signal_change, sigstop_change
 from faultdrill.platforms.local.platform import describe_process, scratch_root
 from faultdrill.platforms.local.storage import HostStorage, fuse_missing
@@ -85,6 +87,7 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
         self.client = self.slurm
         self._lineage = Lineage()
         self._scratch: Path | None = None
+        self._copies: list[subprocess.Popen[bytes]] = []
 
     @classmethod
     def machine_lacks(cls, abilities: frozenset[Ability]) -> dict[Ability, str]:
@@ -167,6 +170,7 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
 
     def _teardown(self) -> None:
         super()._teardown()
+        reap(self._copies)
         errors = []
         for part in (self.slurm.down, self.cluster.teardown):
             try:
@@ -267,7 +271,19 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
         return self.cluster.link_down(node)
 
     def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
+        if peer == CONTROL_PLANE_PEER:  # slurmd loses slurmctld; the job's traffic flows
+            port = self.slurm.settings.ctld_port
+            return self.cluster.service_cut(
+                node, CONTROLLER_ADDRESS, port, purpose="partition-control-plane"
+            )
         return self.cluster.link_cut(node, peer=peer)
+
+    # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
+
+    def replica_copy(self, replica: Replica) -> Change:
+        """A copy of a task's worker on its node (its command line, environment and working
+        directory), outside Slurm: what a step Slurm failed to stop leaves running."""
+        return copy_change(self.cluster, replica, self.work_dir / "logs", self._copies)
 
     # --- actions: the controller (ControlPlaneActions) ----------------------------------------
 

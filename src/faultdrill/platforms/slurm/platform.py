@@ -57,6 +57,7 @@ from faultdrill.platforms.local import owned
 from faultdrill.platforms.local.linux import netns_exists
 from faultdrill.platforms.slurm import jobs
 from faultdrill.platforms.slurm.parse import base_state, expand_hostlist, parse_records, reason_of
+from faultdrill.probe import ENV_CLOCK_OFFSET
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -313,7 +314,7 @@ class SlurmPlatform(Platform):
         """The nodes are other hosts: events on this machine's clock, and each node's agent
         samples its own processes (the harness cannot see them)."""
         return {
-            "FAULTDRILL_CLOCK_OFFSET": repr(time.time() - time.monotonic()),
+            ENV_CLOCK_OFFSET: repr(time.time() - time.monotonic()),
             "FAULTDRILL_NODE_SAMPLE_HZ": str(NODE_SAMPLE_HZ),
         }
 
