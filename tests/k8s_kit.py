@@ -103,6 +103,8 @@ def run_plan(tmp_path: Path, raw: dict[str, Any], *, timeout: float = 900) -> di
     ``_stdout`` and ``_state`` added)."""
     plan, out, state = write(tmp_path, raw), tmp_path / "run", tmp_path / "state"
     argv = [sys.executable, "-m", "faultdrill.cli", "run", str(plan), "--out", str(out)]
+    if not raw.get("controls"):
+        argv.append("--no-controls")  # a drill plan without negative controls, said so
     try:
         done = subprocess.run(
             [*argv, "--quiet"],

@@ -79,6 +79,7 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "Timeouts": ("resources.timeouts", {}),
     "SlurmSettings": ("resources.slurm", {}),
     "RaySettings": ("resources.ray", {}),
+    "KubernetesSettings": ("resources.kubernetes", {}),
     "CheckpointPolicy": ("checkpoint", None),
     "Observation": ("observation", None),
     "StopConditions": ("stop", None),

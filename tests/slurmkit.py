@@ -51,6 +51,8 @@ def run_plan_cli(raw: dict[str, Any], tmp_path: Path, timeout: float = 900) -> d
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "faultdrill.cli", "run", str(path), "--out", str(out)]
+    if not raw.get("controls"):
+        argv.append("--no-controls")  # a drill plan without negative controls, said so
     try:
         done = subprocess.run(
             [*argv, "--quiet"],

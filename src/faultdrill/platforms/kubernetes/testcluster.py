@@ -10,7 +10,7 @@ node is NotReady in ~10 s and its pods are evicted ~10 s later.
 Where things run (a :class:`~faultdrill.platforms.local.cluster.NodeCluster` whose nodes
 are the worker nodes, spares included, plus the controller host ``cp``)::
 
-    control-plane host cp (namespace, 10.77.0.<N+1>)    worker nodes n1..nN (namespaces)
+    control-plane host cp (namespace, 10.77.0.250)      worker nodes n1..nN (namespaces)
       etcd          127.0.0.1:2379                     kubelet  -> https://<cp>:6443
       apiserver     <cp>:6443  (TLS, token)  <-bridge->   pod processes (node address)
       controller-manager, scheduler -> <cp>:6443
