@@ -130,7 +130,7 @@ def test_node_down_slurm_declares_it_down_requeues_and_the_job_resumes(
     passed(s)
     t0 = injected_at(report, "node-down")
     q = s["questions"]
-    assert q["worker_lost_by"] == "node_lost on n2 (slurmctld)", q
+    assert q["worker_lost_by"].startswith("node_lost on n2 (slurmctld"), q  # and its reason
     down = [e for e in slurm(report, "node-down", "node_state") if e["state"] == "down"]
     assert down[0]["node"] == "n2" and down[0]["reason"] == "Not responding", down
     # DOWN ~3 SlurmdTimeouts after the node went silent; loose bounds on a busy machine
