@@ -20,7 +20,8 @@ from tests.drillkit import ROOT
 from tests.ray_kit import DRIVER, make_cluster, needs_ray, ray_leftovers
 from tests.test_netns_kit import ledger_records
 
-pytestmark = [pytest.mark.drill, pytest.mark.root, needs_ray]
+# Beyond the one every-family drill of the default run (test_ray_drills.py): slow.
+pytestmark = [pytest.mark.drill, pytest.mark.root, pytest.mark.slow, needs_ray]
 
 
 def test_bring_up_one_task_per_node_and_tear_down_leaves_nothing(tmp_path: Path) -> None:

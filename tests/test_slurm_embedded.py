@@ -36,7 +36,8 @@ from tests.slurmkit import example_raw, shrunk
 
 _WHY = netns_unavailable() or slurm_missing()
 needs_slurm = pytest.mark.skipif(_WHY is not None, reason=f"no embedded Slurm here: {_WHY}")
-pytestmark = [pytest.mark.drill, pytest.mark.root, needs_slurm]
+# Beyond the one every-family drill of the default run (test_slurm_drills.py): slow.
+pytestmark = [pytest.mark.drill, pytest.mark.root, pytest.mark.slow, needs_slurm]
 
 # Where Slurm and munge put files by default: none of them may gain a file.
 DEFAULT_PLACES = [

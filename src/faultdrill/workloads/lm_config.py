@@ -133,6 +133,7 @@ _MAX_INT = {
     "warmup_steps": 10**9,
     "seed": 2**63 - 1,
     "dataset_size": 1 << 40,
+    "eval_size": 1 << 40,
     "ckpt_every": 10**9,
     "ckpt_keep": 1000,
     "loader_workers": 256,
