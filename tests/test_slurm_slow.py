@@ -112,7 +112,7 @@ def test_a_controller_cut_leaves_the_job_held_until_the_operator_releases_it(
     assert f"scontrol update NodeName={drained[0]['node']} State=RESUME" in commands
     assert "Slurm operator" in act["steps"][0]["permission"]
     q = s["questions"]
-    assert q["worker_lost_by"].endswith("(slurmctld)") and q["resumed_from"]["verified"]
+    assert "(slurmctld" in q["worker_lost_by"] and q["resumed_from"]["verified"]
     t0 = injected_at(report, "slurmctld-cut")
     released = [e for e in events(report, "slurmctld-cut") if e["kind"] == "job_released"]
     assert released and released[0]["mono"] > held["mono"] > t0

@@ -745,6 +745,22 @@ class EmbeddedRay:
             self.stop_node(node, "worker")
             self.node_names.remove(node)
             done.append(f"spare {node} left the cluster")
+        restarted = self._restart_members(view, done)
+        if restarted:
+            # A raylet started on a busy machine can miss its first health checks and be
+            # declared dead a second later: look again after one detection window.
+            t = self.tuning
+            window_ms = t.health_check_failure_threshold * t.health_check_period_ms
+            time.sleep((window_ms + t.health_check_timeout_ms) / 1000 + 0.5)
+            again = self.gcs_view() if self.running(self.head, "head") else None
+            if again is not None:
+                self._restart_members(again, done)
+        return done
+
+    def _restart_members(self, view: dict[str, str], done: list[str]) -> bool:
+        """Start again every member that is not running or not ``up`` in ``view``; says so
+        in ``done``. Whether one was started."""
+        started = False
         for node in self.members:
             role = self.role(node)
             if self.running(node, role) and view.get(node) == "up":
@@ -753,7 +769,8 @@ class EmbeddedRay:
             self.stop_node(node, role)
             self.start_node(node)
             done.append(f"{node} started again ({why})")
-        return done
+            started = True
+        return started
 
     # --- tear-down -------------------------------------------------------------------
 
