@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import resource
 import sys
 import time
@@ -45,8 +46,9 @@ from faultdrill.judge.analysis import answer_questions
 from faultdrill.judge.reference import Reference
 from faultdrill.plan import load_plan
 from faultdrill.timeline import StepTable, Timeline
+from faultdrill.timeline.store import write_table
 
-__all__ = ["SAMPLES_PER_STEP", "Drill", "measure", "synthetic"]
+__all__ = ["SAMPLES_PER_STEP", "Drill", "measure", "synthetic", "write_drill"]
 
 SAMPLES_PER_STEP = 64
 DT = 0.1  # seconds per step
@@ -418,36 +420,74 @@ def peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
-def measure(ranks: int, steps: int) -> dict[str, Any]:
-    """Generate, derive, check, answer; return the figures. Raises ``AssertionError``
-    unless every check passes (the drill is healthy)."""
+def _cpu() -> float:
+    """CPU seconds of this process so far (user + system)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def write_drill(root: Path, ranks: int, steps: int) -> dict[str, Any]:
+    """Write the baseline and the drill as a recorded run holds them after a drill: the
+    non-step events as JSON lines, the step events in the columnar store the harness
+    writes while the job runs (:func:`faultdrill.timeline.store.write_table`). Returns how
+    long generating and writing took (not part of any target)."""
+    out: dict[str, Any] = {}
+    for name, fault in (("baseline", False), ("drill", True)):
+        t = time.perf_counter()
+        task, events, st = synthetic(ranks, steps, fault=fault)
+        out[f"generate_{name}_s"] = round(time.perf_counter() - t, 3)
+        t = time.perf_counter()
+        folder = root / name / "events"
+        folder.mkdir(parents=True)
+        with open(folder / "events.jsonl", "w", encoding="utf-8") as f:
+            for e in events:
+                f.write(json.dumps(e.to_json(), separators=(",", ":")) + "\n")
+        write_table(folder, st, task)
+        out[f"write_{name}_s"] = round(time.perf_counter() - t, 3)
+        out[f"{name}_store_bytes"] = sum(p.stat().st_size for p in (folder / "steps").iterdir())
+        del events, st
+        gc.collect()
+    return out
+
+
+def measure(ranks: int, steps: int, store: Path | None = None) -> dict[str, Any]:
+    """Derive, check, answer; return the figures. With ``store`` (written by
+    :func:`write_drill` in another process), the baseline and the drill are loaded from it
+    first (``Timeline.load``: the load is timed with the rest); else they are generated
+    here (not timed). Raises ``AssertionError`` unless every check passes (the drill is
+    healthy)."""
     plan = load_plan(Path(str(files("faultdrill") / "plans" / "demo.yaml")))
     scenario = plan.scenarios()[0]
     rss0 = peak_rss_bytes()
+    cpu0, wall0 = _cpu(), time.perf_counter()
+    gen_s = 0.0
+
+    def timeline(name: str, fault: bool) -> Timeline:
+        nonlocal gen_s
+        if store is not None:
+            return Timeline.load(store / name / "events")
+        t = time.perf_counter()
+        task, events, st = synthetic(ranks, steps, fault=fault)
+        gen_s += time.perf_counter() - t
+        return Timeline.from_parts(task, events, st)
+
     # baseline first, dropped once it is a Reference: the checks hold a reference and the
     # drill's timeline, nothing else (as ``faultdrill check`` judging one scenario would)
     t = time.perf_counter()
-    task_b, ev_b, st_b = synthetic(ranks, steps, fault=False)
-    gen_s = time.perf_counter() - t
-    t = time.perf_counter()
-    base = Timeline.from_parts(task_b, ev_b, st_b)
+    base = timeline("baseline", False)
     ref = Reference.from_timeline(base)
-    derive_s = time.perf_counter() - t
-    del base, st_b, ev_b
+    del base
     gc.collect()
-    t = time.perf_counter()
-    task_d, ev_d, st_d = synthetic(ranks, steps, fault=True)
-    gen_s += time.perf_counter() - t
-    t = time.perf_counter()
-    tl = Timeline.from_parts(task_d, ev_d, st_d)
-    del st_d
-    derive_s += time.perf_counter() - t
+    tl = timeline("drill", True)
+    load_s = time.perf_counter() - t - gen_s
     t = time.perf_counter()
     evidence = run_checks(CheckContext(timeline=tl, plan=plan, item=scenario, reference=ref))
     checks_s = time.perf_counter() - t
     t = time.perf_counter()
     answers = answer_questions(tl)
     analysis_s = time.perf_counter() - t
+    cpu_s = _cpu() - cpu0
+    wall_s = time.perf_counter() - wall0 - gen_s
     verdicts = {f.check: f.verdict.value for e in evidence.values() for f in e.findings}
     wrong = {k: v for k, v in verdicts.items() if v != "pass"}
     if wrong:
@@ -459,16 +499,18 @@ def measure(ranks: int, steps: int) -> dict[str, Any]:
     return {
         "ranks": ranks,
         "steps": steps,
+        "from_store": store is not None,
         "step_events": len(tl.steps),
-        "baseline_step_events": len(ref.steps),
+        "baseline_step_events": ref.rows,
         "other_events": len(tl.events),
         "checks": len(CHECKS),
         "findings": sum(len(e.findings) for e in evidence.values()),
         "generate_s": round(gen_s, 3),
-        "derive_s": round(derive_s, 3),
+        "load_s": round(load_s, 3),  # baseline + drill: read (if stored), derive, reference
         "checks_s": round(checks_s, 3),
         "analysis_s": round(analysis_s, 3),
-        "judge_s": round(derive_s + checks_s + analysis_s, 3),
+        "judge_s": round(wall_s, 3),  # load + checks + analysis, wall clock
+        "judge_cpu_s": round(cpu_s, 3),  # the same, CPU seconds of this process
         "peak_rss_bytes": peak_rss_bytes(),
         "rss_after_imports_bytes": rss0,
     }
@@ -478,8 +520,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--ranks", type=int, required=True)
     ap.add_argument("--steps", type=int, default=10_000)
+    ap.add_argument("--write", type=Path, help="only generate the drill into this directory")
+    ap.add_argument("--store", type=Path, help="measure the drill written to this directory")
     args = ap.parse_args(argv)
-    json.dump(measure(args.ranks, args.steps), sys.stdout)
+    if args.write is not None:
+        result = write_drill(args.write, args.ranks, args.steps)
+    else:
+        result = measure(args.ranks, args.steps, args.store)
+    json.dump(result, sys.stdout)
     print()
     return 0
 

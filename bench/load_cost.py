@@ -1,4 +1,5 @@
-"""Loading cost: :meth:`Timeline.load` on JSON-lines events written by the real probe.
+"""Loading cost: :meth:`Timeline.load` on JSON-lines events written by the real probe, and
+what the columnar step store costs to write (the harness, while the job runs) and saves.
 
 ``ranks`` probe files of ``steps`` step events each (64 sample ids per step, as a
 ``range``: one ``[start, end)`` pair per line, the probe's usual line), plus one
@@ -22,9 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from faultdrill.engine.watch import Watch
 from faultdrill.probe import Probe
 from faultdrill.timeline import Timeline
 from faultdrill.timeline.reader import PARALLEL_BYTES
+from faultdrill.timeline.store import StepStoreWriter
 
 __all__ = ["load_cost", "write_events"]
 
@@ -48,20 +51,22 @@ def write_events(events_dir: Path, ranks: int, steps: int) -> int:
 
 
 def _load(events_dir: Path) -> dict[str, Any]:
-    """In this process: load and measure (run in a fresh process for a clean peak RSS)."""
+    """In this process: load the JSON lines and measure (run in a fresh process for a clean
+    peak RSS); then put them into the columnar store as the harness does while a job runs
+    (the engine's watch), and load again from the store."""
     from bench.checks_scale import peak_rss_bytes
 
     rss0 = peak_rss_bytes()
     st_bytes = sum(f.stat().st_size for f in events_dir.glob("*.jsonl"))
     t = time.perf_counter()
-    tl = Timeline.load(events_dir)
+    tl = Timeline.load(events_dir, use_store=False)
     load_s = time.perf_counter() - t
     st = tl.steps
     table_bytes = sum(
         getattr(st, c).nbytes
-        for c in ("mono", "rank", "pid", "step", "loss", "rng_off", "rng_start", "rng_end", "inc")
-    )
-    return {
+        for c in ("mono", "rank", "pid", "step", "loss", "rng_start", "rng_end", "inc")
+    ) + (0 if st.one_range_each else st.rng_off.nbytes)
+    out = {
         "step_events": len(st),
         "other_events": len(tl.events),
         "incarnations": len(tl.incarnations),
@@ -74,6 +79,16 @@ def _load(events_dir: Path) -> dict[str, Any]:
         "readers": 1 if st_bytes < PARALLEL_BYTES else min(4, len(os.sched_getaffinity(0))),
         "rss_after_imports_bytes": rss0,
     }
+    del tl, st
+    t = time.perf_counter()
+    Watch(events_dir, StepStoreWriter(events_dir)).close()  # one pass, as while the job runs
+    out["store_write_s"] = round(time.perf_counter() - t, 3)
+    t = time.perf_counter()
+    stored = Timeline.load(events_dir)
+    out["store_load_s"] = round(time.perf_counter() - t, 3)
+    if len(stored.steps) != out["step_events"]:
+        raise AssertionError("the store lost step events")
+    return out
 
 
 def load_cost(ranks: int, steps: int) -> dict[str, Any]:
@@ -105,6 +120,8 @@ def load_cost(ranks: int, steps: int) -> dict[str, Any]:
         file_bytes=size,
         write_s=round(write_s, 2),
         s_per_million_events=round(out["load_s"] / n * 1e6, 2),
+        store_write_s_per_million_events=round(out["store_write_s"] / n * 1e6, 2),
+        store_load_s_per_million_events=round(out["store_load_s"] / n * 1e6, 3),
     )
     return out
 

@@ -10,9 +10,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from faultdrill.platforms.local import procfs
+from faultdrill.timeline import Timeline
+from faultdrill.timeline.store import STORE_DIR, read_store
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "src" / "faultdrill" / "plans" / "demo.yaml"
@@ -97,3 +100,31 @@ def finding(s: dict[str, Any], check: str) -> dict[str, Any]:
             if f["check"] == check:
                 return dict(f)
     raise AssertionError(f"no finding of {check} in {s['id']}")
+
+
+def same_timeline(a: Timeline, b: Timeline) -> None:
+    """Two :class:`~faultdrill.timeline.Timeline` loads of one events dir are the same:
+    step columns (incarnations included), events, process lives (lineage: role, owner),
+    incarnations, and the lines skipped, per file."""
+    for col in ("mono", "rank", "pid", "step", "loss", "rng_start", "rng_end", "inc"):
+        x, y = getattr(a.steps, col), getattr(b.steps, col)
+        assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True), col
+    assert np.array_equal(a.steps.rng_off, b.steps.rng_off)
+    assert [e.to_json() for e in a.events] == [e.to_json() for e in b.events]
+    assert (a.torn_lines, a.bad_lines, a.task_id) == (b.torn_lines, b.bad_lines, b.task_id)
+    assert a.procs == b.procs
+    assert [(i.members, i.first_step, i.last_step) for i in a.incarnations] == [
+        (i.members, i.first_step, i.last_step) for i in b.incarnations
+    ]
+
+
+def assert_store_is_the_json_lines(run_dir: Path) -> int:
+    """Every item of a recorded run that has a step store loads the same from it as from
+    its JSON lines alone; returns how many items did (a test asserts it is not zero)."""
+    n = 0
+    for manifest in sorted(run_dir.glob(f"**/events/{STORE_DIR}/manifest.json")):
+        events = manifest.parent.parent
+        assert read_store(events) is not None, f"{events}: the store does not match its files"
+        same_timeline(Timeline.load(events), Timeline.load(events, use_store=False))
+        n += 1
+    return n

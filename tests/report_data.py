@@ -1,9 +1,11 @@
 """A literal report.json, shaped exactly like ``RunResult.to_json``, for rendering tests.
 
 It holds the cases a renderer must handle without a drill: an automatic recovery that
-passed, a manual restart that failed (operator action, retest findings), a control caught
-and one missed, a skipped scenario, and keys no renderer knows yet (added by newer parts:
-they must show up, not break anything).
+passed (conclusion level consistent results), a manual restart that failed (operator
+action, retest findings, a failing layer, a failed job with its error output), a control
+caught and one missed, a skipped scenario, what the recoveries depended on and who owns it,
+and keys no renderer knows yet (added by newer parts: they must show up, not break
+anything).
 """
 
 from __future__ import annotations
@@ -55,6 +57,151 @@ def _ev(verdict: str, *checks: tuple[str, str, str]) -> dict[str, Any]:
     }
 
 
+def _level(level: str, verdict: str, why: str, **more: Any) -> dict[str, Any]:
+    return {
+        "level": level,
+        "proven": verdict == "pass",
+        "verdict": verdict,
+        "why": why,
+        "findings": [],
+        "events": [],
+    } | more
+
+
+#: The healthy recovery: every level proven.
+PROVEN = {
+    "level": "consistent-results",
+    "levels": [
+        _level(
+            "running-again",
+            "pass",
+            "incarnation 1 announced itself ready at +6.20 s on n1, n2",
+            events=[
+                {
+                    "src": "probe",
+                    "kind": "run_start",
+                    "mono": 1006.2,
+                    "since_injection_s": 6.2,
+                    "rank": 1,
+                    "node": "n2",
+                }
+            ],
+            message_id="level.running-again.ready",
+            params={"inc": 1, "at_s": 6.2, "nodes": ["n1", "n2"], "stepped": ""},
+        ),
+        _level(
+            "valid-progress",
+            "pass",
+            "all 1 progress finding(s) passed",
+            findings=["progress.resume-point"],
+            message_id="level.category.passed",
+            params={"n": 1, "category": "progress"},
+        ),
+        _level(
+            "consistent-results",
+            "pass",
+            "all 1 results finding(s) passed",
+            findings=["results.loss-matches-baseline"],
+            message_id="level.category.passed",
+            params={"n": 1, "category": "results"},
+        ),
+    ],
+    "note": "",
+}
+
+#: The failed one: running again, progress not judged; the layer is scheduling.
+RUNNING_ONLY = {
+    "level": "running-again",
+    "levels": [
+        PROVEN["levels"][0],
+        _level(
+            "valid-progress",
+            "retest",
+            "progress evidence could not be judged (retest): progress.sample-ledger",
+            findings=["progress.sample-ledger"],
+            message_id="level.category.retest",
+            params={"category": "progress", "checks": ["progress.sample-ledger"]},
+        ),
+        _level(
+            "consistent-results",
+            "retest",
+            "not proven: valid-progress is not (all 1 results finding(s) passed)",
+            findings=["results.loss-matches-baseline"],
+        ),
+    ],
+    "note": "",
+}
+SCHEDULING = {
+    "layer": "scheduling",
+    "why": "the platform did not stop or release what the job no longer needed: pid 77 alive",
+    "rule": "old-replicas-not-released",
+    "events": [],
+    "findings": ["resources.no-stale-replica"],
+    "also": [],
+    "ruled_out": [
+        {
+            "rule": "network-back-without-progress",
+            "layer": "network",
+            "points": False,
+            "why": "the network track answered all 4 probes after the fault was reverted",
+            "events": [],
+            "findings": [],
+        }
+    ],
+}
+DEPENDENCIES = {
+    "spare_nodes": [],
+    "rejected_spares": [],
+    "restart_budget": {
+        "used": 1,
+        "max_restarts": 3,
+        "incarnations": 3,
+        "resubmissions": 1,
+        "fewest_left_reported": 2,
+        "exhausted": False,
+    },
+    "operator_actions": [
+        {
+            "action": "resubmit",
+            "operator": "chen",
+            "runbook": "resubmit the job unchanged",
+            "permission": "to be agreed",
+            "steps": ["resubmit the job unchanged"],
+            "at_s": 31.5,
+            "observed_s": 14.0,
+            "observed_by": "from the action to the job's next step",
+        }
+    ],
+    "checkpoint_storage": {
+        "used_by_recovery": True,
+        "loaded": ["step-000010"],
+        "saves": 4,
+        "bytes_written": 1601052,
+        "largest_checkpoint_bytes": 400263,
+        "kept": 3,
+        "held_bytes_bound": 1200789,
+    },
+    "dedicated_network": {"used": None, "isolation": "none", "note": "not observable"},
+    "used": ["restart_budget", "operator_actions", "checkpoint_storage", "recovery_runbook"],
+    "owners": {
+        "restart_budget": "platform",
+        "operator_actions": "to be agreed",
+        "checkpoint_storage": "enterprise-operations",
+        "recovery_runbook": "vendor-support",
+    },
+}
+FAILURE = {
+    "command": "/usr/bin/python3 -m faultdrill.workloads.lm --workload-config=w.json",
+    "exit_status": 1,
+    "signal": None,
+    "node": "n2",
+    "local_rank": 0,
+    "worker_failures": 1,
+    "error_tail": ["Traceback (most recent call last):", "RuntimeError: boom"],
+    "log": "scenarios/node-loss/logs/agent-n2.log",
+}
+
+
 def _item(sid: str, **over: Any) -> dict[str, Any]:
     item: dict[str, Any] = {
         "id": sid,
@@ -101,6 +248,7 @@ def _item(sid: str, **over: Any) -> dict[str, Any]:
             "results": _ev("pass", ("results.loss-matches-baseline", "pass", "bitwise equal")),
         },
         "expectation": _ev("pass", ("expectation.fault-applied", "pass", "injected at step 15")),
+        "conclusion": copy.deepcopy(PROVEN),
     }
     item.update(over)
     return item
@@ -144,6 +292,10 @@ def synthetic_report() -> dict[str, Any]:
         ),
         future_probe=[{"node": "n1", "rtt_ms": 0.2}, {"node": "n2", "rtt_ms": 48.0}],
         future_flag="rdzv_join_s",
+        conclusion=copy.deepcopy(RUNNING_ONLY),
+        layer=copy.deepcopy(SCHEDULING),
+        dependencies=copy.deepcopy(DEPENDENCIES),
+        failure=copy.deepcopy(FAILURE),
     )
     caught = _item(
         "ctl-optimizer-lost",
@@ -199,6 +351,7 @@ def synthetic_report() -> dict[str, Any]:
             },
         },
         "scenarios": [_item("kill-worker"), failed, caught, missed],
+        "recovery_dependencies": _totals(),
         "skipped": [{"id": "link-flap", "kind": "scenario", "reason": "not run: round 2 failed"}],
         "summary": {
             "scenarios": 2,
@@ -210,4 +363,36 @@ def synthetic_report() -> dict[str, Any]:
             "ok": False,
         },
         "future_summary": {"kill-worker": {"lost_s": 6.3, "recomputed_steps": 5}},
+    }
+
+
+def _totals() -> dict[str, Any]:
+    """The run's dependency totals, as ``judge.dependencies.dependency_totals`` sums them."""
+    owners = {
+        "spare_nodes": "to be agreed",
+        "restart_budget": "platform",
+        "operator_actions": "to be agreed",
+        "checkpoint_storage": "enterprise-operations",
+        "environment_preparation": "to be agreed",
+        "dedicated_network": "to be agreed",
+        "recovery_runbook": "vendor-support",
+    }
+    used = {
+        "restart_budget": ["kill-worker", "node-loss"],
+        "operator_actions": ["node-loss"],
+        "checkpoint_storage": ["kill-worker", "node-loss"],
+        "recovery_runbook": ["node-loss"],
+    }
+    by_dependency = {d: {"owner": o, "items": used.get(d, [])} for d, o in owners.items()}
+    by_owner: dict[str, list[str]] = {}
+    for d, o in owners.items():
+        by_owner.setdefault(o, []).append(d)
+    return {
+        "spare_nodes": {"placements": 0, "items": []},
+        "restarts": {"total": 2, "per_item": {"kill-worker": 1, "node-loss": 1}, "max_restarts": 3},
+        "operator_actions": {"count": 1, "observed_s_total": 14.0, "items": ["node-loss"]},
+        "checkpoint_storage": {"held_bytes_bound": 1200789, "items": ["kill-worker", "node-loss"]},
+        "by_dependency": by_dependency,
+        "by_owner": by_owner,
+        "to_be_agreed": ["operator_actions"],
     }

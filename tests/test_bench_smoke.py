@@ -15,10 +15,9 @@ from bench import run as bench_run
 from bench.checks_scale import Drill, measure, synthetic
 
 from faultdrill.checks import CheckContext, Verdict, run_checks
-from faultdrill.checks.results import _baseline_loss
 from faultdrill.events import read_jsonl
 from faultdrill.intervals import merge
-from faultdrill.judge.reference import Reference
+from faultdrill.judge.reference import LossLookup, Reference, StepCovers, mean_loss_by_step
 from faultdrill.plan import load_plan
 from faultdrill.timeline import StepTable, Timeline
 from faultdrill.timeline.model import _lookup
@@ -39,6 +38,7 @@ def test_quick_run_measures_everything_and_writes_results(tmp_path: Path) -> Non
         "list of 64 consecutive ids",
         "list of 64 non-consecutive ids",
     }
+    assert all(v["median_cpu_us"] > 0 for v in shapes.values())
     # one [start, end) pair per line when the ids fold, 64 when they do not
     assert (
         shapes["list of 64 non-consecutive ids"]["line_bytes"]
@@ -46,12 +46,22 @@ def test_quick_run_measures_everything_and_writes_results(tmp_path: Path) -> Non
     )
     (step,) = res["probe"]["reference_steps"]
     assert step["median_step_us"] > 0 and step["measured_steps"] == 9
-    sizes = res["checks"]["sizes"]
+    precision = res["precision"]
+    assert set(precision["targeted"]) <= set(precision["times"])
+    assert {"injection", "kill_to_exit", "exit_self", "first_new_step"} <= set(precision["times"])
+    assert precision["exit_clocks"] and set(precision["exit_clocks"]) <= {"kernel", "pidfd"}
+    assert res["overhead"] is None  # a real drill: not in --quick
+    sizes = res["scale"]["sizes"]
     assert [s["ranks"] for s in sizes] == [4, 8]
-    assert all(s["checks"] >= 16 and s["findings"] >= s["checks"] for s in sizes)
+    assert all(
+        s["from_store"] and s["checks"] >= 16 and s["findings"] >= s["checks"] for s in sizes
+    )
     assert sizes[1]["step_events"] == Drill(8, 40).step_events
     (load,) = res["load"]["sizes"]
     assert load["step_events"] == 200 and load["other_events"] == 2
+    assert load["store_write_s"] >= 0 and load["store_load_s"] >= 0
+    rows = bench_run.targets(res)
+    assert [met for _w, _t, _m, met in rows].count(None) == 1  # only the overhead: not run
 
 
 def test_synthetic_drill_is_judged_for_real() -> None:
@@ -163,39 +173,82 @@ def test_lookup_maps_keys_like_a_dict(spread: int) -> None:
     assert _lookup({}, keys).tolist() == [-1] * keys.size
 
 
-@pytest.mark.parametrize("step_gap", [1, 10**6])  # a dense grid, then a sorted search
-def test_baseline_loss_like_a_dict(step_gap: int) -> None:
+@pytest.mark.parametrize("step_gap", [1, 10**6])  # a dense grid, then sorted cells
+@pytest.mark.parametrize("low_rank", [0, -2])
+def test_baseline_loss_like_a_dict(step_gap: int, low_rank: int) -> None:
     rng = np.random.default_rng(step_gap % 89)
     n = 400
-    ref = StepTable.from_columns(
-        np.arange(n, dtype=float),
-        rng.integers(0, 5, n),
-        np.zeros(n, dtype=np.int64),
-        rng.integers(1, 80, n) * step_gap,
-        rng.random(n),
-        rng_off=np.zeros(n + 1, dtype=np.int64),
-        rng_start=np.zeros(0, dtype=np.int64),
-        rng_end=np.zeros(0, dtype=np.int64),
-    )
+    step = rng.integers(1, 80, n) * step_gap
+    rank = rng.integers(low_rank, 5, n)
+    loss = rng.random(n)
     pairs: dict[tuple[int, int], float] = {}
-    for s, r, v in zip(ref.step, ref.rank, ref.loss, strict=True):
-        pairs[(int(s), int(r))] = float(v)  # the last duplicate wins in the dense grid
-    ref = ref.take(
-        np.array(
-            [i for i in range(n) if pairs[(int(ref.step[i]), int(ref.rank[i]))] == ref.loss[i]]
-        )
+    for s, r, v in zip(step, rank, loss, strict=True):
+        pairs[(int(s), int(r))] = float(v)
+    keep = np.array(
+        [pairs[(int(s), int(r))] == v for s, r, v in zip(step, rank, loss, strict=True)]
     )
-    st = _random_table(rng, 300, 1)
-    st.step = rng.integers(0, 90, 300) * step_gap
-    st.rank = rng.integers(0, 6, 300)
-    rows = rng.random(300) < 0.7
-    width = int(max(st.rank.max(), ref.rank.max())) + 1
-    loss, known = _baseline_loss(ref, st, rows, width)
-    want = [pairs.get((int(s), int(r))) for s, r in zip(st.step[rows], st.rank[rows], strict=True)]
+    lookup = LossLookup.build(step[keep], rank[keep].astype(np.int32), loss[keep])
+    assert (lookup.grid is not None) == (step_gap == 1)
+    q_step = rng.integers(0, 90, 300) * step_gap
+    q_rank = rng.integers(-3, 7, 300).astype(np.int32)
+    got, known = lookup.lookup(q_step, q_rank)
+    want = [pairs.get((int(s), int(r))) for s, r in zip(q_step, q_rank, strict=True)]
     assert known.tolist() == [w is not None for w in want]
-    assert [float(x) for x, k in zip(loss, known, strict=True) if k] == [
+    assert [float(x) for x, k in zip(got, known, strict=True) if k] == [
         w for w in want if w is not None
     ]
+    empty = LossLookup.build(step[:0], rank[:0], loss[:0])
+    assert not empty.lookup(q_step, q_rank)[1].any()
+
+
+@pytest.mark.parametrize("max_ranges", [1, 3])
+def test_step_covers_are_the_union_of_the_steps_up_to_each(max_ranges: int) -> None:
+    """Per step one block where its ranges form one (the usual case: kept as two numbers),
+    the ranges as they were for any other step: the union up to any step is exact."""
+    rng = np.random.default_rng(max_ranges)
+    rows = []
+    for step in range(1, 40):
+        base = step * 100
+        for rank in rng.permutation(4):  # ranks finish in any order
+            if step % 7 == 0 and rank == 1:
+                continue  # a gap inside this step
+            lo = base + 10 * int(rank) - (5 if step % 11 == 0 and rank == 2 else 0)  # overlap
+            halves = [[lo, lo + 5], [lo + 5, lo + 10]] + ([[lo, lo + 5]] if step == 13 else [])
+            rows.append((step, [[lo, lo + 10]] if max_ranges == 1 else halves))
+    st = StepTable.from_columns(
+        np.arange(len(rows), dtype=float),
+        np.zeros(len(rows)),
+        np.zeros(len(rows)),
+        [s for s, _r in rows],
+        np.zeros(len(rows)),
+        [r for _s, r in rows],
+    )
+    covers = StepCovers.build(st)
+    assert covers.odd_step.size and covers.steps.size  # both kinds are there
+    for last in (0, 1, 6, 7, 11, 25, 39, 99, None):
+        ids = {
+            i
+            for s, ranges in rows
+            if last is None or s <= last
+            for a, b in ranges
+            for i in range(a, b)
+        }
+        ms, me = covers.until(last)
+        assert {i for a, b in zip(ms, me, strict=True) for i in range(a, b)} == ids, last
+        assert (ms[1:] > me[:-1]).all()
+
+
+def test_mean_loss_by_step_dense_or_not_is_the_same() -> None:
+    rng = np.random.default_rng(4)
+    step = rng.integers(1, 50, 500)
+    loss = rng.random(500)
+    loss[::17] = np.nan  # not reported
+    dense_s, dense_m = mean_loss_by_step(step, loss)
+    sparse_s, sparse_m = mean_loss_by_step(step * 10**9, loss)
+    assert (sparse_s == dense_s * 10**9).all() and np.array_equal(dense_m, sparse_m)
+    ok = ~np.isnan(loss)
+    want = {int(s): float(np.mean(loss[ok][step[ok] == s])) for s in np.unique(step[ok])}
+    assert dict(zip(dense_s.tolist(), dense_m.tolist(), strict=True)) == pytest.approx(want)
 
 
 def test_streaming_load_equals_the_records_it_reads(tmp_path: Path) -> None:

@@ -354,7 +354,12 @@ def test_a_check_that_finds_nothing_yields_retest(
         dataclasses.replace(CHECKS["results.final-model-digest"], fn=lambda ctx: []),
     )
     assert judge.run("results.final-model-digest", restart()) == [
-        Finding("results.final-model-digest", R, "check produced no finding")
+        Finding(
+            "results.final-model-digest",
+            R,
+            "check produced no finding",
+            message_id="check.no-finding",
+        )
     ]
     assert run_checks(judge.ctx(restart()))["results"].verdict is R
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from faultdrill.checks import Finding, Verdict, run_checks
+from faultdrill.checks import Verdict, run_checks
 from tests.timelines import NEW, OLD, TL, Judge, baseline, ids, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -330,15 +330,15 @@ def test_faults_reverted_fails_on_a_failed_revert(judge: Judge) -> None:
 def test_faults_reverted_fails_on_pending_ledger_entries(judge: Judge) -> None:
     msg = "1 ledger entries not reverted; run `faultdrill cleanup`"
     tl = restart().drop("harness", "cleanup").cleanup(11.7, problems=[msg], pending=1)
-    assert judge.run(FR, tl) == [
-        Finding(
+    assert [(f.check, f.verdict, f.message, f.data) for f in judge.run(FR, tl)] == [
+        (
             FR,
             F,
             "1 ledger entry not reverted after cleanup (a rule, mount, namespace or frozen "
             "group may be left behind); run `faultdrill cleanup RUN_DIR`",
             {"ledger_pending": 1},
         ),
-        Finding(FR, F, f"cleanup reported 1 problem(s): {msg}", {"problems": [msg]}),
+        (FR, F, f"cleanup reported 1 problem(s): {msg}", {"problems": [msg]}),
     ]
 
 

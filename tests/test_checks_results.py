@@ -47,14 +47,16 @@ def shrunk(scale: float = 1.0) -> TL:
 
 
 def test_comparison_mode_is_bitwise_when_world_and_config_are_unchanged(judge: Judge) -> None:
-    assert comparison_mode(judge.ctx(restart())) == (
+    mode, why = comparison_mode(judge.ctx(restart()))
+    assert (mode, why.text()) == (
         "bitwise",
         "world size and config unchanged from the baseline",
     )
 
 
 def test_comparison_mode_is_tolerance_when_the_world_size_changed(judge: Judge) -> None:
-    assert comparison_mode(judge.ctx(shrunk())) == (
+    mode, why = comparison_mode(judge.ctx(shrunk()))
+    assert (mode, why.text()) == (
         "tolerance",
         "world size(s) [1, 2] or config differ from the baseline's",
     )

@@ -122,4 +122,6 @@ def test_to_json_links_every_level_to_its_evidence(judge: Judge) -> None:
         "why": "results evidence failed: results.evaluation-matches-baseline",
         "findings": ["results.evaluation-matches-baseline"],
         "events": [],
+        "message_id": "level.category.failed",
+        "params": {"category": "results", "checks": ["results.evaluation-matches-baseline"]},
     }

@@ -129,3 +129,32 @@ def test_nothing_left_behind(
     assert not active.exists() or list(active.iterdir()) == []
     md = (run_dir / "report.md").read_text()
     assert "The four questions" in md and "Negative controls" in md
+
+
+def test_process_ends_are_exit_events_and_the_steps_are_stored(
+    demo: tuple[Path, dict[str, Any]],
+) -> None:
+    """The killed worker's end is its exit event (the kernel's stamp where the harness may
+    listen, with the signal), after the injection's stamp (when the kill was in effect);
+    every replica and agent that ended has its exit time; the step store covers the probe
+    files; and each phase of the harness is on the timeline."""
+    from faultdrill.timeline import Timeline
+    from faultdrill.timeline.store import read_store
+
+    run_dir, _report = demo
+    events = run_dir / "scenarios" / "kill-worker" / "events"
+    tl = Timeline.load(events)
+    (injected,) = tl.of("fault", "injected")
+    assert injected.get("stamped") == "first change applied"
+    victim = next(p for p in tl.procs if p.pid == injected["pid"])
+    assert victim.gone_by in ("kernel", "pidfd") and victim.gone_mono is not None
+    assert injected.mono <= victim.gone_mono
+    (exit_event,) = [e for e in tl.of("sampler", "proc_exit") if e["pid"] == victim.pid]
+    if exit_event["clock"] == "kernel":
+        assert exit_event["signal"] == 9
+    ended = [p for p in tl.procs if p.role in ("worker", "agent") and p.gone_mono is not None]
+    assert ended and all(p.gone_by in ("kernel", "pidfd") for p in ended)
+    stored = read_store(events)
+    assert stored is not None and stored.columns[0].size == len(tl.steps)
+    phases = {e.get("phase") for e in tl.of("harness", "phase")}
+    assert phases == {"bring-up", "job", "settle", "sampling", "teardown", "checks", "report"}

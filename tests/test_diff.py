@@ -129,6 +129,59 @@ def test_new_findings_are_listed() -> None:
     assert any("port 29500 open" in c for c in k.changes)
 
 
+def test_a_conclusion_level_that_drops_is_a_regression_one_that_rises_a_change() -> None:
+    a, b = _pair()
+    _item(b, "kill-worker")["conclusion"]["level"] = "valid-progress"
+    d = diff_reports(a, b)
+    assert d.regressions == ["kill-worker: conclusion level consistent-results -> valid-progress"]
+    assert d.items[0].level == ("consistent-results", "valid-progress")
+    assert d.to_json()["items"][0]["level"] == ["consistent-results", "valid-progress"]
+    rise = diff_reports(b, a)
+    assert not rise.regressed
+    assert "conclusion level valid-progress -> consistent-results" in rise.items[0].changes
+    _item(b, "kill-worker")["conclusion"]["level"] = None
+    assert diff_reports(a, b).regressions == [
+        "kill-worker: conclusion level consistent-results -> none proven"
+    ]
+
+
+def test_a_failing_layer_that_appears_or_moves_is_a_regression() -> None:
+    a, b = _pair()
+    _item(b, "node-loss")["layer"]["layer"] = "checkpoint"
+    assert diff_reports(a, b).regressions == ["node-loss: failing layer scheduling -> checkpoint"]
+    a, b = _pair()
+    _item(b, "kill-worker")["layer"] = _item(a, "node-loss")["layer"]
+    assert diff_reports(a, b).regressions == ["kill-worker: failing layer none -> scheduling"]
+    gone = diff_reports(b, a)
+    assert not gone.regressed
+    assert "failing layer scheduling -> none" in gone.items[0].changes
+
+
+def test_a_controls_level_or_layer_change_is_said_not_gated() -> None:
+    a, b = _pair()
+    ctl = _item(b, "ctl-optimizer-lost")
+    ctl["layer"] = {"layer": "framework", "why": "diverged"}
+    ctl["conclusion"]["level"] = "running-again"
+    d = diff_reports(a, b)
+    assert not d.regressed
+    changes = next(i for i in d.items if i.id == "ctl-optimizer-lost").changes
+    assert "failing layer none -> framework" in changes
+    assert "conclusion level consistent-results -> running-again" in changes
+
+
+def test_reports_without_levels_compare_no_levels_and_not_determined_is_the_worst_class() -> None:
+    a, b = _pair()
+    for rep in (a, b):
+        for s in rep["scenarios"]:
+            s.pop("conclusion", None)
+            s.pop("layer", None)
+    assert not diff_reports(a, b).regressed
+    _item(b, "kill-worker")["recovery_class"] = "not-determined"
+    assert diff_reports(a, b).regressions == [
+        "kill-worker: recovery class automatic -> not-determined"
+    ]
+
+
 def test_load_report_refuses_what_is_not_a_report(tmp_path: Path) -> None:
     with pytest.raises(RunDirError, match="no such"):
         load_report(tmp_path / "nope")

@@ -149,6 +149,42 @@ def test_malformed_probe_records_do_not_stop_the_inventory(drill: Drill, tmp_pat
     assert any(e["kind"] == "ckpt_latest" for e in _harness(work))
 
 
+# --- the harness's own phases --------------------------------------------------------------
+
+
+def test_every_phase_of_an_item_is_recorded_as_a_harness_event(drill: Drill) -> None:
+    """bring-up, job, settle, sampling and teardown (in two parts), in the order they ran,
+    each with its start and duration; the settle ends at once when nothing of the job is
+    left (the fake job has no process), and says after how long."""
+    work = drill()
+    phases = [json.loads(x) for x in (work / "events" / "phases.jsonl").read_text().splitlines()]
+    assert [(p["src"], p["kind"]) for p in phases] == [("harness", "phase")] * len(phases)
+    assert [p["phase"] for p in phases] == [
+        "bring-up",
+        "job",
+        "settle",
+        "teardown",
+        "sampling",
+        "teardown",
+    ]
+    assert all(p["seconds"] >= 0 for p in phases)
+    starts = [p["started_mono"] for p in phases]
+    assert starts == sorted(starts)
+    final = next(e for e in _harness(work) if e["kind"] == "procs_final")
+    assert final["settled_s"] >= 0 and final["after_stop"] is False
+    tl = Timeline.load(work / "events")
+    assert [e.get("phase") for e in tl.of("harness", "phase")] == [p["phase"] for p in phases]
+
+
+def test_a_phase_that_raised_is_timed_too(drill: Drill, tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="no job"):
+        drill(fail={"submit": RuntimeError("no job")})
+    path = tmp_path / "run" / "baseline" / "events" / "phases.jsonl"
+    phases = [json.loads(x)["phase"] for x in path.read_text().splitlines()]
+    assert phases[:2] == ["bring-up", "job"] and "settle" not in phases
+    assert phases[2:] == ["teardown", "sampling", "teardown"]
+
+
 # --- the CLI's last words ------------------------------------------------------------------
 
 
@@ -240,3 +276,48 @@ def test_a_relative_run_dir_reaches_the_job_as_an_absolute_path(
     assert paths and all(Path(v).is_absolute() for v in paths), job.env
     args = [a.split("=", 1)[-1] for a in job.argv if "relative-out" in a]
     assert args and all(Path(a).is_absolute() for a in args), job.argv
+
+
+def test_the_harness_overhead_is_the_item_beyond_the_job_by_phase() -> None:
+    """The item's wall time plus its checks and report, minus the job's own (submission to
+    the last agent's exit); the job phase beyond that exit is the time to notice the end."""
+    from faultdrill.engine.phases import harness_overhead
+    from tests.timelines import TL
+
+    def phase(t: TL, name: str, start: float, seconds: float) -> TL:
+        return t.add(
+            "harness", "phase", start + seconds, phase=name, started_mono=start, seconds=seconds
+        )
+
+    tl = TL().add("harness", "item_start", 0.0).add("platform", "job_submitted", 0.3)
+    tl = tl.proc(50, None, 0.4, 10.3, role="agent", exited=10.0)
+    tl = tl.proc(51, None, 0.4, 10.3, role="agent", exited=10.2)
+    tl = tl.add("platform", "job_state", 10.25, state="succeeded")
+    for name, start, seconds in [
+        ("bring-up", 0.0, 0.3),
+        ("job", 0.3, 10.0),
+        ("settle", 10.3, 0.1),
+        ("teardown", 10.4, 0.1),
+        ("sampling", 10.5, 0.05),
+        ("teardown", 10.55, 0.2),
+    ]:
+        tl = phase(tl, name, start, seconds)
+    tl = tl.add("harness", "item_end", 10.8)
+    tl = phase(tl, "checks", 10.9, 0.4)
+    tl = phase(tl, "report", 11.3, 0.1)
+    over = harness_overhead(tl.build())
+    assert over is not None
+    assert (over["job_s"], over["wall_s"], over["overhead_s"]) == (9.9, 11.3, 1.4)
+    assert over["job_end_from"] == "agent exits"
+    assert over["phases_s"] == {
+        "bring-up": 0.3,
+        "settle": 0.1,
+        "post-window": 0.0,
+        "sampling": 0.05,
+        "teardown": 0.3,
+        "checks": 0.4,
+        "report": 0.1,
+        "noticing_end": 0.1,
+        "other": 0.05,
+    }
+    assert harness_overhead(TL().add("harness", "item_start", 0.0).build()) is None

@@ -218,7 +218,7 @@ def test_reports_show_an_aborted_scenario_and_an_unproven_control() -> None:
     md = render_markdown(report_of(rep), "en")
     assert f"Not run as planned: {why}; this proves nothing either way (retest)" in md
     assert (
-        "| ctl-skip-ahead | `{'bad_mode': 'skip-ahead'}` | `progress.sample-ledger` | "
+        "| ctl-skip-ahead | `bad_mode=skip-ahead` | `progress.sample-ledger` | "
         "**NOT PROVEN (retest)** |" in md
     )
     assert "1. Worker deemed lost: not observed\n" in md

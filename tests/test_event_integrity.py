@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from faultdrill.checks import Verdict
+from faultdrill.engine.watch import Watch
 from faultdrill.events import malformed, read_jsonl
 from faultdrill.judge.evaluate import evaluate_item
 from faultdrill.judge.reference import Reference
 from faultdrill.plan import Plan, RecoveryClass, Scenario
 from faultdrill.timeline import Timeline
+from faultdrill.timeline.store import StepStoreWriter, read_store
 from tests.timelines import TL, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -75,14 +77,27 @@ def test_a_torn_last_line_is_expected_and_not_counted_as_bad(tmp_path: Path) -> 
         "fast-step-overflow",
     ],
 )
-def test_a_bad_line_is_counted_against_its_file(tmp_path: Path, line: bytes) -> None:
+@pytest.mark.parametrize("store", [False, True], ids=["json-lines", "step-store"])
+def test_a_bad_line_is_counted_against_its_file(tmp_path: Path, line: bytes, store: bool) -> None:
+    """Counted the same whether the probe files are read as JSON lines or from the step
+    store the engine's watch wrote while they grew (then the store covers the bad line)."""
     write_events(tmp_path, restart())
     probe = tmp_path / "probe-rank1.jsonl"
     lines = probe.read_bytes().splitlines(keepends=True)
     probe.write_bytes(b"".join([*lines[:3], line, *lines[3:]]))
+    if store:
+        Watch(tmp_path, StepStoreWriter(tmp_path)).close()
+        stored = read_store(tmp_path)
+        assert stored is not None and stored.covered["probe-rank1.jsonl"] == probe.stat().st_size
     tl = Timeline.load(tmp_path)
     assert tl.bad_lines == {"probe-rank1.jsonl": (1, "probe")}
     assert tl.torn_lines == 1
+
+
+def test_a_line_without_source_or_kind_is_read_not_raised(tmp_path: Path) -> None:
+    (tmp_path / "harness.jsonl").write_text('{"ts": 1.0, "mono": 1.0, "task": "t"}\n')
+    tl = Timeline.load(tmp_path)
+    assert [(e.src, e.kind) for e in tl.events] == [("", "")] and tl.bad_lines == {}
 
 
 def test_a_file_that_cannot_be_read_is_counted_not_raised(tmp_path: Path) -> None:
@@ -103,6 +118,7 @@ def test_the_contract_of_an_event() -> None:
     assert malformed({**good, "mono": float("inf")}) == "mono (and ts) must be finite numbers"
     assert malformed({**good, "kind": 3}) == "src, kind and task must be strings"
     assert malformed({**good, "kind": "anything", "pid": "free-form"}) is None
+    assert malformed({"ts": 1.0, "mono": 1.0}) is None  # src, kind, task: "" when absent
 
 
 # --- judging --------------------------------------------------------------------------

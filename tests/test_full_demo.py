@@ -42,6 +42,7 @@ def test_the_full_demo_passes_every_scenario_and_catches_every_control(tmp_path:
     assert len(scenarios) == 8 and len(controls) == 10
     assert {s["id"]: s["verdict"] for s in scenarios} == {s["id"]: "pass" for s in scenarios}
     assert all(c["caught"] for c in controls), [c["id"] for c in controls if not c["caught"]]
+    assert re.search(r"^wall time: [\d.]+ s \(18 items drilled\)$", proc.stdout, re.M), proc.stdout
     bundle = re.search(r"^bundle: (\S+)", proc.stdout, re.M)
     assert bundle, proc.stdout
     verify = subprocess.run(

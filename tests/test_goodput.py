@@ -64,7 +64,11 @@ def test_reported_save_and_restore_durations_are_their_own_categories() -> None:
 
 def test_no_submission_means_no_goodput() -> None:
     g = account(baseline().build())
-    assert g == {"available": False, "why": "no job submission and end on the timeline"}
+    assert g == {
+        "available": False,
+        "why": "no job submission and end on the timeline",
+        "why_message": {"message_id": "goodput.why.no-window", "params": {}},
+    }
 
 
 # --- hang or crash -----------------------------------------------------------------------

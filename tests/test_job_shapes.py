@@ -22,7 +22,7 @@ import pytest
 
 from faultdrill.engine.run import run_plan
 from faultdrill.plan import parse_plan
-from tests.drillkit import finding
+from tests.drillkit import assert_store_is_the_json_lines, finding
 from tests.test_netns_kit import kill_task, needs_netns, netns_raw
 
 pytestmark = [pytest.mark.drill, pytest.mark.root, needs_netns]
@@ -75,6 +75,8 @@ def run(raw: dict[str, Any], base: Path) -> dict[str, Any]:
     try:
         run_plan(parse_plan(raw, source="shapes plan"), base / "run")
         report: dict[str, Any] = json.loads((base / "run" / "report.json").read_text())
+        # children's steps and lineage: the step store gives what the JSON lines give
+        assert assert_store_is_the_json_lines(base / "run") == 1 + len(report["scenarios"])
         return report
     finally:
         kill_task(raw["task"]["id"])

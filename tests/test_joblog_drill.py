@@ -22,7 +22,12 @@ import yaml
 
 from faultdrill.engine.run import run_plan
 from faultdrill.plan import parse_plan
-from tests.drillkit import ROOT, finding, item, kill_task
+from faultdrill.report.html import render_html
+from faultdrill.report.markdown import render_markdown
+from faultdrill.report.model import read_report
+from faultdrill.timeline.store import read_store
+from tests.drillkit import ROOT, assert_store_is_the_json_lines, finding, item, kill_task
+from tests.i18n_kit import english_in, finding_texts
 
 pytestmark = [pytest.mark.drill]
 
@@ -57,6 +62,16 @@ def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
 
 def test_the_job_never_imports_faultdrill() -> None:
     assert "faultdrill" not in re.sub(r'""".*?"""', "", JOB.read_text(), count=1, flags=re.S)
+
+
+def test_the_step_store_holds_the_log_lines_and_loads_as_they_do(
+    drill: tuple[Path, dict[str, Any]],
+) -> None:
+    run_dir, report = drill
+    assert assert_store_is_the_json_lines(run_dir) == 1 + len(report["scenarios"])
+    stored = read_store(run_dir / "baseline" / "events")
+    assert stored is not None and stored.columns[0].size > 0
+    assert any(name.startswith("joblog-") for name in stored.covered)
 
 
 def test_a_killed_worker_resumes_healthily_and_passes_on_evidence_from_logs(
@@ -138,3 +153,28 @@ def test_the_harness_controls_did_what_they_say_and_were_taken_back(
     summary = report["summary"]
     assert (summary["controls"], summary["controls_caught"], summary["ok"]) == (4, 4, True)
     assert summary["controls_note"] is None
+
+
+def test_the_chinese_report_says_the_log_evidence_and_every_finding_in_chinese(
+    drill: tuple[Path, dict[str, Any]],
+) -> None:
+    """Every finding of a job read from its log lines names its message (the log-line
+    mode's own ones too), and the zh report says them and the log evidence in Chinese."""
+    run_dir, report = drill
+    findings = [
+        f
+        for s in [report["baseline"], *report["scenarios"]]
+        for cat in (s.get("evidence") or {}).values()
+        for f in cat["findings"]
+    ]
+    assert findings and [f["message"] for f in findings if not f.get("message_id")] == []
+    model = read_report(run_dir)
+    md, page = render_markdown(model, "zh"), render_html(model, run_dir, "zh")
+    assert "读自任务日志行的证据" in md and "读自任务日志行的证据" in page
+    assert (
+        "演练工具注入：rollback-latest" in md
+        and "— 演练工具注入的对照：重启期间隐藏检查点目录" in md
+    )
+    said = finding_texts(md, html_page=False)
+    assert said and english_in(said) == []
+    assert english_in(finding_texts(page, html_page=True)) == []

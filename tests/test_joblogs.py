@@ -17,7 +17,7 @@ from faultdrill.checks import Verdict
 from faultdrill.checks.api import run_checks
 from faultdrill.engine.watch import Watch
 from faultdrill.errors import PlanError
-from faultdrill.events import EventSink
+from faultdrill.events import EventSink, malformed
 from faultdrill.joblogs import LineReader, LogPatterns, Reading
 from faultdrill.joblogs.evidence import log_evidence
 from faultdrill.joblogs.tail import LogTail, hash_checkpoint, log_file_origin
@@ -206,9 +206,12 @@ def write(path: Path, *lines: str) -> None:
 
 
 def events(tmp_path: Path) -> list[dict[str, Any]]:
+    """The events the tail wrote; each keeps the event contract (a malformed one would
+    be skipped by the timeline and turn the evidence it feeds into retest)."""
     out = []
     for path in sorted((tmp_path / "events").glob("*.jsonl")):
         out += [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(e["kind"], malformed(e)) for e in out if malformed(e)] == []
     return out
 
 
@@ -376,6 +379,8 @@ def test_the_report_data_says_what_came_from_logs_and_what_they_cannot_decide(
             "check": "progress.sample-ledger",
             "why": counted.sample_ids,
             "verdict": "retest",
+            "why_message": {"message_id": "logs.blind.sample-count", "params": {}},
         }
     ]
-    assert any(u["check"] == "progress.sample-ledger" for u in data["undecided"])
+    ledger = [u for u in data["undecided"] if u["check"] == "progress.sample-ledger"]
+    assert ledger and all(u["message_id"].startswith("progress.sample-ledger.") for u in ledger)

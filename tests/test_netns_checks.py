@@ -13,8 +13,10 @@ from faultdrill.faults.network import LinkTarget, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeTarget
 from faultdrill.judge.network import network_summary
 from faultdrill.plan import Scenario
-from faultdrill.report.details import network_lines
+from faultdrill.report.blocks import to_markdown
+from faultdrill.report.i18n import translator
 from faultdrill.report.model import NetworkTrack
+from faultdrill.report.parts.accounting import network_part
 from tests.timelines import NEW, OLD, TL, Judge, baseline, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -235,8 +237,11 @@ def test_network_summary_splits_before_during_after() -> None:
         {"rule": "fd-1", "node": "n1", "fault": "link-loss", "rule_kind": "iptables",
          "chain": "INPUT", "packets": 7, "bytes": 700}
     ]  # fmt: skip
-    md = "\n".join(network_lines(NetworkTrack.model_validate(summ)))
-    assert "| n1 | 0.20 | 5.00 | 0.20 | 1/2 | 1200 |" in md and "7 packets" in md
+    part = network_part(translator("en"), NetworkTrack.model_validate(summ))
+    assert part is not None
+    md = "\n".join(to_markdown([part]))
+    assert "| n1 | 0.20 | 5.00 | 0.20 | 1/2 | 1.2 KiB | 12 | 1 |" in md
+    assert "`fd-1` iptables INPUT on n1: 7 packets\n" in md  # no drop counter: not said
 
 
 def test_samples_are_judged_by_when_they_measured_not_when_they_were_written() -> None:

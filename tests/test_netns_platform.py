@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from faultdrill.engine import demo as demo_mod
+from faultdrill.engine.demo import without_netns_if_unavailable
 from faultdrill.errors import EnvironmentPrepError
 from faultdrill.events import read_jsonl
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources, load_plan
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import Ability
-from faultdrill.platforms.local import netns as netns_mod
 from faultdrill.platforms.local import procfs
 from faultdrill.platforms.local.linux import link_exists, netns_exists, ns_run, run_in_netns
-from faultdrill.platforms.local.netns import NetnsPlatform, without_netns_if_unavailable
+from faultdrill.platforms.local.netns import NetnsPlatform
 from faultdrill.platforms.local.platform import LocalPlatform
 from tests.drillkit import DEMO, demo_plans_run
 from tests.test_netns_kit import RES, ledger_records, leftovers, make, needs_netns
@@ -169,7 +170,7 @@ def test_network_track_samples_every_node_at_the_set_rate(cluster: NetnsPlatform
 def test_demo_without_namespaces_says_so_and_runs_what_it_can(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(netns_mod, "netns_unavailable", lambda: "network namespaces need root")
+    monkeypatch.setattr(demo_mod, "netns_unavailable", lambda: "network namespaces need root")
     plan, note = without_netns_if_unavailable(load_plan(DEMO))
     assert plan.resources.isolation == "none" and plan.resources.spares == 0
     ids = [s.id for s in plan.scenarios()]

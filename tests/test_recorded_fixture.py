@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from faultdrill.archive.bundle import make_bundle, verify_bundle
+from faultdrill.archive.bundle import make_bundle, read_member, verify_bundle
 from faultdrill.archive.diff import Band, diff_reports
 from faultdrill.archive.junit import report_suite
 from faultdrill.archive.replay import compare_item
@@ -28,6 +28,7 @@ from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import Report, read_report
 from faultdrill.report.runbook import render_runbook
 from faultdrill.report.serve import make_server
+from tests.i18n_kit import CJK, english_in, finding_texts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "run-0.1.0-kill-worker.tar.xz"
 
@@ -138,3 +139,40 @@ def test_serve_shows_it(run: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_rejudged_in_chinese_it_has_no_english_finding_sentences(run: Path) -> None:
+    """Re-judged by this version, every finding names its message; report.md and
+    report.html in Chinese then say every finding, passed or failed, in Chinese."""
+    assert main(["check", str(run), "--lang", "zh"]) == 0
+    report = read_report(run)
+    findings = [f for s in report.scenarios for _c, f in s.findings()]
+    assert findings and all(f.message_id for f in findings)
+    assert any(f.verdict == "fail" for f in findings)  # the control's failing findings
+    md = (run / "report.md").read_text()
+    page = (run / "report.html").read_text()
+    said_md, said_html = finding_texts(md, html_page=False), finding_texts(page, html_page=True)
+    assert len(said_md) == len(findings)
+    assert set(said_md) <= set(said_html)  # the HTML also repeats evaluation and artefact
+    assert english_in(said_md) == [] and english_in(said_html) == []
+    assert all(CJK.search(x) for x in said_md)
+    for word in ("结论层次", "重新进入运行态", "结果保持一致", "调度", "恢复依赖", "待商定"):
+        assert word in md and word in page, word
+    assert "<html lang='zh-CN'>" in page
+
+
+def test_the_bundle_carries_what_a_buyer_signs(run: Path, tmp_path: Path) -> None:
+    """report.json goes into the bundle byte for byte: conclusion levels, failing layers,
+    dependencies, trend, scheduling, message ids and the run's dependency totals with it."""
+    assert main(["check", str(run)]) == 0
+    archive, _manifest = make_bundle(run, tmp_path / "run.bundle.tar.gz")
+    packed = json.loads(read_member(archive, "report.json"))
+    assert packed == json.loads((run / "report.json").read_text())
+    assert packed["recovery_dependencies"]["by_dependency"]
+    control = next(s for s in packed["scenarios"] if s["id"] == "ctl-stale-replica")
+    assert control["layer"]["layer"] and control["conclusion"]["levels"]
+    for key in ("dependencies", "trend", "scheduling", "field_messages"):
+        assert control[key], key
+    assert all(f.get("message_id") for cat in control["evidence"].values() for f in cat["findings"])
+    zh = read_member(archive, "report.zh.md").decode()
+    assert english_in(finding_texts(zh, html_page=False)) == []

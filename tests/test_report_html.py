@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from faultdrill.report.html import render_html
+from tests.i18n_kit import english_in, finding_texts
 from tests.recorded_run import ONLY, RecordedDemo
 from tests.report_data import report_of, synthetic_report
 
@@ -300,12 +301,18 @@ _LAYOUT = """(() => {
     loss: [...a.querySelectorAll('svg.losscurve')].map(size),
     series: [...a.querySelectorAll('svg.losscurve polyline.series')].map(p => p.dataset.series),
     resume: a.querySelectorAll('svg.losscurve .resume').length,
+    levels: [...a.querySelectorAll('table.levels tr[data-level]')].map(r => r.dataset.level),
+    layer: (a.querySelector('[data-part=layer] strong, [data-part=layer] b') || {}).textContent || '',
+    evals: [...a.querySelectorAll('figure.eval-fig svg.evalcurve')].map(size),
+    extra: a.querySelectorAll('details.extra').length,
   }));
   return {
     ready: document.body.dataset.ready,
     rows: [...document.querySelectorAll('tr[data-scenario]')].map(r => r.dataset.scenario),
     items,
     overall: document.querySelector('[data-overall]').dataset.overall,
+    summary_levels: [...document.querySelectorAll('tr[data-scenario] a[data-level]')].map(
+      x => x.dataset.level),
     signoff: document.querySelectorAll('table.signoff tr[data-role]').length,
   };
 })()"""
@@ -347,6 +354,17 @@ def test_report_loads_in_chromium(
             assert lw > 600 and lh > 150
             assert item["series"][:3] == ["baseline", "inc0", "inc1"]
             assert item["resume"] == 1
+            # what a buyer signs: three levels with their proofs, a failing layer where
+            # not pass, evaluation plots like the loss curve, no raw dumps
+            assert item["levels"] == ["running-again", "valid-progress", "consistent-results"]
+            assert item["evals"] and all(w > 600 and h > 150 for w, h in item["evals"])
+            assert item["extra"] == 0, item
+            if item["id"] != "kill-worker":
+                assert item["layer"], item
+        assert info["summary_levels"] == ["consistent-results"]
+        page_text = html_file.read_text()
+        said = finding_texts(page_text, html_page=True)
+        assert said and (lang == "en" or english_in(said) == [])
         kill = next(i for i in info["items"] if i["id"] == "kill-worker")
         checkpoint = "step-000010"
         assert checkpoint in kill["answers"][3]

@@ -125,3 +125,20 @@ def test_a_baseline_that_retests_only_what_its_platform_cannot_see_lets_the_roun
     }
     assert base.verdict is Verdict.RETEST
     assert runner._only_unobservable(base) is runs
+
+
+def test_checks_and_report_are_timed_into_every_item_that_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The harness's phases after an item's own sink closed: judging it (``checks``) and
+    its equal share of the run's reports (``report``), appended to its phase events."""
+    plan = parse_plan(demo_raw())
+    ran, _skipped = _run(tmp_path, monkeypatch, plan, {"kill-worker"})
+    for item in ran:
+        path = tmp_path / "run" / item / "events" / "phases.jsonl"
+        phases = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [p["phase"] for p in phases] == ["checks", "report"], item
+        report = phases[1]
+        assert report["items"] == len(ran) and report["seconds"] * len(ran) == pytest.approx(
+            report["run_s"], abs=1e-5
+        )

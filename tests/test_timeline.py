@@ -214,6 +214,7 @@ def test_process_lives_from_the_sampler() -> None:
         seen_mono=0.05,
         gone_mono=6.5,
         last_seen_mono=6.2,
+        gone_by="sampled",
     )
     agent = by_pid[90]
     assert (agent.role, agent.rank, agent.gone_mono) == ("agent", None, None)
@@ -221,6 +222,30 @@ def test_process_lives_from_the_sampler() -> None:
     assert [p.pid for p in tl.iter_procs("agent")] == [90]
     assert [p.pid for p in tl.procs] == [90, 100, 101, 200, 201]  # by first sighting
     assert by_pid[101].seen_alive_at(6.2) and not by_pid[101].seen_alive_at(6.3)
+
+
+def test_an_exit_event_is_when_the_process_ended() -> None:
+    """The exit event (the kernel's or the pidfd's time) wins over the sample that missed
+    the process; without one, the sample's time stands. An exit stamped before the sample
+    that first described the process counts as at that sample."""
+    tl = (
+        TL()
+        .proc(7, 0, 1.0, 2.0, exited=1.9634)  # exited 1.9634, noticed by sampling at 2.0
+        .proc(8, 0, 1.0, 2.0, exited=1.95, clock="pidfd")
+        .proc(9, 0, 1.0, 2.0)  # sampling only
+        .proc(10, 0, 1.0, exited=0.99)  # ended while its first sample was written
+        .build()
+    )
+    by_pid = {p.pid: p for p in tl.procs}
+    assert [(by_pid[p].gone_mono, by_pid[p].gone_by) for p in (7, 8, 9, 10)] == [
+        (1.9634, "kernel"),
+        (1.95, "pidfd"),
+        (2.0, "sampled"),
+        (1.0, "kernel"),
+    ]
+    assert by_pid[7].last_seen_mono == 1.9634  # alive until it exited
+    assert by_pid[7].seen_alive_at(1.96) and not by_pid[7].seen_alive_at(1.97)
+    assert by_pid[9].last_seen_mono == 1.9  # the last sample it was present in
 
 
 def test_a_reused_pid_is_a_different_process() -> None:

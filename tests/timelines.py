@@ -279,8 +279,11 @@ class TL:
         start_time: int | None = None,
         owner: int | None = None,
         ppid: int | None = None,
+        exited: float | None = None,
+        clock: str = "kernel",
     ) -> TL:
-        """A process life: ``proc_seen`` at ``seen``, ``proc_gone`` at ``gone`` (if any).
+        """A process life: ``proc_seen`` at ``seen``, ``proc_gone`` at ``gone`` (if any),
+        and its exit event (``proc_exit``, on ``clock``) at ``exited`` (if any).
         ``owner``: the replica a ``child`` belongs to (lineage as the sampler records it)."""
         who = {
             "pid": pid,
@@ -299,6 +302,8 @@ class TL:
                 **who,
                 last_seen_mono=gone - 0.1 if last_seen is None else last_seen,
             )
+        if exited is not None:
+            self.add("sampler", "proc_exit", exited, clock=clock, signal=9, exit_code=None, **who)
         return self
 
     def inject(

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultdrill import __version__
+from faultdrill import __version__, rundir
 from faultdrill.errors import DrillError
 
 if TYPE_CHECKING:
@@ -168,10 +168,11 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
     from faultdrill.engine.run import run_plan
     from faultdrill.plan import load_plan
 
+    started = time.monotonic()
     plan = load_plan(plan_path)
     source: Path | None = plan_path
     if demo:
-        from faultdrill.platforms.local.netns import without_netns_if_unavailable
+        from faultdrill.engine.demo import without_netns_if_unavailable
 
         plan, note = without_netns_if_unavailable(plan)
         if note:
@@ -214,6 +215,8 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
         f"{summ['controls']}; overall: {'OK' if result.ok else 'NOT OK'}"
     )
     _deliverables(out, args, bundle=demo or getattr(args, "bundle", False), say=con.say)
+    items = 1 + len(result.items)
+    con.say(f"wall time: {time.monotonic() - started:.1f} s ({items} items drilled)")
     return 0 if result.ok else 1
 
 
@@ -224,9 +227,9 @@ def _deliverables(
     from faultdrill.report import render_reports
 
     lang = getattr(args, "lang", "en")
-    if lang == "en" and (run_dir / "report.html").exists():  # written in English by the run
+    if lang == "en" and (run_dir / rundir.REPORT_HTML).exists():  # written in English by the run
         paths = {k: str(run_dir / f"report.{x}") for k, x in (("html", "html"), ("markdown", "md"))}
-        paths["json"] = str(run_dir / "report.json")
+        paths["json"] = str(run_dir / rundir.REPORT_JSON)
     else:
         paths = render_reports(run_dir, lang)
     say(
@@ -452,7 +455,7 @@ def _ledgers_below(run_dir: Path) -> list[Path]:
 
     base = run_dir.resolve()
     found = []
-    for f in sorted(run_dir.rglob("ledger.jsonl")):
+    for f in sorted(run_dir.rglob(rundir.LEDGER)):
         why = escape(base, base / f.relative_to(run_dir))
         if why is None:
             found.append(f)
@@ -561,12 +564,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _language(value: str) -> str:
+    """``--lang``: a language of the reports (one module of ``faultdrill.report.i18n``;
+    imported only when the option is given, so that ``--help`` stays fast)."""
+    from faultdrill.report.i18n import check_lang
+
+    try:
+        return check_lang(value)
+    except DrillError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _lang(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--lang",
-        choices=("en", "zh"),
+        type=_language,
         default="en",
-        help="language of report.md and report.html (default: en; report.json is language-neutral)",
+        metavar="{en,zh}",
+        help="language of report.md and report.html: en, zh, or any other language file of "
+        "faultdrill/report/i18n (default: en; report.json is language-neutral)",
     )
 
 

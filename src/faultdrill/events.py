@@ -51,7 +51,7 @@ SHAPES: dict[tuple[str, str], dict[str, str]] = {
     ("probe", "run_start"): {
         **_PROBE,
         "world_size": "int",
-        "local_rank": "int",
+        "local_rank": "int?",
         "restart_count": "int?",
         "master": "str?",
         "node": "str",
@@ -120,7 +120,7 @@ def malformed(raw: dict[str, Any]) -> str | None:
         return "mono (and ts) must be finite numbers"
     if not all(type(raw.get(k, "")) is str for k in ("src", "kind", "task")):
         return "src, kind and task must be strings"
-    shape = SHAPES.get((raw["src"], raw["kind"]))
+    shape = SHAPES.get((raw.get("src", ""), raw.get("kind", "")))  # absent: "" (from_json)
     if shape is None:
         return None
     for name, spec in shape.items():
@@ -211,9 +211,25 @@ class EventSink:
         self._lock = threading.Lock()
         self._fds: dict[str, int] = {}
 
-    def emit(self, src: str, kind: str, *, stream: str | None = None, **fields: Any) -> Event:
-        ts = time.time()
-        mono = time.monotonic() if self.mono_offset is None else ts - self.mono_offset
+    def emit(
+        self,
+        src: str,
+        kind: str,
+        *,
+        stream: str | None = None,
+        at_mono: float | None = None,
+        **fields: Any,
+    ) -> Event:
+        """Append one event, stamped now, or at ``at_mono`` (a ``time.monotonic()``
+        reading of when it happened, taken by whoever saw it: an exit the kernel stamped, a
+        fault's change). The wall time of ``at_mono`` is derived from the clocks' offset now.
+        A sink with a ``mono_offset`` (another host's writer) stamps ``mono`` from the wall
+        clock instead."""
+        ts, mono = time.time(), time.monotonic()
+        if at_mono is not None:
+            ts, mono = ts - (mono - at_mono), at_mono
+        elif self.mono_offset is not None:
+            mono = ts - self.mono_offset
         ev = Event(ts, mono, src, kind, self.task_id, fields)
         line = (json.dumps(ev.to_json(), separators=(",", ":"), default=str) + "\n").encode()
         name = stream or src

@@ -2,8 +2,11 @@
 
 Every change a drill makes to the machine (a fault injected, a cgroup or namespace created,
 an agent process started) is recorded here BEFORE it is made, with the data needed to undo
-it, and marked reverted after it is undone. The file is append-only JSON lines, fsynced per
-record, so it survives a SIGKILL of the harness. ``faultdrill cleanup`` replays the undo of
+it, and marked reverted after it is undone. The file is append-only JSON lines; every record
+of intent (and every fact added to one) is fsynced before the change is made, so it survives
+a SIGKILL of the harness and a crash of the machine. The marks that follow (applied,
+reverted) are written without waiting for the disk: one lost to a crash only makes cleanup
+run an undo again, and undos are idempotent. ``faultdrill cleanup`` replays the undo of
 every entry not yet marked reverted, newest first, using only what was recorded: it never
 touches anything by pattern.
 
@@ -286,6 +289,9 @@ class LedgerEntry:
     applied: bool = False
     reverted: bool = False  # closed: undone, or refused (then ``refused`` says why)
     errors: list[str] = field(default_factory=list)
+    #: ``time.monotonic()`` when the change was marked applied (taken before the record is
+    #: written): the instant it was known to be in effect. None if not applied here.
+    applied_mono: float | None = None
     refused: str = ""
 
 
@@ -371,7 +377,8 @@ class Ledger:
             )
         return fd
 
-    def _append(self, rec: dict[str, Any]) -> None:
+    def _append(self, rec: dict[str, Any], *, durable: bool = True) -> None:
+        """Append one line; ``durable``: fsynced before returning (a record of intent)."""
         line = json.dumps(rec, separators=(",", ":")) + "\n"
         if self._header:
             head = {"op": "run", "run_id": self.run_id, "ts": time.time()}
@@ -380,7 +387,8 @@ class Ledger:
         fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, line.encode())
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -483,9 +491,15 @@ class Ledger:
             )
 
     def mark_applied(self, entry_id: str) -> None:
+        """Say the change is made. Call right after making it: the time it is marked is
+        when it is known to be in effect (``applied_mono``), before the record's fsync."""
+        mono = time.monotonic()
         with self._lock:
-            self.entries[entry_id].applied = True
-            self._append({"op": "applied", "id": entry_id, "ts": time.time()})
+            entry = self.entries[entry_id]
+            entry.applied, entry.applied_mono = True, mono
+            self._append(
+                {"op": "applied", "id": entry_id, "ts": time.time(), "mono": mono}, durable=False
+            )
 
     def revert(self, entry_id: str) -> None:
         """Undo one entry now (idempotent). Raises FaultError if the undo fails. An entry
@@ -515,7 +529,7 @@ class Ledger:
                 self._append({"op": "revert_failed", "id": entry_id, "error": str(exc)})
                 raise FaultError(f"could not undo {entry.kind} {entry.label}: {exc}") from exc
             entry.reverted = True
-            self._append({"op": "reverted", "id": entry_id, "ts": time.time()})
+            self._append({"op": "reverted", "id": entry_id, "ts": time.time()}, durable=False)
 
     def pending(self) -> list[LedgerEntry]:
         return [e for e in self.entries.values() if not e.reverted]

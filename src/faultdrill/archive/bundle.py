@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from faultdrill import __version__
+from faultdrill import __version__, rundir
 from faultdrill.archive.signing import (
     SIGNATURE,
     check_signature,
@@ -80,7 +80,6 @@ __all__ = [
 
 MANIFEST = "manifest.json"
 FORMAT = "faultdrill-bundle/1"
-_ITEM_PARENTS = ("scenarios", "controls")
 _DOSSIER = "baseline/dossier.json"
 #: Members read whole (manifest, signature, one member asked for): at most this big.
 _SMALL = 64 << 20
@@ -99,13 +98,8 @@ def _sha256(data: bytes) -> str:
 
 def _item_dirs(run_dir: Path) -> Iterator[tuple[str, str, bool | None, Path]]:
     """(kind, id, control flag, directory) of every recorded item."""
-    if (run_dir / "baseline").is_dir():
-        yield "baseline", "baseline", None, run_dir / "baseline"
-    for parent in _ITEM_PARENTS:
-        base = run_dir / parent
-        if base.is_dir():
-            for d in sorted(p for p in base.iterdir() if p.is_dir()):
-                yield parent[:-1], d.name, parent == "controls", d
+    for kind, item_id, d in rundir.items(run_dir):
+        yield kind, item_id, None if kind == "baseline" else kind == "control", d
 
 
 def _run_files(run_dir: Path, ckpt_dir: str, with_checkpoints: bool) -> list[Path]:
@@ -128,7 +122,7 @@ def _inventory(run_dir: Path) -> dict[str, Any]:
     """Every item's checkpoint inventory, from its recorded ``harness`` events."""
     out: dict[str, Any] = {}
     for kind, item_id, _c, d in _item_dirs(run_dir):
-        harness = d / "events" / "harness.jsonl"
+        harness = rundir.events_dir(d) / "harness.jsonl"
         if not harness.exists():
             continue
         recs = list(read_jsonl(harness))
@@ -149,7 +143,7 @@ def _fault_script(kind: str, item_id: str, d: Path) -> str | None:
     from faultdrill.report.runbook import ledger_changes, undo_hint
 
     events: list[dict[str, Any]] = []
-    for path in sorted((d / "events").glob("*.jsonl")):
+    for path in sorted(rundir.events_dir(d).glob("*.jsonl")):
         events += [e for e in read_jsonl(path) if e.get("src") == "fault"]
     events.sort(key=lambda e: float(e.get("mono", 0.0)))
     if not events:
@@ -213,7 +207,7 @@ def _stream_sha256(f: IO[bytes]) -> tuple[str, int]:
 
 
 def _read_run_report(run_dir: Path) -> Report:
-    if not (run_dir / "report.json").exists():
+    if not (run_dir / rundir.REPORT_JSON).exists():
         raise BundleError(
             f"{run_dir}: no report.json; is this a faultdrill run directory? "
             f"(run `faultdrill check {run_dir}` to judge a recorded run first)"
@@ -260,7 +254,7 @@ def _contents(files: dict[str, Any]) -> dict[str, list[str]]:
         "plan": [n for n in ("plan.yaml", "plan.json") if n in files],
         "baseline_dossiers": role(("baseline/dossier",)),
         "event_export": [n for n in files if "/events/" in n],
-        "ledgers": role(suffix=("ledger.jsonl",)),
+        "ledgers": role(suffix=(rundir.LEDGER,)),
         "checkpoint_inventory": ["checkpoint-inventory.json"],
         "fault_scripts": role(("faults/",)),
         "runbook": role(("runbook",)),

@@ -5,7 +5,11 @@ verdict changes, recovery-class changes, resume-point changes, detection and rec
 changes (judged against a stated band: times are observations, not a service level), and
 findings that are new in B. A *regression* is anything that makes B prove less than A:
 
-* a scenario's verdict got worse (pass → retest → fail), or its recovery class got worse;
+* a scenario's verdict got worse (pass → retest → fail), or its recovery class got worse
+  (automatic → manual confirmation → manual restart → unrecoverable → not determined);
+* a scenario's conclusion level dropped (consistent results → valid progress → running
+  again → none proven), or its failing layer changed (a new failing layer, or another one:
+  the failure moved, e.g. from the network to the checkpoint);
 * a negative control that A caught is missed in B;
 * B resumed from scratch where A resumed from a checkpoint;
 * a scenario or control run in A is not run in B (lost coverage);
@@ -23,13 +27,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultdrill import rundir
 from faultdrill.errors import RunDirError
 from faultdrill.report.model import Item, Report, read_report
 
 __all__ = ["Band", "DiffResult", "ItemDiff", "diff_reports", "load_report"]
 
 _VERDICT_RANK = {"pass": 0, "retest": 1, "fail": 2}
-_CLASS_RANK = {"automatic": 0, "manual-confirmation": 1, "manual-restart": 2, "unrecoverable": 3}
+_CLASS_RANK = {
+    "automatic": 0,
+    "manual-confirmation": 1,
+    "manual-restart": 2,
+    "unrecoverable": 3,
+    "not-determined": 4,  # the drill could not tell: it proves the least
+}
+#: Conclusion levels, higher is more proven (None: not even running again).
+_LEVEL_RANK = {None: 0, "running-again": 1, "valid-progress": 2, "consistent-results": 3}
 TIME_KEYS = ("detect_s", "ready_s", "recover_s")
 
 
@@ -63,7 +76,7 @@ def load_report(path: Path, *, verify: bool = True) -> tuple[Report, str]:
                     "bundle failed verification; refusing to compare it "
                     "(--no-verify to compare anyway):\n" + "\n".join(res.lines())
                 )
-        return Report.from_text(read_member(path, "report.json"), source=str(path)), str(path)
+        return Report.from_text(read_member(path, rundir.REPORT_JSON), source=str(path)), str(path)
     if path.is_file():
         return read_report(path), str(path)
     raise RunDirError(f"{path}: no such run directory, bundle or report.json")
@@ -86,6 +99,8 @@ class ItemDiff:
     verdict: tuple[str | None, str | None] = (None, None)
     recovery_class: tuple[str | None, str | None] = (None, None)
     caught: tuple[bool | None, bool | None] = (None, None)
+    level: tuple[str | None, str | None] = (None, None)
+    layer: tuple[str | None, str | None] = (None, None)
     resume: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
     times: dict[str, tuple[float | None, float | None, bool]] = field(default_factory=dict)
     new_findings: dict[str, str] = field(default_factory=dict)
@@ -101,6 +116,8 @@ class ItemDiff:
             "verdict": list(self.verdict),
             "recovery_class": list(self.recovery_class),
             "caught": list(self.caught),
+            "level": list(self.level),
+            "layer": list(self.layer),
             "resume": list(self.resume),
             "times": {
                 k: {"a": a, "b": b, "within_band": ok} for k, (a, b, ok) in self.times.items()
@@ -154,7 +171,8 @@ class DiffResult:
             else:
                 head = (
                     f"  {kind} {i.id}: verdict {i.verdict[0]} -> {i.verdict[1]}, class "
-                    f"{i.recovery_class[0]} -> {i.recovery_class[1]}"
+                    f"{i.recovery_class[0]} -> {i.recovery_class[1]}, level "
+                    f"{i.level[0] or '-'} -> {i.level[1] or '-'}"
                 )
             out.append(head)
             out += [f"    REGRESSION {r}" for r in i.regressions]
@@ -193,6 +211,32 @@ def _compare_scenario(d: ItemDiff, a: Item, b: Item) -> None:
         d.regressions.append(f"recovery class {ca} -> {cb}")
     elif cb != ca:
         d.changes.append(f"recovery class {ca} -> {cb}")
+
+
+def _level(s: Item) -> str | None:
+    return s.conclusion.level if s.conclusion is not None else None
+
+
+def _layer(s: Item) -> str | None:
+    return s.layer.layer if s.layer is not None else None
+
+
+def _compare_conclusion(d: ItemDiff, a: Item, b: Item) -> None:
+    """The conclusion level and the failing layer. For a scenario a level that dropped or
+    a failing layer that appeared or moved is a regression; for a control (expected to
+    fail) a change is said, not gated. Reports written before levels existed (no
+    ``conclusion`` on either side) compare nothing here."""
+    d.level, d.layer = (_level(a), _level(b)), (_layer(a), _layer(b))
+    known = a.conclusion is not None and b.conclusion is not None
+    (la, lb), (ya, yb) = d.level, d.layer
+    if known and la != lb:
+        text = f"conclusion level {la or 'none proven'} -> {lb or 'none proven'}"
+        drop = _LEVEL_RANK.get(lb, 0) < _LEVEL_RANK.get(la, 0)
+        (d.regressions if drop and not d.control else d.changes).append(text)
+    if ya != yb and (a.conclusion is not None or ya is not None):
+        text = f"failing layer {ya or 'none'} -> {yb or 'none'}"
+        moved = yb is not None
+        (d.regressions if moved and not d.control else d.changes).append(text)
 
 
 def _compare_resume(d: ItemDiff, a: Item, b: Item) -> None:
@@ -254,6 +298,7 @@ def _diff_item(sid: str, a: Item | None, b: Item | None, band: Band, gate_times:
         _compare_control(d, a, b)
     else:
         _compare_scenario(d, a, b)
+    _compare_conclusion(d, a, b)
     _compare_resume(d, a, b)
     _compare_times(d, a, b, band, gate_times)
     _compare_findings(d, a, b)

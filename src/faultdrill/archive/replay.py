@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultdrill import rundir
 from faultdrill.archive.diff import Band, load_report
 from faultdrill.errors import DrillError
 from faultdrill.report.model import Item, Report
@@ -37,6 +38,10 @@ def compare_item(orig: Item, new: Item, band: Band) -> dict[str, Any]:
         diffs.append(f"recovery_class: original {orig.recovery_class}, replay {new.recovery_class}")
     if orig.control and orig.caught != new.caught:
         diffs.append(f"caught: original {orig.caught}, replay {new.caught}")
+    lo = orig.conclusion.level if orig.conclusion is not None else None
+    ln = new.conclusion.level if new.conclusion is not None else None
+    if orig.conclusion is not None and new.conclusion is not None and lo != ln:
+        diffs.append(f"conclusion level: original {lo}, replay {ln}")
     ro, rn = orig.resume_key(), new.resume_key()
     if ro != rn:
         diffs.append(f"resume point: original {ro}, replay {rn}")
@@ -52,6 +57,7 @@ def compare_item(orig: Item, new: Item, band: Band) -> dict[str, Any]:
         "control": orig.control,
         "verdict": [orig.verdict, new.verdict],
         "recovery_class": [orig.recovery_class, new.recovery_class],
+        "level": [lo, ln],
         "resume": [ro, rn],
         "times": times,
         "matches": not diffs,
@@ -107,7 +113,7 @@ class ReplayResult:
 def _record_operator(
     run_dir: Path, operator: str, bundle: str, manifest: dict[str, Any], original: Report
 ) -> None:
-    path = run_dir / "baseline" / "dossier.json"
+    path = rundir.dossier_path(run_dir)
     try:
         dossier = json.loads(read_bytes(path, within=run_dir))
     except FileNotFoundError:
@@ -147,7 +153,7 @@ def _open_source(source: Path, tmp: Path, verify: bool) -> tuple[Path, dict[str,
         )
     if source.is_dir():
         # Replay copies the source's plan.yaml into the new run: never through a link.
-        why = escape(source.resolve(), source.resolve() / "plan.yaml")
+        why = escape(source.resolve(), source.resolve() / rundir.PLAN)
         if why is not None:
             raise DrillError(f"{source}: {why}; refusing to copy the plan from it")
         return source, {"source_run": str(source.resolve())}
@@ -227,13 +233,13 @@ def replay_bundle(
         raise DrillError("--operator: name the person replaying the drill")
     with tempfile.TemporaryDirectory(prefix="faultdrill-replay-") as tmp:
         orig_dir, manifest = _open_source(source, Path(tmp), verify)
-        if not (orig_dir / "report.json").exists():
+        if not (orig_dir / rundir.REPORT_JSON).exists():
             raise DrillError(f"{source}: no report.json; not a faultdrill run or bundle")
         original, _ = load_report(orig_dir, verify=False)  # RunDirError if it is not one
         plan = load_run_plan(orig_dir)
         known = {s.id for s in plan.scenarios()} | {c.id for c in plan.controls}
         wanted = _wanted(source, known, original, scenarios)
-        plan_src = orig_dir / "plan.yaml"
+        plan_src = orig_dir / rundir.PLAN
         result = run_plan(
             plan,
             out,

@@ -1,7 +1,10 @@
 """The check seam: a check is a pure function from a timeline (and the plan) to findings.
 
 * A *finding* is one judgement: the check's name, a verdict, a message a person can act on,
-  and flat data.
+  and flat data. The message is a :class:`~faultdrill.report.i18n.Msg`: a message id
+  (``<check name>.<what it found>``) and the values it says; the finding records its
+  English text (from the English catalogue, :mod:`faultdrill.report.i18n.en`) with the id
+  and values, so that every report can say it in its own language.
 * Verdicts combine worst-first: ``fail`` > ``retest`` > ``pass``. ``retest`` means "we cannot
   tell": missing data, a chain that breaks, a check that raised. It is never a pass.
 * A check that returns nothing is treated as ``retest`` (it proved nothing); one that raises
@@ -21,6 +24,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import DrillError
+from faultdrill.report.i18n import Msg
 
 if TYPE_CHECKING:
     from faultdrill.judge.reference import Reference
@@ -33,6 +37,7 @@ __all__ = [
     "CheckContext",
     "EvidenceResult",
     "Finding",
+    "Msg",
     "Verdict",
     "check",
     "combine",
@@ -86,6 +91,19 @@ class Finding:
             out["params"] = self.params
         return out
 
+    @property
+    def said(self) -> Msg | str:
+        """What this finding says: its message (id and values), or its English text when it
+        has no id."""
+        return Msg(self.message_id, **self.params) if self.message_id else self.message
+
+    @classmethod
+    def of(
+        cls, check: str, verdict: Verdict, msg: Msg, data: dict[str, Any] | None = None
+    ) -> Finding:
+        """A finding saying ``msg``: its English text, id and values."""
+        return cls(check, verdict, msg.text(), dict(data or {}), msg.id, msg.json_params())
+
 
 @dataclass(frozen=True)
 class CheckContext:
@@ -96,22 +114,29 @@ class CheckContext:
     item: Scenario | Control | None  # None: the baseline run itself
     reference: Reference | None
 
-    def finding(self, check: str, verdict: Verdict, message: str, **data: Any) -> Finding:
+    def finding(self, check: str, verdict: Verdict, message: Msg | str, **data: Any) -> Finding:
+        """A finding of ``check``. ``message``: a :class:`Msg` (translatable); a plain
+        string is kept as it is and every report shows it in English."""
+        if isinstance(message, Msg):
+            return Finding.of(check, verdict, message, data)
         return Finding(check, verdict, message, data)
 
-    def unsampled(self, check: str, what: str) -> Finding:
-        """The retest of a check that needs the process table, which was not sampled: on a
-        platform that declared it cannot observe the job's processes (a ``platform``/
-        ``unobservable`` event, ``what: processes``), its reason, and ``unobservable``."""
+    def unsampled(self, check: str, not_sampled: Msg) -> Finding:
+        """The retest of a check that needs the process table, which was not sampled
+        (``not_sampled`` says so); on a platform that declared it cannot observe the job's
+        processes (a ``platform``/``unobservable`` event, ``what: processes``), its reason
+        (``why_id``: a message id of it; else ``why`` as recorded), and ``unobservable``."""
         for e in self.timeline.of("platform", "unobservable"):
             if e.get("what") == "processes":
+                why_id = e.get("why_id")
+                why: Msg | str = Msg(str(why_id)) if why_id else str(e.get("why"))
                 return self.finding(
                     check,
                     Verdict.RETEST,
-                    f"{what}: the job's processes are not observable here ({e.get('why')})",
+                    Msg("resources.unobservable", why=why),
                     unobservable=True,
                 )
-        return self.finding(check, Verdict.RETEST, f"the process table was not sampled: {what}")
+        return self.finding(check, Verdict.RETEST, not_sampled)
 
 
 CheckFn = Callable[[CheckContext], list[Finding]]
@@ -161,16 +186,11 @@ def run_one(name: str, ctx: CheckContext) -> list[Finding]:
         found = list(reg.fn(ctx))
     except Exception as exc:  # a crashing check must never read as a pass
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        return [
-            Finding(
-                name,
-                Verdict.RETEST,
-                f"check raised {type(exc).__name__}: {exc} "
-                f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})",
-            )
-        ]
+        at = f"{where.filename.rsplit('/', 1)[-1]}:{where.lineno}"
+        error = f"{type(exc).__name__}: {exc}"
+        return [Finding.of(name, Verdict.RETEST, Msg("check.raised", error=error, at=at))]
     if not found:
-        return [Finding(name, Verdict.RETEST, "check produced no finding")]
+        return [Finding.of(name, Verdict.RETEST, Msg("check.no-finding"))]
     return found
 
 

@@ -3,7 +3,7 @@ the job end the way the scenario expected."""
 
 from __future__ import annotations
 
-from faultdrill.checks.api import CheckContext, Finding, Verdict, check
+from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.checks.progress import newest_valid_before
 from faultdrill.judge.analysis import injections
 from faultdrill.timeline import Incarnation
@@ -16,24 +16,31 @@ def fault_applied(ctx: CheckContext) -> list[Finding]:
     """The scenario's fault was injected (its trigger was reached)."""
     name, tl = "expectation.fault-applied", ctx.timeline
     if ctx.item is None:
-        return [ctx.finding(name, P, "baseline: no fault planned")]
+        return [ctx.finding(name, P, Msg("expectation.fault-applied.baseline"))]
     inj = injections(tl)
     failed = tl.of("fault", "inject_failed")
     if failed:
-        return [ctx.finding(name, R, f"the fault could not be injected: {failed[0].get('error')}")]
+        error = failed[0].get("error")
+        return [ctx.finding(name, R, Msg("expectation.fault-applied.failed", error=error))]
     if not inj:
         return [
             ctx.finding(
                 name,
                 R,
-                f"the fault was never injected: trigger "
-                f"({ctx.item.trigger.describe()}) not reached",
+                Msg("expectation.fault-applied.never", trigger=ctx.item.trigger.describe()),
             )
         ]
     e = inj[0]
     return [
         ctx.finding(
-            name, P, f"{e.get('fault')} injected on {e.get('target')} at step {e.get('at_step')}"
+            name,
+            P,
+            Msg(
+                "expectation.fault-applied.injected",
+                fault=e.get("fault"),
+                target=e.get("target"),
+                step=e.get("at_step"),
+            ),
         )
     ]
 
@@ -49,13 +56,15 @@ def no_stop_condition(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 R,
-                f"stop condition '{e.get('condition')}' fired: "
-                f"{e.get('detail')}; the scenario was aborted and every fault "
-                "reverted",
+                Msg(
+                    "expectation.no-stop-condition.fired",
+                    condition=e.get("condition"),
+                    detail=e.get("detail"),
+                ),
                 condition=e.get("condition"),
             )
         ]
-    return [ctx.finding(name, P, "no stop condition fired")]
+    return [ctx.finding(name, P, Msg("expectation.no-stop-condition.none"))]
 
 
 @check("expectation.job-outcome", "expectation")
@@ -65,24 +74,21 @@ def job_outcome(ctx: CheckContext) -> list[Finding]:
     states = tl.of("platform", "job_state")
     ended = [e.get("state") for e in states if e.get("state") in ("succeeded", "failed", "stopped")]
     if not ended:
-        return [ctx.finding(name, R, "the platform never reported an end state")]
+        return [ctx.finding(name, R, Msg("expectation.job-outcome.no-end-state"))]
     final = ended[-1]
     resubmits = tl.of("harness", "operator_action")
     wanted = getattr(getattr(ctx.item, "expected", None), "job", "completes")
     got = "completes" if final == "succeeded" else "fails"
-    note = f" after {len(resubmits)} operator action(s)" if resubmits else ""
+    said = Msg(
+        "expectation.job-outcome.ended-after" if resubmits else "expectation.job-outcome.ended",
+        state=final,
+        actions=len(resubmits),
+    )
     if got == wanted:
-        return [ctx.finding(name, P, f"job {final}{note}, as expected")]
+        return [ctx.finding(name, P, Msg("expectation.job-outcome.as-expected", ended=said))]
     if wanted == "fails":
-        return [
-            ctx.finding(
-                name,
-                R,
-                f"job {final}{note} but the plan expected it to fail: "
-                "explain or correct the plan's expectation",
-            )
-        ]
-    return [ctx.finding(name, F, f"job {final}{note}; the plan expected it to complete")]
+        return [ctx.finding(name, R, Msg("expectation.job-outcome.expected-fail", ended=said))]
+    return [ctx.finding(name, F, Msg("expectation.job-outcome.expected-complete", ended=said))]
 
 
 @check("expectation.restart", "expectation")
@@ -98,23 +104,25 @@ def restart(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                "no expectation about restarts"
-                + (" (baseline)" if ctx.item is None else " (control)"),
+                Msg(
+                    "expectation.restart.none-baseline"
+                    if ctx.item is None
+                    else "expectation.restart.none-control"
+                ),
             )
         ]
     inj = injections(tl)
     if not inj:
-        return [ctx.finding(name, R, "no injection to relate a restart to")]
+        return [ctx.finding(name, R, Msg("expectation.restart.no-injection"))]
     new = tl.incarnation_after(inj[0].mono)
     if expected.resume == "no-restart":
         if new is None:
-            return [ctx.finding(name, P, "no restart after the fault, as expected")]
+            return [ctx.finding(name, P, Msg("expectation.restart.none-as-expected"))]
         return [
             ctx.finding(
                 name,
                 F,
-                f"incarnation {new.index} started after the fault; the "
-                "plan expected the job to ride it out without a restart",
+                Msg("expectation.restart.unexpected", inc=new.index),
             )
         ]
     if new is None:
@@ -122,8 +130,11 @@ def restart(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 F if expected.job == "completes" else P,
-                "no restart after the fault"
-                + ("" if expected.job == "completes" else " (job expected to fail)"),
+                Msg(
+                    "expectation.restart.none"
+                    if expected.job == "completes"
+                    else "expectation.restart.none-expected-fail"
+                ),
             )
         ]
     how = _resume_as_expected(ctx, new, expected.resume)
@@ -143,7 +154,7 @@ def restart(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     F,
-                    f"{redo} steps recomputed, more than the plan's max_recomputed_steps {limit}",
+                    Msg("expectation.restart.too-many-recomputed", redo=redo, limit=limit),
                 )
             ]
     return [how]
@@ -154,47 +165,71 @@ def _resume_as_expected(ctx: CheckContext, new: Incarnation, resume: str) -> Fin
     ``previous-valid``, ``scratch``) says; consistent with ``progress.resume-point``'s idea
     of the newest valid checkpoint."""
     name, tl = "expectation.restart", ctx.timeline
-    head = f"restarted as incarnation {new.index} after the fault"
+    head = Msg("expectation.restart.head", inc=new.index)
     ld = new.load
     if ld is None:
         return ctx.finding(
             name,
             R,
-            f"{head}, but it recorded no checkpoint load decision: cannot tell whether it "
-            f"resumed {resume} as the plan expected",
+            Msg("expectation.restart.no-load-decision", head=head, resume=resume),
         )
     got_id = str(ld.get("id")) if ld.kind == "ckpt_load" else None
     got_step = new.resume_step or 0
-    got = f"{got_id} (step {got_step})" if got_id else "scratch"
-    want_id, want_step = newest_valid_before(tl, new.started_mono)
+    got = Msg("expectation.restart.ckpt", ckpt=got_id, step=got_step) if got_id else None
+    got = got or Msg("value.scratch")
+    want = newest_valid_before(tl, new.started_mono)
     if resume == "scratch":
         if got_id is None:
-            return ctx.finding(name, P, f"{head}, from scratch, as expected")
-        return ctx.finding(
-            name, F, f"{head}, resuming from {got}; the plan expected it to start from scratch"
-        )
+            return ctx.finding(name, P, Msg("expectation.restart.scratch", head=head))
+        return ctx.finding(name, F, Msg("expectation.restart.not-scratch", head=head, got=got))
     if resume == "latest-valid":
-        if got_step == want_step:
-            best = f"the newest valid checkpoint {want_id} (step {want_step})"
-            return ctx.finding(
-                name,
-                P,
-                f"{head}, resuming from {best if want_id else 'scratch (none was valid)'}",
-            )
-        return ctx.finding(
-            name,
-            F,
-            f"{head}, resuming from {got}, but the newest valid checkpoint was "
-            f"{want_id or 'none'} (step {want_step}): the plan expected latest-valid",
+        return _resumed_latest_valid(ctx, head, got, got_step, want)
+    return _resumed_previous_valid(ctx, new, head, (got_id, got_step, got), want)
+
+
+def _resumed_latest_valid(
+    ctx: CheckContext, head: Msg, got: Msg, got_step: int, want: tuple[str | None, int]
+) -> Finding:
+    """``resume: latest-valid``: the step resumed from is the newest valid checkpoint's."""
+    name = "expectation.restart"
+    want_id, want_step = want
+    if got_step == want_step:
+        best = (
+            Msg("expectation.restart.newest-valid", ckpt=want_id, step=want_step)
+            if want_id
+            else Msg("expectation.restart.scratch-none-valid")
         )
-    # previous-valid: the newest checkpoint refused, an older valid one used
+        return ctx.finding(name, P, Msg("expectation.restart.resumed", head=head, got=best))
+    return ctx.finding(
+        name,
+        F,
+        Msg(
+            "expectation.restart.not-latest",
+            head=head,
+            got=got,
+            valid=want_id or Msg("value.no-checkpoint"),
+            valid_step=want_step,
+        ),
+    )
+
+
+def _resumed_previous_valid(
+    ctx: CheckContext,
+    new: Incarnation,
+    head: Msg,
+    loaded: tuple[str | None, int, Msg],
+    want: tuple[str | None, int],
+) -> Finding:
+    """``resume: previous-valid``: the newest checkpoint refused, an older valid one used."""
+    name, tl = "expectation.restart", ctx.timeline
+    got_id, got_step, got = loaded
+    want_id, want_step = want
     saves = [e for e in tl.of("probe", "ckpt_save") if e.mono < new.started_mono]
     if not saves:
         return ctx.finding(
             name,
             R,
-            f"{head}, but no checkpoint had been saved before it: nothing to reject, so "
-            "previous-valid could not be shown",
+            Msg("expectation.restart.nothing-saved", head=head),
         )
     newest = max(saves, key=lambda e: (int(e["step"]), e.mono))
     nid, nstep = str(newest["id"]), int(newest["step"])
@@ -205,26 +240,38 @@ def _resume_as_expected(ctx: CheckContext, new: Incarnation, resume: str) -> Fin
         return ctx.finding(
             name,
             F,
-            f"{head}, resuming from {got} without rejecting the newest checkpoint {nid} (step {nstep}): "
-            "the plan expected it to be refused and an older valid one used",
+            Msg(
+                "expectation.restart.newest-not-rejected", head=head, got=got, ckpt=nid, step=nstep
+            ),
         )
     if want_id is None or want_step >= nstep:
         return ctx.finding(
             name,
             R,
-            f"{head}, resuming from {got} after rejecting {nid}, but no older valid checkpoint "
-            "existed: previous-valid could not be shown",
+            Msg("expectation.restart.no-older-valid", head=head, got=got, ckpt=nid),
         )
     if got_step != want_step:
         return ctx.finding(
             name,
             F,
-            f"{head}: rejected {nid} but resumed from {got}, not the newest older valid "
-            f"checkpoint {want_id} (step {want_step})",
+            Msg(
+                "expectation.restart.not-newest-older",
+                head=head,
+                ckpt=nid,
+                got=got,
+                valid=want_id,
+                valid_step=want_step,
+            ),
         )
     return ctx.finding(
         name,
         P,
-        f"{head}: rejected the newest checkpoint {nid} (step {nstep}) and resumed from the "
-        f"older valid {want_id} (step {want_step}), as expected",
+        Msg(
+            "expectation.restart.previous-valid",
+            head=head,
+            ckpt=nid,
+            step=nstep,
+            valid=want_id,
+            valid_step=want_step,
+        ),
     )

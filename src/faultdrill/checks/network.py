@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from faultdrill.checks.api import CheckContext, Finding, Verdict, check
+from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.events import Event
 from faultdrill.judge.analysis import injections
 from faultdrill.timeline import Timeline
@@ -33,21 +33,27 @@ _DECISIONS = frozenset(
 )
 
 
-def _timeout_name(ev: Event, plan: Any) -> str:
+def _timeout_name(ev: Event, plan: Any) -> Msg | str:
+    """Which timeout an event is, with its setting when the plan is known."""
     t = plan.resources.timeouts if plan is not None else None
     if ev.kind == "dead_node":
-        extra = (
-            f" ({t.keep_alive_interval_s} s x {t.keep_alive_max_attempt})" if t is not None else ""
+        if t is None:
+            return Msg("timeout.keep-alive")
+        return Msg(
+            "timeout.keep-alive.set",
+            interval=t.keep_alive_interval_s,
+            attempts=t.keep_alive_max_attempt,
         )
-        return "rendezvous keep-alive" + extra
-    if ev.kind == "rdzv_timeout" or ev.get("timeout") == "rdzv-join":
-        return "rendezvous join timeout" + (f" ({t.rdzv_join_s} s)" if t is not None else "")
     kind = ev.get("timeout")
-    if kind == "gloo":
-        return "gloo collective timeout" + (f" ({t.gloo_s} s)" if t is not None else "")
-    if kind == "store-read":
-        return "c10d store read timeout" + (f" ({t.rdzv_read_s} s)" if t is not None else "")
-    return str(kind or ev.kind)
+    if ev.kind == "rdzv_timeout" or kind == "rdzv-join":
+        name, seconds = "timeout.rdzv-join", (t.rdzv_join_s if t is not None else None)
+    elif kind == "gloo":
+        name, seconds = "timeout.gloo", (t.gloo_s if t is not None else None)
+    elif kind == "store-read":
+        name, seconds = "timeout.store-read", (t.rdzv_read_s if t is not None else None)
+    else:
+        return str(kind or ev.kind)
+    return Msg(name) if seconds is None else Msg(f"{name}.set", seconds=seconds)
 
 
 def _is_timeout(ev: Event) -> bool:
@@ -90,18 +96,22 @@ def timeout_fired(ctx: CheckContext) -> list[Finding]:
     name, tl = "expectation.timeout-fired", ctx.timeline
     item = ctx.item
     if item is None:
-        return [ctx.finding(name, P, "baseline: no fault, no timeout expected")]
+        return [ctx.finding(name, P, Msg("expectation.timeout-fired.baseline"))]
     if item.fault.kind not in HANG_FAULTS:
-        return [ctx.finding(name, P, f"{item.fault.kind} is not a hang fault: not applicable")]
+        return [
+            ctx.finding(name, P, Msg("expectation.timeout-fired.not-hang", fault=item.fault.kind))
+        ]
     inj = injections(tl)
     if not inj:
-        return [ctx.finding(name, R, "the fault was never injected: nothing to attribute")]
+        return [ctx.finding(name, R, Msg("expectation.timeout-fired.never-injected"))]
     t0 = inj[0].mono
     decision, cause, timeouts = decisive_timeout(tl, t0)
     restarted = tl.incarnation_after(t0)
     if decision is None:
         stall = _longest_stall(tl, t0)
-        stall_txt = f"; longest pause between steps {stall:.1f} s" if stall is not None else ""
+        stall_txt = (
+            Msg("expectation.timeout-fired.stall", seconds=stall) if stall is not None else ""
+        )
         if restarted is not None:
             first = next(
                 (
@@ -118,22 +128,35 @@ def timeout_fired(ctx: CheckContext) -> list[Finding]:
                     ctx.finding(
                         name,
                         R,
-                        f"incarnation {restarted.index} started after the fault, but no timeout, "
-                        "lost peer or platform decision explains why",
+                        Msg("expectation.timeout-fired.unexplained-restart", inc=restarted.index),
                     )
                 ]
             return [
                 ctx.finding(
                     name,
                     P,
-                    f"no timeout fired: {first.kind} on {first.get('node')} at "
-                    f"+{first.mono - t0:.2f} s led to incarnation {restarted.index}",
+                    Msg(
+                        "expectation.timeout-fired.peer-led",
+                        kind=first.kind,
+                        node=first.get("node"),
+                        at_s=first.mono - t0,
+                        inc=restarted.index,
+                    ),
                     timeout=None,
                 )
             ]
         seen = (
-            "; seen but not decisive: "
-            + ", ".join(f"{_timeout_name(e, ctx.plan)} on {e.get('node')}" for e in timeouts[:3])
+            Msg(
+                "expectation.timeout-fired.not-decisive",
+                timeouts=[
+                    Msg(
+                        "expectation.timeout-fired.on-node",
+                        timeout=_timeout_name(e, ctx.plan),
+                        node=e.get("node"),
+                    )
+                    for e in timeouts[:3]
+                ],
+            )
             if timeouts
             else ""
         )
@@ -141,12 +164,17 @@ def timeout_fired(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                f"no timeout fired: the job rode out the fault without a restart{stall_txt}{seen}",
+                Msg("expectation.timeout-fired.rode-out", stall=stall_txt, seen=seen),
                 timeout=None,
                 longest_stall_s=stall,
             )
         ]
-    what = f"{decision.kind} on {decision.get('node')} at +{decision.mono - t0:.2f} s"
+    what = Msg(
+        "expectation.timeout-fired.event",
+        kind=decision.kind,
+        node=decision.get("node"),
+        at_s=decision.mono - t0,
+    )
     if cause is None:
         peer = next(
             (
@@ -163,36 +191,50 @@ def timeout_fired(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     R,
-                    f"{what}, but no timeout, lost peer or platform event explains it",
+                    Msg("expectation.timeout-fired.unexplained", what=what),
                     decision=decision.kind,
                 )
             ]
         why = (
-            f"{peer.kind} on {peer.get('node')} at +{peer.mono - t0:.2f} s"
+            Msg(
+                "expectation.timeout-fired.event",
+                kind=peer.kind,
+                node=peer.get("node"),
+                at_s=peer.mono - t0,
+            )
             if peer is not None
-            else "a node joined the rendezvous"
+            else Msg("expectation.timeout-fired.node-joined")
         )
         return [
             ctx.finding(
                 name,
                 P,
-                f"no timeout fired: {why} ended the hang ({what})",
+                Msg("expectation.timeout-fired.ended-by", why=why, what=what),
                 timeout=None,
                 decision=decision.kind,
             )
         ]
-    detail = str(cause.get("line") or cause.get("msg") or "")[:160]
+    line = str(cause.get("line") or cause.get("msg") or "")[:160]
+    detail: Msg | str = line
     if cause.kind == "dead_node":
         addrs = {str(e.get("address")): str(e.get("node")) for e in tl.of("platform", "node")}
-        who = next((n for a, n in addrs.items() if f"'{a}_" in detail), None)
+        who = next((n for a, n in addrs.items() if f"'{a}_" in line), None)
         if who:
-            detail = f"{who} declared dead ({detail})"
+            detail = Msg("expectation.timeout-fired.declared-dead", node=who, line=line)
     return [
         ctx.finding(
             name,
             P,
-            f"{_timeout_name(cause, ctx.plan)} fired on {cause.get('node')} at "
-            f"+{cause.mono - t0:.2f} s, then {what}" + (f": {detail}" if detail else ""),
+            Msg(
+                "expectation.timeout-fired.fired-detail"
+                if line
+                else "expectation.timeout-fired.fired",
+                timeout=_timeout_name(cause, ctx.plan),
+                node=cause.get("node"),
+                at_s=cause.mono - t0,
+                what=what,
+                detail=detail,
+            ),
             timeout=cause.get("timeout") or cause.kind,
             node=cause.get("node"),
             after_s=round(cause.mono - t0, 3),
@@ -250,14 +292,14 @@ def lost_node_isolated(ctx: CheckContext) -> list[Finding]:
     name, tl = "resources.lost-node-isolated", ctx.timeline
     item = ctx.item
     if item is None or item.fault.kind not in NODE_LOSS_FAULTS:
-        return [ctx.finding(name, P, "no node was taken out of the job: not applicable")]
+        return [ctx.finding(name, P, Msg("resources.lost-node-isolated.not-applicable"))]
     inj = injections(tl)
     if not inj:
-        return [ctx.finding(name, R, "the fault was never injected")]
+        return [ctx.finding(name, R, Msg("resources.lost-node-isolated.never-injected"))]
     t0 = inj[0].mono
     node = str(item.fault.target.node)  # type: ignore[attr-defined]
     if not tl.procs:
-        return [ctx.unsampled(name, "cannot tell")]
+        return [ctx.unsampled(name, Msg("resources.lost-node-isolated.not-sampled"))]
     out = []
     mine = [p for p in tl.procs if p.node == node]
     limit = 5.0 if item.fault.kind == "node-down" else None
@@ -270,18 +312,30 @@ def lost_node_isolated(ctx: CheckContext) -> list[Finding]:
         and (p.gone_mono is None or (deadline is not None and p.gone_mono > deadline))
     ]
     if late:
-        desc = ", ".join(
-            f"pid {p.pid} ({p.role}, "
-            + ("still alive" if p.gone_mono is None else f"gone at +{p.gone_mono - t0:.1f} s")
-            + ")"
+        desc = [
+            Msg("resources.lost-node-isolated.alive", pid=p.pid, role=p.role)
+            if p.gone_mono is None
+            else Msg(
+                "resources.lost-node-isolated.gone-at",
+                pid=p.pid,
+                role=p.role,
+                at_s=p.gone_mono - t0,
+            )
             for p in late[:4]
-        )
-        bound = f"within {limit:.0f} s" if limit is not None else "before the job resumed"
+        ]
         out.append(
             ctx.finding(
                 name,
                 F,
-                f"{len(late)} process(es) of lost node {node} not gone {bound}: {desc}",
+                Msg(
+                    "resources.lost-node-isolated.not-gone-within"
+                    if limit is not None
+                    else "resources.lost-node-isolated.not-gone-before-resume",
+                    n=len(late),
+                    node=node,
+                    limit=limit,
+                    processes=desc,
+                ),
                 pids=[p.pid for p in late],
             )
         )
@@ -291,8 +345,12 @@ def lost_node_isolated(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 F,
-                f"{len(reborn)} process(es) started on lost node {node} after the fault "
-                f"(pids {[p.pid for p in reborn[:4]]}): it was not taken out of scheduling",
+                Msg(
+                    "resources.lost-node-isolated.reborn",
+                    n=len(reborn),
+                    node=node,
+                    pids=[p.pid for p in reborn[:4]],
+                ),
             )
         )
     back = [i for i in tl.incarnations if i.started_mono > t0 and node in i.nodes]
@@ -301,27 +359,39 @@ def lost_node_isolated(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 F,
-                f"incarnation {back[0].index} after the fault includes lost node {node} "
-                f"(nodes {', '.join(back[0].nodes)})",
+                Msg(
+                    "resources.lost-node-isolated.used-again",
+                    inc=back[0].index,
+                    node=node,
+                    nodes=list(back[0].nodes),
+                ),
             )
         )
     if out:
         return out
     where = placement(tl) or {}
     resumed = where.get("resumed_on")
-    spares = ", ".join(f"{s['node']} (replacing {s['replaces']})" for s in where["spares_placed"])
+    spares = [
+        Msg("resources.lost-node-isolated.replacing", node=s["node"], replaces=s["replaces"])
+        for s in where["spares_placed"]
+    ]
+    if not resumed:
+        after = Msg("resources.lost-node-isolated.not-resumed")
+    elif spares:
+        after = Msg("resources.lost-node-isolated.resumed-spare", nodes=resumed, spares=spares)
+    else:
+        after = Msg("resources.lost-node-isolated.resumed", nodes=resumed)
     return [
         ctx.finding(
             name,
             P,
-            f"every process of {node} gone"
-            + (f" within {limit:.0f} s" if limit is not None else " before the job resumed")
-            + f"; {node} not used again; "
-            + (
-                f"the job resumed on {', '.join(resumed)}"
-                + (f" (spare {spares})" if spares else "")
-                if resumed
-                else "the job did not resume"
+            Msg(
+                "resources.lost-node-isolated.isolated-within"
+                if limit is not None
+                else "resources.lost-node-isolated.isolated-before-resume",
+                node=node,
+                limit=limit,
+                after=after,
             ),
             resumed_on=resumed,
         )
@@ -337,14 +407,24 @@ def spare_environment(ctx: CheckContext) -> list[Finding]:
     rejected = tl.of("platform", "spare_rejected")
     placed = tl.of("platform", "spare_placed")
     if rejected:
-        by_node: dict[str, list[str]] = {}
+        by_node: dict[str, list[Msg]] = {}
         for e in rejected:
             by_node.setdefault(str(e.get("node")), []).append(
-                f"{e.get('precondition')}: {e.get('detail')}"
+                Msg(
+                    "expectation.spare-environment.failed-precondition",
+                    precondition=e.get("precondition"),
+                    detail=e.get("detail"),
+                )
             )
-        desc = "; ".join(f"spare {n}: {', '.join(v)}" for n, v in by_node.items())
+        desc = [
+            Msg("expectation.spare-environment.spare", node=n, failures=v)
+            for n, v in by_node.items()
+        ]
         used = (
-            f" (then spare {', '.join(str(e.get('node')) for e in placed)} was used)"
+            Msg(
+                "expectation.spare-environment.then-used",
+                nodes=[str(e.get("node")) for e in placed],
+            )
             if placed
             else ""
         )
@@ -352,8 +432,7 @@ def spare_environment(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 R,
-                f"environment preparation failure, not a scheduling failure: {desc}{used}; "
-                "prepare the spare and retest",
+                Msg("expectation.spare-environment.failure", spares=desc, used=used),
                 category="environment-preparation",
                 nodes=sorted(by_node),
             )
@@ -363,10 +442,17 @@ def spare_environment(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                "spare "
-                + ", ".join(f"{e.get('node')} (replacing {e.get('replaces')})" for e in placed)
-                + " passed its preconditions (runtime, checkpoint and run directories, route "
-                "to the rendezvous host) before use",
+                Msg(
+                    "expectation.spare-environment.passed",
+                    spares=[
+                        Msg(
+                            "resources.lost-node-isolated.replacing",
+                            node=e.get("node"),
+                            replaces=e.get("replaces"),
+                        )
+                        for e in placed
+                    ],
+                ),
             )
         ]
     none = tl.of("platform", "no_spare")
@@ -375,11 +461,10 @@ def spare_environment(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                f"no spare was available (scheduling: {none[0].get('detail')}); none failed "
-                "its environment preparation",
+                Msg("expectation.spare-environment.none-available", detail=none[0].get("detail")),
             )
         ]
-    return [ctx.finding(name, P, "no spare was needed")]
+    return [ctx.finding(name, P, Msg("expectation.spare-environment.not-needed"))]
 
 
 def network_report(tl: Timeline) -> dict[str, Any]:

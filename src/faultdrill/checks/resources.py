@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from faultdrill.checks.api import CheckContext, Finding, Verdict, check
+from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -34,7 +34,7 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
     if not workers:
         if superseded:
             return superseded
-        return [ctx.unsampled(name, "no worker seen")]
+        return [ctx.unsampled(name, Msg("resources.not-sampled"))]
     out = list(superseded)
     pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
     for inc in tl.incarnations:
@@ -49,17 +49,26 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
             if old and p.last_seen_mono >= t:
                 stale.append(p)
         if stale:
-            desc = ", ".join(
-                f"pid {p.pid} (rank {p.rank}, node {p.node}, "
-                f"alive {p.last_seen_mono - t:.1f} s after)"
+            desc = [
+                Msg(
+                    "resources.no-stale-replica.process",
+                    pid=p.pid,
+                    rank=p.rank,
+                    node=p.node,
+                    after_s=p.last_seen_mono - t,
+                )
                 for p in stale[:4]
-            )
+            ]
             out.append(
                 ctx.finding(
                     name,
                     F,
-                    f"{len(stale)} process(es) of an older incarnation still alive after "
-                    f"incarnation {inc.index} made progress: {desc}",
+                    Msg(
+                        "resources.no-stale-replica.alive",
+                        n=len(stale),
+                        inc=inc.index,
+                        processes=desc,
+                    ),
                     inc=inc.index,
                     pids=[p.pid for p in stale],
                 )
@@ -72,9 +81,14 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     F,
-                    f"{int(late.sum())} step(s) emitted by an older incarnation after "
-                    f"incarnation {inc.index} started making progress (split brain); first: "
-                    f"pid {int(st.pid[i])} rank {int(st.rank[i])} step {int(st.step[i])}",
+                    Msg(
+                        "resources.no-stale-replica.split-brain",
+                        n=int(late.sum()),
+                        inc=inc.index,
+                        pid=int(st.pid[i]),
+                        rank=int(st.rank[i]),
+                        step=int(st.step[i]),
+                    ),
                     inc=inc.index,
                 )
             )
@@ -85,9 +99,9 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                f"{n} restart(s); every older replica was gone before its successor made progress"
+                Msg("resources.no-stale-replica.all-gone", n=n)
                 if n
-                else "no restart; no replica was superseded",
+                else Msg("resources.no-stale-replica.no-restart"),
             )
         )
     return out
@@ -112,17 +126,24 @@ def _superseded_writers(ctx: CheckContext, name: str) -> list[Finding]:
             continue
         rows = np.flatnonzero(late)
         last = float(st.mono[rows[-1]])
-        who = lost.get("pod") or f"the replica on {lost.get('node')}"
+        who = lost.get("pod") or Msg("resources.no-stale-replica.replica-on", node=lost.get("node"))
         out.append(
             ctx.finding(
                 name,
                 F,
-                f"{who} (node {lost.get('node')}, pids {sorted(pids)}) was declared lost by "
-                f"{lost.get('source') or 'the platform'} and its replacement started "
-                f"{repl.mono - lost.mono:.1f} s later, yet it wrote {len(rows)} step(s) past "
-                f"the {grace:g} s grace, the last {last - repl.mono:.1f} s after its "
-                f"replacement started (split brain; first: rank {int(st.rank[rows[0]])} step "
-                f"{int(st.step[rows[0]])})",
+                Msg(
+                    "resources.no-stale-replica.wrote-after-lost",
+                    who=who,
+                    node=lost.get("node"),
+                    pids=sorted(pids),
+                    source=lost.get("source") or Msg("resources.no-stale-replica.the-platform"),
+                    repl_s=repl.mono - lost.mono,
+                    n=len(rows),
+                    grace_s=grace,
+                    after_s=last - repl.mono,
+                    rank=int(st.rank[rows[0]]),
+                    step=int(st.step[rows[0]]),
+                ),
                 pids=sorted(pids),
                 node=lost.get("node"),
                 after_s=round(last - repl.mono, 3),
@@ -185,10 +206,14 @@ def _stale_checkpoints_loaded(ctx: CheckContext, pid_inc: dict[int, int]) -> lis
                     ctx.finding(
                         "resources.no-stale-replica",
                         F,
-                        f"incarnation {inc.index} resumed from checkpoint {ld.get('id')!r} "
-                        f"(step {ld.get('step')}), written by incarnation {writer} after "
-                        f"incarnation {newer[0].index} had replaced it (a stale replica's "
-                        "checkpoint)",
+                        Msg(
+                            "resources.no-stale-replica.stale-checkpoint",
+                            inc=inc.index,
+                            ckpt=ld.get("id"),
+                            step=ld.get("step"),
+                            writer=writer,
+                            newer=newer[0].index,
+                        ),
                         inc=inc.index,
                         checkpoint=ld.get("id"),
                     )
@@ -209,15 +234,20 @@ def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     F,
-                    f"incarnation {inc.index}: rank {r} announced by "
-                    f"{len(pids)} processes (pids {pids})",
+                    Msg(
+                        "resources.no-duplicate-rank.announced",
+                        inc=inc.index,
+                        rank=r,
+                        n=len(pids),
+                        pids=list(pids),
+                    ),
                     inc=inc.index,
                 )
             )
     workers = [p for p in tl.procs if p.role == "worker" and p.rank is not None]
     if not workers and not out:
-        return [ctx.unsampled(name, "cannot tell whether two processes held one rank")]
-    step_times = np.sort(tl.steps.mono)
+        return [ctx.unsampled(name, Msg("resources.no-duplicate-rank.not-sampled"))]
+    step_times = tl.steps.mono  # the table is sorted by time
     by_rank: dict[int, list[Any]] = {}
     for p in workers:
         by_rank.setdefault(int(p.rank or 0), []).append(p)
@@ -234,9 +264,15 @@ def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
                         ctx.finding(
                             name,
                             F,
-                            f"rank {rank} held by pids {a.pid} (node {a.node}) and "
-                            f"{b.pid} (node {b.node}) at once for {hi - lo:.1f} s while training "
-                            "made progress",
+                            Msg(
+                                "resources.no-duplicate-rank.held-twice",
+                                rank=rank,
+                                a=a.pid,
+                                a_node=a.node,
+                                b=b.pid,
+                                b_node=b.node,
+                                seconds=hi - lo,
+                            ),
                             rank=rank,
                             pids=[a.pid, b.pid],
                         )
@@ -246,7 +282,7 @@ def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                "every rank was held by one live process at a time while training made progress",
+                Msg("resources.no-duplicate-rank.one-each"),
             )
         )
     return out
@@ -260,16 +296,19 @@ def children_released(ctx: CheckContext) -> list[Finding]:
     tl, name = ctx.timeline, "resources.children-released"
     grace = float(ctx.plan.observation.child_grace_s)
     if not any(p.role == "worker" for p in tl.procs):
-        return [ctx.unsampled(name, "no worker seen")]
+        return [ctx.unsampled(name, Msg("resources.not-sampled"))]
     lives = _lingering(tl.procs)
     if not lives:
         return [
             ctx.finding(
                 name,
                 P,
-                "no child process of a replica outlived it"
-                + ("" if any(p.role == "child" for p in tl.procs) else " (no replica had any)")
-                + f" (grace {grace:g} s)",
+                Msg(
+                    "resources.children-released.none"
+                    if any(p.role == "child" for p in tl.procs)
+                    else "resources.children-released.no-children",
+                    grace=grace,
+                ),
                 grace_s=grace,
             )
         ]
@@ -280,9 +319,15 @@ def children_released(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                f"{len(lives)} child process(es) outlived their replica, the longest by "
-                f"{t:.1f} s (pid {c.pid} of replica pid {o.pid}, rank {o.rank}): within the "
-                f"{grace:g} s grace for the framework's own clean-up",
+                Msg(
+                    "resources.children-released.within-grace",
+                    n=len(lives),
+                    longest=t,
+                    pid=c.pid,
+                    owner=o.pid,
+                    rank=o.rank,
+                    grace=grace,
+                ),
                 grace_s=grace,
                 longest_s=round(t, 3),
             )
@@ -299,10 +344,19 @@ def children_released(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 F,
-                f"{len(kids)} child process(es) of replica pid {owner_pid} (rank {o.rank}, "
-                f"node {o.node}) outlived it by up to {longest:.1f} s, past the {grace:g} s "
-                f"grace: pids {sorted(c.pid for c, _t in kids)[:6]}"
-                + (f" ({still} still alive when sampling stopped)" if still else ""),
+                Msg(
+                    "resources.children-released.late-still"
+                    if still
+                    else "resources.children-released.late",
+                    n=len(kids),
+                    owner=owner_pid,
+                    rank=o.rank,
+                    node=o.node,
+                    longest=longest,
+                    grace=grace,
+                    pids=sorted(c.pid for c, _t in kids)[:6],
+                    still=still,
+                ),
                 owner=owner_pid,
                 pids=sorted(c.pid for c, _t in kids),
                 longest_s=round(longest, 3),
@@ -345,7 +399,7 @@ def released_at_end(ctx: CheckContext) -> list[Finding]:
     tl, name = ctx.timeline, "resources.released-at-end"
     finals = tl.of("harness", "procs_final")
     if not finals:
-        return [ctx.finding(name, R, "no end-of-job resource snapshot was recorded")]
+        return [ctx.finding(name, R, Msg("resources.released-at-end.no-snapshot"))]
     snap = finals[0]
     if snap.get("after_stop"):
         held = len(snap.get("alive") or []) + len(snap.get("ports") or [])
@@ -354,36 +408,51 @@ def released_at_end(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 R,
-                "the harness itself stopped the job after a stop condition, so whether the "
-                f"job releases its resources when it ends was not observed ({held} item(s) "
-                "still held at the snapshot right after the stop)",
+                Msg("resources.released-at-end.after-stop", held=held),
                 held=held,
             )
         ]
     out = []
     alive = snap.get("alive") or []
     if alive:
-        desc = ", ".join(
-            f"pid {p.get('pid')} ({p.get('role')}, rank {p.get('rank')}, node {p.get('node')})"
+        desc = [
+            Msg(
+                "resources.released-at-end.process",
+                pid=p.get("pid"),
+                role=p.get("role"),
+                rank=p.get("rank"),
+                node=p.get("node"),
+            )
             for p in alive[:4]
-        )
+        ]
         out.append(
             ctx.finding(
                 name,
                 F,
-                f"{len(alive)} process(es) of the job still alive "
-                f"{snap.get('settle_s', 0)} s after it ended: {desc}",
+                Msg(
+                    "resources.released-at-end.alive",
+                    n=len(alive),
+                    settle=snap.get("settle_s", 0),
+                    processes=desc,
+                ),
                 pids=[p.get("pid") for p in alive],
             )
         )
     ports = snap.get("ports") or []
     if ports:
-        out.append(ctx.finding(name, F, f"listening port(s) still held: {ports}", ports=ports))
+        out.append(
+            ctx.finding(name, F, Msg("resources.released-at-end.ports", ports=ports), ports=ports)
+        )
     leftovers = snap.get("leftovers") or []
     if leftovers:
         out.append(
             ctx.finding(
-                name, F, f"left behind: {', '.join(map(str, leftovers[:5]))}", leftovers=leftovers
+                name,
+                F,
+                Msg(
+                    "resources.released-at-end.leftovers", leftovers=[str(x) for x in leftovers[:5]]
+                ),
+                leftovers=leftovers,
             )
         )
     if not out:
@@ -391,8 +460,7 @@ def released_at_end(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                "no process, listening port or leftover the platform reports was held "
-                f"{snap.get('settle_s', 0)} s after the job ended",
+                Msg("resources.released-at-end.nothing", settle=snap.get("settle_s", 0)),
             )
         )
     return out
@@ -409,7 +477,7 @@ def faults_reverted(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 F,
-                f"reverting fault {e.get('fault')} failed: {e.get('error')}",
+                Msg("resources.faults-reverted.failed", fault=e.get("fault"), error=e.get("error")),
                 fault=e.get("fault"),
             )
         )
@@ -419,8 +487,7 @@ def faults_reverted(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 R,
-                "no cleanup was recorded (the harness may have died): whether every fault "
-                "and change was taken back is unknown; run `faultdrill cleanup RUN_DIR`",
+                Msg("resources.faults-reverted.no-cleanup"),
             )
         )
         return out
@@ -432,9 +499,12 @@ def faults_reverted(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 F,
-                f"{pending} ledger entr{'y' if pending == 1 else 'ies'} not reverted after "
-                "cleanup (a rule, mount, namespace or frozen group may be left behind); run "
-                "`faultdrill cleanup RUN_DIR`",
+                Msg(
+                    "resources.faults-reverted.pending-one"
+                    if pending == 1
+                    else "resources.faults-reverted.pending",
+                    n=pending,
+                ),
                 ledger_pending=pending,
             )
         )
@@ -443,7 +513,7 @@ def faults_reverted(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 F,
-                f"cleanup reported {len(problems)} problem(s): {'; '.join(problems[:3])}",
+                Msg("resources.faults-reverted.problems", n=len(problems), problems=problems[:3]),
                 problems=problems,
             )
         )
@@ -452,7 +522,7 @@ def faults_reverted(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                "cleanup reported every fault reverted and no ledger entry pending",
+                Msg("resources.faults-reverted.all"),
             )
         )
     return out

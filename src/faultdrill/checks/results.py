@@ -13,9 +13,11 @@ from collections import defaultdict
 
 import numpy as np
 
-from faultdrill.checks.api import CheckContext, Finding, Verdict, check
+from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
+from faultdrill.checks.progress import no_committed_progress
 from faultdrill.judge.reference import (
     EvalKey,
+    LossLookup,
     committed_evaluations,
     evaluation_values,
     mean_loss_by_step,
@@ -25,7 +27,7 @@ from faultdrill.timeline import StepTable
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
 
-def comparison_mode(ctx: CheckContext) -> tuple[str, str]:
+def comparison_mode(ctx: CheckContext) -> tuple[str, Msg]:
     """('bitwise' | 'tolerance', why)."""
     wanted = getattr(getattr(ctx.item, "pass_criteria", None), "results", "auto")
     ref = ctx.reference
@@ -34,100 +36,95 @@ def comparison_mode(ctx: CheckContext) -> tuple[str, str]:
     digests = {str(e.get("config_digest", "")) for i in tl.incarnations for e in i.starts}
     same = ref is not None and sizes <= {ref.world_size} and digests <= set(ref.config_digests)
     if wanted == "bitwise":
-        return "bitwise", "the plan asks for bitwise equality"
+        return "bitwise", Msg("results.mode.plan-bitwise")
     if wanted == "tolerance":
-        return "tolerance", "the plan asks for a tolerance comparison"
+        return "tolerance", Msg("results.mode.plan-tolerance")
     if same:
-        return "bitwise", "world size and config unchanged from the baseline"
-    return "tolerance", f"world size(s) {sorted(sizes)} or config differ from the baseline's"
+        return "bitwise", Msg("results.mode.unchanged")
+    return "tolerance", Msg("results.mode.changed", sizes=sorted(sizes))
 
 
-def _baseline_loss(
-    ref: StepTable, st: StepTable, rows: np.ndarray, width: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """For the selected rows of ``st``: the baseline's loss at the same (step, rank), and
-    whether the baseline has that (step, rank) at all. Memory and time are linear: at
-    10 M rows a sort of the baseline's keys and copies of whole tables would not fit."""
-    lo, hi = int(ref.step.min()), int(ref.step.max())
-    key = st.step[rows]  # -> (step - lo) * width + rank, in place
-    key -= lo
-    key *= width
-    key += st.rank[rows]
-    cells = (hi - lo + 1) * width
-    dense = (
-        cells <= 2 * len(ref) + 65536
-        and int(ref.rank.min()) >= 0
-        and int(st.rank.min(where=rows, initial=0)) >= 0
-    )
-    if dense:  # steps and ranks are dense small integers: one grid cell per (step, rank)
-        grid = np.full(cells, np.nan)
-        has = np.zeros(cells, dtype=bool)
-        cell = ref.step - lo
-        cell *= width
-        cell += ref.rank
-        grid[cell] = ref.loss
-        has[cell] = True
-        del cell
-        inside = (key >= 0) & (key < cells)
-        np.clip(key, 0, cells - 1, out=key)
-        return grid[key], inside & has[key]
-    ref_key = ref.step - lo
-    ref_key *= width
-    ref_key += ref.rank
-    order = np.argsort(ref_key)
-    ref_key, ref_loss = ref_key[order], ref.loss[order]
-    del order
-    pos = np.clip(np.searchsorted(ref_key, key), 0, ref_key.size - 1)
-    return ref_loss[pos], ref_key[pos] == key
+#: Rows compared at a time: the temporaries of a comparison stay a few dozen MB whatever
+#: the table's size (at 41 M rows, one pass over all would need 1.5 GB of them).
+_CHUNK = 1 << 22
+
+
+def _compare_bitwise(
+    losses: LossLookup, st: StepTable, rows: np.ndarray
+) -> tuple[int, int, int, int, tuple[int, float] | None]:
+    """Compare the committed ``rows`` of ``st`` with the baseline's losses, a chunk at a
+    time: (pairs compared, pairs silent on either side, pairs without a baseline
+    counterpart, pairs that differ, (table row, baseline loss) of the first that differs
+    at the lowest step, or None)."""
+    n_cmp = silent = unknown = differing = 0
+    first: tuple[int, float] | None = None
+    first_step = 0
+    for lo in range(0, len(st), _CHUNK):
+        sel = rows[lo : lo + _CHUNK]
+        if not sel.any():
+            continue
+        at = np.flatnonzero(sel)
+        at += lo
+        base, known = losses.lookup(st.step[at], st.rank[at])
+        got = st.loss[at]
+        # NaN: that step reported no loss (a job logging every N steps): nothing to compare
+        compared = known & ~np.isnan(got) & ~np.isnan(base)
+        silent += int((known & ~compared).sum())
+        unknown += int((~known).sum())
+        n_cmp += int(compared.sum())
+        differ = np.flatnonzero(compared & (base != got))
+        if differ.size:
+            differing += int(differ.size)
+            j = int(np.argmin(st.step[at[differ]]))
+            step = int(st.step[at[differ[j]]])
+            if first is None or step < first_step:
+                first, first_step = (int(at[differ[j]]), float(base[differ[j]])), step
+    return n_cmp, silent, unknown, differing, first
 
 
 @check("results.loss-matches-baseline", "results")
 def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     """The loss of every committed step equals the baseline's at that step."""
     name, ref, tl = "results.loss-matches-baseline", ctx.reference, ctx.timeline
-    if ref is None or len(ref.steps) == 0:
-        return [ctx.finding(name, R, "no baseline losses to compare with")]
+    if ref is None or ref.rows == 0:
+        return [ctx.finding(name, R, Msg("results.loss-matches-baseline.no-baseline"))]
     chain, notes = tl.committed_chain()
     if not chain:
-        return [ctx.finding(name, R, "; ".join(notes) or "no committed progress")]
+        return [ctx.finding(name, R, no_committed_progress(notes))]
     rows = tl.rows_in(chain)
     st = tl.steps
     n_got = int(rows.sum())
     mode, why = comparison_mode(ctx)
     if mode == "bitwise":
-        width = int(max(st.rank.max(where=rows, initial=0), ref.steps.rank.max(initial=0))) + 1
-        base, known = _baseline_loss(ref.steps, st, rows, width)
-        got = st.loss[rows]
-        # NaN: that step reported no loss (a job logging every N steps): nothing to compare
-        compared = known & ~np.isnan(got) & ~np.isnan(base)
-        silent = int((known & ~compared).sum())
-        unknown = int((~known).sum())
-        differ = np.flatnonzero(compared & (base != got))
-        n_cmp = int(compared.sum())
+        n_cmp, silent, unknown, differing, first = _compare_bitwise(ref.losses, st, rows)
         if not n_cmp and not unknown:
             return [
                 ctx.finding(
                     name,
                     R,
-                    f"none of the {n_got} committed (rank, step) pairs reported a loss that the "
-                    "baseline also reported: the losses could not be compared",
+                    Msg("results.loss-matches-baseline.nothing-compared", n=n_got),
                     mode=mode,
                 )
             ]
         out = []
-        if differ.size:
-            at = np.flatnonzero(rows)[differ]  # table rows of the differing losses
-            j = int(np.argmin(st.step[at]))
-            i = int(at[j])
+        if first is not None:
+            i, base_loss = first
             out.append(
                 ctx.finding(
                     name,
                     F,
-                    f"{differ.size} of {n_cmp} committed (rank, step) losses differ from "
-                    f"the baseline ({why}); first at step {int(st.step[i])} rank {int(st.rank[i])}: "
-                    f"{float(st.loss[i])!r} vs baseline {float(base[differ[j]])!r}",
+                    Msg(
+                        "results.loss-matches-baseline.differ",
+                        n=differing,
+                        compared=n_cmp,
+                        why=why,
+                        step=int(st.step[i]),
+                        rank=int(st.rank[i]),
+                        got=float(st.loss[i]),
+                        baseline=base_loss,
+                    ),
                     first_step=int(st.step[i]),
-                    differing=int(differ.size),
+                    differing=differing,
                     mode=mode,
                 )
             )
@@ -136,7 +133,7 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     F,
-                    f"{unknown} committed (rank, step) pairs have no baseline counterpart",
+                    Msg("results.loss-matches-baseline.unknown", n=unknown),
                     unknown=unknown,
                     mode=mode,
                 )
@@ -146,13 +143,13 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     P,
-                    f"all {n_cmp} committed (rank, step) losses are "
-                    f"bitwise equal to the baseline ({why})"
-                    + (
-                        f"; {silent} step(s) reported no loss in the drill or the baseline "
-                        "and were not compared"
+                    Msg(
+                        "results.loss-matches-baseline.bitwise-some-silent"
                         if silent
-                        else ""
+                        else "results.loss-matches-baseline.bitwise",
+                        n=n_cmp,
+                        why=why,
+                        silent=silent,
                     ),
                     mode=mode,
                     compared=n_cmp,
@@ -165,7 +162,7 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     r_steps, r_loss = ref.step_loss()
     common, gi, ri = np.intersect1d(g_steps, r_steps, return_indices=True)
     if common.size == 0:
-        return [ctx.finding(name, R, "no step in common with the baseline")]
+        return [ctx.finding(name, R, Msg("results.no-common-step"))]
     close = np.isclose(g_loss[gi], r_loss[ri], rtol=tol.rtol, atol=tol.atol)
     if not close.all():
         i = int(np.flatnonzero(~close)[0])
@@ -173,9 +170,17 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 F,
-                f"{int((~close).sum())} of {common.size} steps' mean loss outside "
-                f"rtol={tol.rtol}, atol={tol.atol} of the baseline ({why}); first at step "
-                f"{int(common[i])}: {g_loss[gi][i]:.6g} vs {r_loss[ri][i]:.6g}",
+                Msg(
+                    "results.loss-matches-baseline.outside-tolerance",
+                    n=int((~close).sum()),
+                    steps=int(common.size),
+                    rtol=tol.rtol,
+                    atol=tol.atol,
+                    why=why,
+                    step=int(common[i]),
+                    got=float(g_loss[gi][i]),
+                    baseline=float(r_loss[ri][i]),
+                ),
                 mode=mode,
             )
         ]
@@ -184,9 +189,13 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
         ctx.finding(
             name,
             P,
-            f"mean loss of all {common.size} common steps within "
-            f"rtol={tol.rtol} of the baseline (worst relative difference "
-            f"{worst:.2e}; {why})",
+            Msg(
+                "results.loss-matches-baseline.within-tolerance",
+                steps=int(common.size),
+                rtol=tol.rtol,
+                worst=worst,
+                why=why,
+            ),
             mode=mode,
             worst_rel=worst,
         )
@@ -198,36 +207,42 @@ def final_model_digest(ctx: CheckContext) -> list[Finding]:
     """Where bitwise applies, the final model is identical to the baseline's."""
     name, ref, tl = "results.final-model-digest", ctx.reference, ctx.timeline
     if _expects_failure(ctx):
-        return [ctx.finding(name, P, "not applicable: the plan expects this job to fail")]
-    if ref is None or len(ref.steps) == 0:
-        return [ctx.finding(name, R, "no baseline to compare the final model with")]
+        return [ctx.finding(name, P, Msg("results.expects-failure"))]
+    if ref is None or ref.rows == 0:
+        return [ctx.finding(name, R, Msg("results.final-model-digest.no-baseline"))]
     mode, why = comparison_mode(ctx)
     if mode != "bitwise":
-        return [
-            ctx.finding(name, P, f"not applicable: {why}; compared losses within tolerance instead")
-        ]
+        return [ctx.finding(name, P, Msg("results.final-model-digest.tolerance", why=why))]
     if ref is None or not ref.final_digest:
-        return [ctx.finding(name, R, "the baseline recorded no final model digest")]
+        return [ctx.finding(name, R, Msg("results.final-model-digest.no-baseline-digest"))]
     final = tl.final_incarnation()
     digests = {str(e.get("model_digest")) for e in final.ends} if final else set()
     digests.discard("")
     digests.discard("None")  # as in Reference: a run_end without a digest is no evidence
     if not digests:
-        return [ctx.finding(name, R, "the run recorded no final model digest (no run_end)")]
+        return [ctx.finding(name, R, Msg("results.final-model-digest.no-digest"))]
     if len(digests) > 1:
-        return [ctx.finding(name, F, f"ranks ended with different models: {sorted(digests)}")]
+        return [
+            ctx.finding(
+                name, F, Msg("results.final-model-digest.ranks-differ", digests=sorted(digests))
+            )
+        ]
     got = digests.pop()
     if got != ref.final_digest:
         return [
             ctx.finding(
                 name,
                 F,
-                f"final model {got[:16]}... differs from the baseline's {ref.final_digest[:16]}...",
+                Msg(
+                    "results.final-model-digest.differs",
+                    got=got[:16],
+                    baseline=ref.final_digest[:16],
+                ),
                 got=got,
                 baseline=ref.final_digest,
             )
         ]
-    return [ctx.finding(name, P, f"final model identical to the baseline's ({got[:16]}...)")]
+    return [ctx.finding(name, P, Msg("results.final-model-digest.identical", digest=got[:16]))]
 
 
 @check("results.final-checkpoint-verifies", "results")
@@ -236,7 +251,7 @@ def final_checkpoint_verifies(ctx: CheckContext) -> list[Finding]:
     name, tl = "results.final-checkpoint-verifies", ctx.timeline
     inv = tl.of("harness", "ckpt_inventory")
     if not inv:
-        return [ctx.finding(name, R, "no checkpoint inventory was taken")]
+        return [ctx.finding(name, R, Msg("results.final-checkpoint-verifies.no-inventory"))]
     latest = [e for e in inv if e.get("latest")]
     pointer = tl.first("harness", "ckpt_latest")
     if not latest and pointer is not None and not pointer.get("file"):
@@ -244,24 +259,33 @@ def final_checkpoint_verifies(ctx: CheckContext) -> list[Finding]:
         latest = sorted(inv, key=lambda e: int(e.get("step", 0)))[-1:]
     if not latest:
         if pointer is None:
-            return [ctx.finding(name, R, "no latest pointer state was recorded")]
-        why = pointer.get("problem") or f"{pointer.get('file')} is empty or names nothing"
-        return [ctx.finding(name, F, f"the latest pointer does not lead to a checkpoint: {why}")]
+            return [ctx.finding(name, R, Msg("results.final-checkpoint-verifies.no-pointer"))]
+        why = pointer.get("problem") or Msg(
+            "results.final-checkpoint-verifies.empty-pointer", file=pointer.get("file")
+        )
+        return [
+            ctx.finding(name, F, Msg("results.final-checkpoint-verifies.no-checkpoint", why=why))
+        ]
     e = latest[-1]
     if e.get("verifies"):
         return [
             ctx.finding(
                 name,
                 P,
-                f"latest checkpoint {e.get('id')} (step {e.get('step')}) "
-                "verifies against its manifest",
+                Msg(
+                    "results.final-checkpoint-verifies.verifies",
+                    ckpt=e.get("id"),
+                    step=e.get("step"),
+                ),
             )
         ]
     return [
         ctx.finding(
             name,
             F,
-            f"latest checkpoint {e.get('id')} does not verify: {e.get('reason')}",
+            Msg(
+                "results.final-checkpoint-verifies.fails", ckpt=e.get("id"), reason=e.get("reason")
+            ),
             id=e.get("id"),
         )
     ]
@@ -310,19 +334,36 @@ def _evaluation_differs(
     ctx: CheckContext,
     name: str,
     mode: str,
-    why: str,
+    why: Msg,
     compared: int,
     differ: list[tuple[tuple[object, ...], float, float]],
 ) -> Finding:
     (step, split, *rest), got, base = differ[0]
-    where = f"{split} {rest[-1]}" + (f", rank {rest[0]}" if len(rest) == 2 else "")
+    where = (
+        Msg("results.evaluation.where-rank", split=split, metric=rest[-1], rank=rest[0])
+        if len(rest) == 2
+        else Msg("results.evaluation.where", split=split, metric=rest[-1])
+    )
     tol = ctx.plan.tolerance
-    rule = "bitwise" if mode == "bitwise" else f"within rtol={tol.rtol}, atol={tol.atol}"
+    rule = (
+        Msg("results.evaluation.rule-bitwise")
+        if mode == "bitwise"
+        else Msg("results.evaluation.rule-tolerance", rtol=tol.rtol, atol=tol.atol)
+    )
     return ctx.finding(
         name,
         F,
-        f"{len(differ)} of {compared} evaluated value(s) differ from the baseline "
-        f"({rule}; {why}); first at step {step} ({where}): {got!r} vs baseline {base!r}",
+        Msg(
+            "results.evaluation-matches-baseline.differ",
+            n=len(differ),
+            compared=compared,
+            rule=rule,
+            why=why,
+            step=step,
+            where=where,
+            got=got,
+            baseline=base,
+        ),
         first_step=step,
         differing=len(differ),
         mode=mode,
@@ -339,37 +380,39 @@ def evaluation_matches_baseline(ctx: CheckContext) -> list[Finding]:
     stay to be verified, and the finding says so."""
     name, ref, tl = "results.evaluation-matches-baseline", ctx.reference, ctx.timeline
     if _expects_failure(ctx):
-        return [ctx.finding(name, P, "not applicable: the plan expects this job to fail")]
+        return [ctx.finding(name, P, Msg("results.expects-failure"))]
     if ref is None:
-        return [ctx.finding(name, R, "no baseline to compare the held-out evaluation with")]
+        return [ctx.finding(name, R, Msg("results.evaluation-matches-baseline.no-baseline"))]
     if not ref.evaluations:
         if tl.of("probe", "evaluation"):
             return [
                 ctx.finding(
                     name,
                     R,
-                    "the job evaluated here but not in its baseline: nothing to compare with",
+                    Msg("results.evaluation-matches-baseline.not-in-baseline"),
                 )
             ]
         return [
             ctx.finding(
                 name,
                 P,
-                "not applicable: the job reports no held-out evaluation (probe.evaluation), "
-                "in its baseline or here; its held-out results stay to be verified",
+                Msg("results.evaluation-matches-baseline.none"),
                 to_be_verified="held-out evaluation",
             )
         ]
     events = committed_evaluations(tl)
     if not events:
         n = len(tl.of("probe", "evaluation"))
-        extra = f" ({n} evaluation(s) of recomputed or unknown steps only)" if n else ""
         return [
             ctx.finding(
                 name,
                 R,
-                "the job reported no evaluation of its committed progress"
-                f"{extra}: its results rest on the training loss alone",
+                Msg(
+                    "results.evaluation-matches-baseline.none-committed-some"
+                    if n
+                    else "results.evaluation-matches-baseline.none-committed",
+                    n=n,
+                ),
             )
         ]
     mode, why = comparison_mode(ctx)
@@ -382,8 +425,7 @@ def evaluation_matches_baseline(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 R,
-                f"no evaluation at a step, split and metric the baseline also evaluated "
-                f"(drill steps {steps})",
+                Msg("results.evaluation-matches-baseline.no-common", steps=steps),
                 mode=mode,
             )
         ]
@@ -393,8 +435,7 @@ def evaluation_matches_baseline(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 R,
-                f"{compared} evaluated value(s) equal the baseline's, but the final "
-                f"evaluation (step {last}) is missing: the end result was not evaluated",
+                Msg("results.evaluation-matches-baseline.final-missing", n=compared, last=last),
                 mode=mode,
             )
         ]
@@ -402,10 +443,14 @@ def evaluation_matches_baseline(ctx: CheckContext) -> list[Finding]:
         ctx.finding(
             name,
             P,
-            f"all {compared} evaluated value(s) of committed progress (steps "
-            f"{', '.join(map(str, steps))}) "
-            + ("bitwise equal to" if mode == "bitwise" else "within tolerance of")
-            + f" the baseline's ({why})",
+            Msg(
+                "results.evaluation-matches-baseline.bitwise"
+                if mode == "bitwise"
+                else "results.evaluation-matches-baseline.within-tolerance",
+                n=compared,
+                steps=steps,
+                why=why,
+            ),
             mode=mode,
             compared=compared,
             steps=steps,
@@ -422,7 +467,7 @@ def artifact_intact(ctx: CheckContext) -> list[Finding]:
     check (its artefacts stay to be verified, and the finding says so)."""
     name, tl = "results.artifact-intact", ctx.timeline
     if _expects_failure(ctx):
-        return [ctx.finding(name, P, "not applicable: the plan expects this job to fail")]
+        return [ctx.finding(name, P, Msg("results.expects-failure"))]
     final = tl.final_incarnation()
     reported = {
         str(e.get("path")): e
@@ -434,8 +479,7 @@ def artifact_intact(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                "not applicable: the job exports no final artefact (probe.artifact), in its "
-                "baseline or here; the exported model stays to be verified",
+                Msg("results.artifact-intact.none"),
                 to_be_verified="exported artefact",
             )
         ]
@@ -444,27 +488,32 @@ def artifact_intact(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 R,
-                "the job's final generation reported no exported artefact (probe.artifact): "
-                "its final model file was not verified",
+                Msg("results.artifact-intact.not-reported"),
             )
         ]
     checked = {str(e.get("path")): e for e in tl.of("harness", "artifact_verified")}
     out = []
     for path, art in sorted(reported.items()):
-        what = f"{art.get('name')} {path}"
+        what = {"name": art.get("name"), "path": path}
         seen = checked.get(path)
         if seen is None:
-            out.append(ctx.finding(name, R, f"{what} was not hashed again after the run"))
+            out.append(ctx.finding(name, R, Msg("results.artifact-intact.not-hashed", **what)))
         elif not seen.get("present"):
-            out.append(ctx.finding(name, F, f"{what} is gone after the run: {seen.get('problem')}"))
+            problem = seen.get("problem")
+            out.append(
+                ctx.finding(name, F, Msg("results.artifact-intact.gone", **what, problem=problem))
+            )
         elif seen.get("sha256") != art.get("sha256"):
             out.append(
                 ctx.finding(
                     name,
                     F,
-                    f"{what} differs from what the job exported: sha256 "
-                    f"{str(seen.get('sha256'))[:16]}... on disk, "
-                    f"{str(art.get('sha256'))[:16]}... reported",
+                    Msg(
+                        "results.artifact-intact.differs",
+                        **what,
+                        on_disk=str(seen.get("sha256"))[:16],
+                        reported=str(art.get("sha256"))[:16],
+                    ),
                     path=path,
                 )
             )
@@ -474,10 +523,17 @@ def artifact_intact(ctx: CheckContext) -> list[Finding]:
         ctx.finding(
             name,
             P,
-            "; ".join(
-                f"{art.get('name')} intact ({str(art.get('sha256'))[:16]}..., "
-                f"{checked[p].get('bytes')} bytes)"
-                for p, art in sorted(reported.items())
+            Msg(
+                "results.artifact-intact.all",
+                files=[
+                    Msg(
+                        "results.artifact-intact.intact",
+                        name=art.get("name"),
+                        sha256=str(art.get("sha256"))[:16],
+                        bytes=checked[p].get("bytes"),
+                    )
+                    for p, art in sorted(reported.items())
+                ],
             ),
         )
     ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from faultdrill.checks.api import CheckContext, Finding, Verdict, check
+from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.events import Event
 from faultdrill.judge.inventory import pointer_id
 
@@ -26,6 +26,13 @@ def _fault_end(ctx: CheckContext, inj: Event) -> float:
     return inj.mono + float(dur) if dur is not None else float("inf")
 
 
+def _outage_moment(when: object) -> Msg:
+    """ "the start (end) of the storage outage", as a message."""
+    if when in ("start", "end"):
+        return Msg(f"progress.failed-save-not-published.outage-{when}")
+    return Msg("progress.failed-save-not-published.outage", when=when)
+
+
 @check("progress.failed-save-not-published", "progress")
 def failed_save_not_published(ctx: CheckContext) -> list[Finding]:
     """``latest`` only ever named a checkpoint whose save completed and that verifies: as
@@ -34,13 +41,12 @@ def failed_save_not_published(ctx: CheckContext) -> list[Finding]:
     saves = tl.of("probe", "ckpt_save")
     failed = tl.of("probe", "ckpt_save_failed")
     out: list[Finding] = []
-    looks = [
-        (e.mono, f"the {e.get('when')} of the storage outage", e)
-        for e in tl.of("fault", "storage_observed")
+    looks: list[tuple[float, Msg, Event]] = [
+        (e.mono, _outage_moment(e.get("when")), e) for e in tl.of("fault", "storage_observed")
     ]
     end = tl.first("harness", "ckpt_latest")
     if end is not None:
-        looks.append((end.mono, "the end of the run", end))
+        looks.append((end.mono, Msg("progress.failed-save-not-published.run-end"), end))
     for mono, when, e in looks:
         recorded = e.get("latest") if e.kind == "storage_observed" else e.get("target")
         # runs recorded before the pointer contract kept the pointer's whole text
@@ -53,11 +59,16 @@ def failed_save_not_published(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     F,
-                    f"at {when} `latest` named {target!r}, which no completed save reported: "
-                    "a save was published before it was durable"
-                    + (f" ({len(failed)} save(s) failed)" if failed else ""),
+                    Msg(
+                        "progress.failed-save-not-published.not-durable-failed"
+                        if failed
+                        else "progress.failed-save-not-published.not-durable",
+                        when=when,
+                        latest=target,
+                        failed=len(failed),
+                    ),
                     latest=target,
-                    when=when,
+                    when=when.text(),
                 )
             )
         elif e.get("latest_verifies") is False:
@@ -65,20 +76,28 @@ def failed_save_not_published(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     F,
-                    f"at {when} `latest` named {target!r}, which does not verify: "
-                    f"{e.get('latest_problem')}",
+                    Msg(
+                        "progress.failed-save-not-published.not-verifying",
+                        when=when,
+                        latest=target,
+                        problem=e.get("latest_problem"),
+                    ),
                     latest=target,
-                    when=when,
+                    when=when.text(),
                 )
             )
     if out:
         return out
     if not looks:
-        return [ctx.finding(name, R, "the checkpoint pointer was never observed")]
-    msg = f"`latest` always named a completed save ({len(looks)} observation(s))"
-    if failed:
-        steps = ", ".join(str(e.get("step")) for e in failed)
-        msg += f"; {len(failed)} failed save(s) (step {steps}) never became latest"
+        return [ctx.finding(name, R, Msg("progress.failed-save-not-published.never-observed"))]
+    msg = Msg(
+        "progress.failed-save-not-published.completed-failed"
+        if failed
+        else "progress.failed-save-not-published.completed",
+        n=len(looks),
+        failed=len(failed),
+        steps=[e.get("step") for e in failed],
+    )
     return [ctx.finding(name, P, msg, failed_saves=len(failed))]
 
 
@@ -88,7 +107,7 @@ def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
     tl, name = ctx.timeline, "progress.damaged-checkpoint-refused"
     damaged = [e for e in tl.of("fault", "injected") if e.get("ckpt_id")]
     if not damaged:
-        return [ctx.finding(name, P, "no checkpoint was damaged in this run")]
+        return [ctx.finding(name, P, Msg("progress.damaged-checkpoint-refused.none"))]
     out = []
     for inj in damaged:
         cid = str(inj["ckpt_id"])
@@ -100,8 +119,11 @@ def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     R,
-                    f"no replica decided what to load after {cid} was damaged "
-                    f"({inj.get('damage')}): the damage was never put to the test",
+                    Msg(
+                        "progress.damaged-checkpoint-refused.untested",
+                        ckpt=cid,
+                        damage=inj.get("damage"),
+                    ),
                 )
             )
             continue
@@ -114,8 +136,13 @@ def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     F,
-                    f"rank {e.get('rank')} loaded {cid} after it was damaged "
-                    f"({inj.get('damage')}), verified={e.get('verified')}",
+                    Msg(
+                        "progress.damaged-checkpoint-refused.loaded",
+                        rank=e.get("rank"),
+                        ckpt=cid,
+                        damage=inj.get("damage"),
+                        verified=e.get("verified"),
+                    ),
                     ckpt_id=cid,
                 )
             )
@@ -127,7 +154,11 @@ def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
             if isinstance(r, dict) and str(r.get("id")) == cid
         ]
         chosen = next((e for e in decision if e.kind == "ckpt_load"), None)
-        fell_to = f"{chosen.get('id')} (step {chosen.get('step')})" if chosen else "scratch"
+        fell_to = (
+            Msg("expectation.restart.ckpt", ckpt=chosen.get("id"), step=chosen.get("step"))
+            if chosen
+            else Msg("value.scratch")
+        )
         offered = [e for e in decision if "handed_over" in e.fields]
         if not said and offered and all(str(e.get("handed_over")) != cid for e in offered):
             # A platform that hands checkpoints over (Ray Train) never offered the damaged
@@ -136,9 +167,11 @@ def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     R,
-                    f"the platform handed over {offered[0].get('handed_over')}, not damaged "
-                    f"{cid}: the damage was never put to the test (inject after the platform "
-                    "has registered the checkpoint)",
+                    Msg(
+                        "progress.damaged-checkpoint-refused.not-offered",
+                        handed=offered[0].get("handed_over"),
+                        ckpt=cid,
+                    ),
                     ckpt_id=cid,
                 )
             )
@@ -148,8 +181,7 @@ def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
                 ctx.finding(
                     name,
                     F,
-                    f"the restart did not load damaged {cid} but fell back to {fell_to} "
-                    "without reporting it as rejected: the fallback was silent",
+                    Msg("progress.damaged-checkpoint-refused.silent", ckpt=cid, fell_to=fell_to),
                     ckpt_id=cid,
                 )
             )
@@ -158,8 +190,13 @@ def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                f"damaged {cid} ({inj.get('damage')}) was refused: {said[0].get('reason')}; "
-                f"fell back to {fell_to}",
+                Msg(
+                    "progress.damaged-checkpoint-refused.refused",
+                    ckpt=cid,
+                    damage=inj.get("damage"),
+                    reason=said[0].get("reason"),
+                    fell_to=fell_to,
+                ),
                 ckpt_id=cid,
                 reason=said[0].get("reason"),
                 fell_back_to=chosen.get("id") if chosen else None,
@@ -176,7 +213,7 @@ def outage_overlapped_save(ctx: CheckContext) -> list[Finding]:
     tl, name = ctx.timeline, "expectation.outage-overlapped-save"
     inj = _injection(ctx, "storage-outage")
     if inj is None:
-        return [ctx.finding(name, P, "not a storage outage (or it was never injected)")]
+        return [ctx.finding(name, P, Msg("expectation.outage-overlapped-save.not-outage"))]
     t0, t1 = inj.mono, _fault_end(ctx, inj)
     # The last look at the pointer is taken just before the revert acts; a save the revert
     # releases (SIGCONT to a hung server) may complete before ``reverted`` is written.
@@ -192,23 +229,20 @@ def outage_overlapped_save(ctx: CheckContext) -> list[Finding]:
         and t0 <= e.mono - float(e["duration_s"]) <= t1
     ]
     if done:
-        ids = ", ".join(str(e.get("id")) for e in done)
-        return [
-            ctx.finding(
-                name,
-                R,
-                f"save(s) {ids} completed during the outage: the outage did not take effect",
-            )
-        ]
+        ids = [str(e.get("id")) for e in done]
+        return [ctx.finding(name, R, Msg("expectation.outage-overlapped-save.no-effect", ids=ids))]
     if blocked and not failed:
         e = blocked[0]
         return [
             ctx.finding(
                 name,
                 P,
-                f"the save of step {e.get('step')} started during the outage and blocked until "
-                f"it ended: it completed {e.mono - t1:.2f} s after the outage ended, "
-                f"{float(e['duration_s']):.2f} s after it began",
+                Msg(
+                    "expectation.outage-overlapped-save.blocked",
+                    step=e.get("step"),
+                    after_s=e.mono - t1,
+                    duration_s=float(e["duration_s"]),
+                ),
                 blocked_steps=[b.get("step") for b in blocked],
             )
         ]
@@ -217,17 +251,20 @@ def outage_overlapped_save(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 R,
-                f"no checkpoint save was attempted during the {t1 - t0:.1f} s outage: retime "
-                "the trigger or lengthen for_s so that it overlaps a save",
+                Msg("expectation.outage-overlapped-save.no-save", seconds=t1 - t0),
             )
         ]
     errors = sorted({re.sub(r": '[^']*'$", "", str(e.get("error"))) for e in failed})
-    steps = ", ".join(str(e.get("step")) for e in failed)
     return [
         ctx.finding(
             name,
             P,
-            f"{len(failed)} save(s) (step {steps}) failed during the outage: {'; '.join(errors)}",
+            Msg(
+                "expectation.outage-overlapped-save.failed",
+                n=len(failed),
+                steps=[e.get("step") for e in failed],
+                errors=errors,
+            ),
             failed_steps=[e.get("step") for e in failed],
         )
     ]
@@ -239,21 +276,27 @@ def restart_during_outage(ctx: CheckContext) -> list[Finding]:
     tl, name = ctx.timeline, "expectation.restart-during-outage"
     inj = _injection(ctx, "control-plane-outage")
     if inj is None or not inj.get("restart_during"):
-        return [ctx.finding(name, P, "no restart was asked for during a control-plane outage")]
+        return [ctx.finding(name, P, Msg("expectation.restart-during-outage.not-asked"))]
     failed = tl.of("fault", "restart_probe_failed")
     if failed:
-        return [ctx.finding(name, R, f"the restart probe failed: {failed[0].get('error')}")]
+        error = failed[0].get("error")
+        return [ctx.finding(name, R, Msg("expectation.restart-during-outage.failed", error=error))]
     probe = tl.first("fault", "restart_probe", after=inj.mono)
     if probe is None:
-        return [ctx.finding(name, R, "the restart probe never fired inside the outage")]
+        return [ctx.finding(name, R, Msg("expectation.restart-during-outage.never"))]
     end = _fault_end(ctx, inj)
     if probe.mono > end:
-        return [ctx.finding(name, R, "the restart probe fired after the outage had ended")]
+        return [ctx.finding(name, R, Msg("expectation.restart-during-outage.too-late"))]
     return [
         ctx.finding(
             name,
             P,
-            f"worker rank {probe.get('rank')} (pid {probe.get('pid')}) killed "
-            f"{probe.mono - inj.mono:.1f} s into the {end - inj.mono:.1f} s outage",
+            Msg(
+                "expectation.restart-during-outage.killed",
+                rank=probe.get("rank"),
+                pid=probe.get("pid"),
+                at_s=probe.mono - inj.mono,
+                outage_s=end - inj.mono,
+            ),
         )
     ]

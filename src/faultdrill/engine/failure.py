@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from faultdrill import rundir
+
 __all__ = ["TAIL_LINES", "failure_facts"]
 
 #: How many of the worker's last output lines are kept.
@@ -52,7 +54,7 @@ def failure_facts(work: Path, argv: Sequence[str], run_dir: Path | None = None) 
         "log": None,
     }
     first: tuple[str, Path, list[str], int] | None = None
-    logs = sorted((work / "logs").glob("*.log"))
+    logs = sorted(rundir.logs_dir(work).glob("*.log"))
     for log in logs:
         lines = _tail_of(log)
         for i, line in enumerate(lines):

@@ -29,8 +29,9 @@ from typing import Any
 
 import yaml
 
-from faultdrill import __version__
+from faultdrill import __version__, rundir
 from faultdrill.engine.failure import failure_facts
+from faultdrill.engine.phases import PhaseClock
 from faultdrill.engine.samplers import ProcessSampler, end_snapshot
 from faultdrill.engine.watch import Watch, stop_reason
 from faultdrill.errors import DrillError, FaultError
@@ -50,20 +51,22 @@ from faultdrill.plan import (
 )
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
+from faultdrill.rundir import ItemKind, item_dir
 from faultdrill.safepath import write_file
 from faultdrill.timeline import Timeline
+from faultdrill.timeline.store import StepStoreWriter
 
 __all__ = [
     "REFERENCE_WORKLOAD",
     "DrillInterrupted",
-    "ItemKind",
     "Reporter",
     "execute_item",
-    "item_dir",
     "signal_guard",
 ]
 
-ItemKind = str  # "baseline" | "scenario" | "control"
+#: How often the engine looks at the job (progress, trigger, state, stop conditions): a
+#: trigger fires and the job's end is noticed at most this late.
+POLL_S = 0.05
 Reporter = Callable[[str, str], None]  # (item id, status line)
 
 
@@ -114,12 +117,6 @@ class signal_guard:  # noqa: N801  (used as a context manager, reads as a statem
             signal.signal(s, old)
 
 
-def item_dir(run_dir: Path, kind: ItemKind, item_id: str) -> Path:
-    if kind == "baseline":
-        return run_dir / "baseline"
-    return run_dir / ("scenarios" if kind == "scenario" else "controls") / item_id
-
-
 # --- job construction ------------------------------------------------------------------
 
 
@@ -136,7 +133,7 @@ def _workload_config(
 def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: str) -> JobSpec:
     ckpt_dir = work / plan.checkpoint.dir
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    events_dir = work / "events"
+    events_dir = rundir.events_dir(work)
     wl_path = work / "workload.json"
     wl_path.write_text(json.dumps(_workload_config(plan, item, ckpt_dir, work), indent=2) + "\n")
     ep = plan.task.entrypoint
@@ -226,8 +223,8 @@ def execute_item(
         raise DrillError(f"{work} already holds a drill; use a new --out directory")
     work.mkdir(parents=True, exist_ok=True)
     run_id = f"{plan.task.id}-{item_id}-{uuid.uuid4().hex[:8]}"
-    sink = EventSink(work / "events", plan.task.id)
-    ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
+    sink = EventSink(rundir.events_dir(work), plan.task.id)
+    ledger = Ledger(rundir.ledger_path(work), run_id=run_id)
     platform_cls = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
     platform: Platform = platform_cls(plan.resources, work, ledger, sink)
     stop = plan.stop_for(item.stop) if item is not None else plan.stop
@@ -243,11 +240,13 @@ def execute_item(
     )
     ledger.activate()
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
+    # the probe files, tailed while the job runs, into the columnar step store
+    watch = Watch(rundir.events_dir(work), StepStoreWriter(rundir.events_dir(work)))
     tail = None  # a job that cannot be changed: its progress read from its log lines
     if plan.logs is not None:
         tail = LogTail(
             plan.logs,
-            work / "logs",
+            rundir.logs_dir(work),
             sink,
             platform.replicas,
             world_size=plan.resources.world_size,
@@ -267,36 +266,35 @@ def execute_item(
     natural_end = False
     pending: list[str] = []  # filled in place by the cleanup; a DrillInterrupted carries it
     guard = signal_guard()
+    phase = PhaseClock(sink)
     with guard:
         try:
             try:
-                platform.prepare()
-                job = build_job(plan, item, work, run_id)
-                if fault is not None:
-                    _prepare_fault(fault, ctx)
-                platform.submit(job)
-                sampler.start()
-                if tail is not None:
-                    tail.start()
-                if isinstance(platform, NetworkTrack):
-                    platform.start_network_track(plan.observation.net_hz)
-                outcome, natural_end = _watch_job(
-                    plan, kind, item, fault, ctx, platform, stop, work, report
-                )
+                with phase("bring-up"):
+                    platform.prepare()
+                    job = build_job(plan, item, work, run_id)
+                    if fault is not None:
+                        _prepare_fault(fault, ctx)
+                with phase("job"):
+                    platform.submit(job)
+                    sampler.start()
+                    if tail is not None:
+                        tail.start()
+                    if isinstance(platform, NetworkTrack):
+                        platform.start_network_track(plan.observation.net_hz)
+                    outcome, natural_end = _watch_job(
+                        plan, kind, item, fault, ctx, platform, stop, watch, report
+                    )
                 if outcome == JobState.FAILED.value:  # say why, from the launcher's logs
-                    sink.emit(
-                        "harness", "job_failed", **failure_facts(work, job.argv, run_dir.resolve())
-                    )
+                    with phase("sampling", part="why the job failed"):
+                        facts = failure_facts(work, job.argv, run_dir.resolve())
+                        sink.emit("harness", "job_failed", **facts)
                 if natural_end:
-                    time.sleep(plan.observation.settle_s)
-                    sink.emit(
-                        "harness",
-                        "procs_final",
-                        **end_snapshot(
-                            platform, sampler, settle_s=plan.observation.settle_s, after_stop=False
-                        ),
-                    )
-                    _observe_after_end(plan.observation.post_s, platform, sampler, sink)
+                    with phase("settle"):
+                        _settle(platform, sampler, sink, plan.observation.settle_s)
+                    if plan.observation.post_s > 0:
+                        with phase("post-window"):
+                            _observe_after_end(plan.observation.post_s, platform, sampler, sink)
             except DrillInterrupted as exc:
                 outcome = "interrupted"
                 sink.emit("harness", "interrupted", signal=signal.Signals(exc.signum).name)
@@ -305,7 +303,17 @@ def execute_item(
             finally:
                 guard.cleaning = True  # from here on signals are noted, never raised
                 pending[:] = _finish(
-                    plan, fault, ctx, platform, sampler, sink, ledger, work, natural_end, tail
+                    plan,
+                    fault,
+                    ctx,
+                    platform,
+                    sampler,
+                    watch,
+                    ledger,
+                    work,
+                    natural_end,
+                    phase,
+                    tail,
                 )
         finally:
             if guard.late is not None:  # the job's outcome stands; the run stops after it
@@ -322,6 +330,20 @@ def execute_item(
     return work
 
 
+def _settle(platform: Platform, sampler: ProcessSampler, sink: EventSink, settle_s: float) -> None:
+    """After the job ended by itself: give it up to ``settle_s`` to release everything, then
+    record what is left (``procs_final``). Ends as soon as none of its processes is left:
+    a job with no process cannot release anything more."""
+    started = time.monotonic()
+    sampler.wait_gone(settle_s)
+    sink.emit(
+        "harness",
+        "procs_final",
+        settled_s=round(time.monotonic() - started, 3),
+        **end_snapshot(platform, sampler, settle_s=settle_s, after_stop=False),
+    )
+
+
 def _watch_job(
     plan: Plan,
     kind: ItemKind,
@@ -330,19 +352,18 @@ def _watch_job(
     ctx: FaultContext,
     platform: Platform,
     stop: StopConditions,
-    work: Path,
+    watch: Watch,
     report: Reporter,
 ) -> tuple[str, bool]:
     """Poll until the job ends or a stop condition fires. Returns (outcome, ended naturally)."""
     sink = ctx.sink
-    watch = Watch(work / "events")
     started = time.monotonic()
     injected_at: float | None = None
     reverted = False
     resubmitted = False
     item_id = item.id if item is not None else "baseline"
     while True:
-        time.sleep(0.1)
+        time.sleep(POLL_S)
         now = time.monotonic()
         watch.poll()
         state = platform.poll()
@@ -441,21 +462,38 @@ def _inject(fault: Fault, ctx: FaultContext, item: Scenario | Control, watch: Wa
         spec=spec.model_dump(mode="json"),
         trigger=item.trigger.describe(),
     )
+    before = set(ctx.ledger.entries)
     try:
         facts = fault.inject(ctx)
     except FaultError as exc:
         ctx.sink.emit("fault", "inject_failed", fault=spec.kind, error=str(exc))
         return -1.0
+    acted = _first_change_applied(ctx.ledger, before)
     ev = ctx.sink.emit(
         "fault",
         "injected",
+        at_mono=acted,
         fault=spec.kind,
         target=spec.target_label(),
         at_step=watch.max_step,
         duration_s=spec.duration_s,
+        stamped="first change applied" if acted is not None else "inject returned",
         **facts,
     )
     return ev.mono
+
+
+def _first_change_applied(ledger: Ledger, before: set[str]) -> float | None:
+    """When the first change a fault made while injecting was in effect: the earliest
+    ``applied_mono`` of the ledger entries it added (every change is recorded, then made,
+    then marked applied). None when it recorded none (the event is then stamped when
+    ``inject`` returned, after any waiting it did)."""
+    stamps = [
+        e.applied_mono
+        for eid, e in list(ledger.entries.items())
+        if eid not in before and e.applied_mono is not None
+    ]
+    return min(stamps, default=None)
 
 
 def _revert(fault: Fault, ctx: FaultContext) -> None:
@@ -473,10 +511,11 @@ def _finish(
     ctx: FaultContext,
     platform: Platform,
     sampler: ProcessSampler,
-    sink: EventSink,
+    watch: Watch,
     ledger: Ledger,
     work: Path,
     natural_end: bool,
+    phase: PhaseClock,
     tail: LogTail | None = None,
 ) -> list[str]:
     """The cleanup path: runs on every exit, with signals noted and ignored (the caller
@@ -493,11 +532,46 @@ def _finish(
             detail = str(exc) if isinstance(exc, DrillError) else f"{type(exc).__name__}: {exc}"
             problems.append(f"{what}: {detail}")
 
-    if fault is not None:
-        attempt("revert the fault", lambda: fault.revert(ctx))
-    attempt("stop the job", lambda: platform.stop(reason="end of drill"))
-    if tail is not None:  # before the inventory: it hashes what the last lines saved
-        attempt("read the job's last log lines", tail.stop)
+    sink = ctx.sink
+    with phase("teardown", part="revert the fault, stop the job"):
+        if fault is not None:
+            attempt("revert the fault", lambda: fault.revert(ctx))
+        attempt("stop the job", lambda: platform.stop(reason="end of drill"))
+    with phase("sampling"):
+        if tail is not None:  # before the inventory: it hashes what the last lines saved
+            attempt("read the job's last log lines", tail.stop)
+        _close_observation(plan, platform, sampler, watch, work, natural_end, attempt)
+    with phase("teardown", part="release the platform, replay the ledger"):
+        attempt("tear the platform down", platform.teardown)
+
+        def revert_ledger() -> None:
+            problems.extend(ledger.revert_all())
+            problems.extend(f"left alone, not ours: {note}" for note in ledger.notes)
+            problems.extend(f"refused, not of this run's making: {why}" for why in ledger.refused)
+
+        attempt("revert the ledger", revert_ledger)
+        pending = [f"{e.kind} {e.label}".strip() for e in ledger.pending()]
+        if pending:
+            problems.append(f"{len(pending)} ledger entries not reverted; run `faultdrill cleanup`")
+        else:
+            attempt("drop the ledger's index entry", ledger.deactivate)
+    sink.emit("harness", "cleanup", problems=problems, ledger_pending=len(pending))
+    return pending
+
+
+def _close_observation(
+    plan: Plan,
+    platform: Platform,
+    sampler: ProcessSampler,
+    watch: Watch,
+    work: Path,
+    natural_end: bool,
+    attempt: Callable[[str, Callable[[], object]], None],
+) -> None:
+    """The closing observations: the snapshot after a stop, the last sample, the rest of
+    the probe files into the step store, the checkpoint inventory and the exported
+    artefacts hashed again."""
+    sink = sampler.sink
     if not natural_end and sampler.running:
         attempt(
             "final process snapshot",
@@ -508,9 +582,10 @@ def _finish(
             ),
         )
     attempt("stop the sampler", sampler.stop)
+    attempt("close the step store", watch.close)
 
     def inventory() -> None:
-        tl = Timeline.load(work / "events")
+        tl = Timeline.load(rundir.events_dir(work))
         records, pointer = take_inventory(
             tl, work / plan.checkpoint.dir, plan.checkpoint.latest_file, plan.checkpoint.keep
         )
@@ -522,21 +597,6 @@ def _finish(
             sink.emit("harness", "artifact_verified", **rec)
 
     attempt("checkpoint inventory failed", inventory)
-    attempt("tear the platform down", platform.teardown)
-
-    def revert_ledger() -> None:
-        problems.extend(ledger.revert_all())
-        problems.extend(f"left alone, not ours: {note}" for note in ledger.notes)
-        problems.extend(f"refused, not of this run's making: {why}" for why in ledger.refused)
-
-    attempt("revert the ledger", revert_ledger)
-    pending = [f"{e.kind} {e.label}".strip() for e in ledger.pending()]
-    if pending:
-        problems.append(f"{len(pending)} ledger entries not reverted; run `faultdrill cleanup`")
-    else:
-        attempt("drop the ledger's index entry", ledger.deactivate)
-    sink.emit("harness", "cleanup", problems=problems, ledger_pending=len(pending))
-    return pending
 
 
 def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:
@@ -548,4 +608,4 @@ def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:
         if source
         else yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False)
     )
-    write_file(run_dir / "plan.yaml", text, within=run_dir)
+    write_file(run_dir / rundir.PLAN, text, within=run_dir)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from faultdrill import rundir
 from faultdrill.checks import Verdict
 from faultdrill.engine.dossier import (
     amend_change_record,
@@ -24,15 +25,16 @@ from faultdrill.engine.item import (
     Reporter,
     environment_facts,
     execute_item,
-    item_dir,
     write_plan_copy,
 )
+from faultdrill.engine.phases import record_phase
 from faultdrill.errors import DrillError
 from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item
 from faultdrill.judge.reference import Reference
-from faultdrill.plan import Plan
+from faultdrill.plan import Control, Plan, Scenario
 from faultdrill.platforms import PLATFORMS
 from faultdrill.report import write_reports
+from faultdrill.rundir import ItemKind
 from faultdrill.timeline import Timeline
 
 __all__ = ["Progress", "host_problem", "machine_problems", "run_plan", "write_dossier"]
@@ -98,18 +100,18 @@ def write_dossier(
         },
         "environment": environment_facts(),
     }
-    base = item_dir(run_dir, "baseline", "baseline")
-    options = _platform_options(base)
+    options = _platform_options(rundir.item_dir(run_dir, "baseline", "baseline"))
     if options:
         dossier["resources"]["platform_options"] = options
-    (base / "dossier.json").write_text(json.dumps(dossier, indent=2) + "\n")
+    path = rundir.dossier_path(run_dir)
+    path.write_text(json.dumps(dossier, indent=2) + "\n")
 
 
 def _platform_options(work: Path) -> dict[str, object]:
     """What the platform recorded of its own recovery-deciding options in the baseline
     (its ``platform``/``dossier`` event: Slurm's requeue, timeouts...); {} if none."""
     try:
-        events = Timeline.load(work / "events").of("platform", "dossier")
+        events = Timeline.load(rundir.events_dir(work)).of("platform", "dossier")
     except OSError:
         return {}
     return dict(events[-1].fields) if events else {}
@@ -240,13 +242,13 @@ def run_plan(
     platform = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
     # One scope around every item: an embedded cluster is brought up once per run.
     with platform.run_scope(plan.resources, run_dir):
-        base, base_tl, reference, items, skipped = _execute(
+        base, base_tl, reference, items, skipped, works = _execute(
             plan, run_dir, only, controls, report, say
         )
     (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
     amend_change_record(
         plan,
-        item_dir(run_dir, "baseline", "baseline") / "dossier.json",
+        rundir.dossier_path(run_dir),
         {"baseline": base_tl, **{i.id: i.timeline for i in items}},
     )
     result = RunResult(
@@ -258,7 +260,7 @@ def run_plan(
         [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
         controls_waived=not controls,
     )
-    write_reports(result)
+    _write_reports_timed(result, works)
     return result
 
 
@@ -269,21 +271,24 @@ def _execute(
     controls: bool,
     report: Reporter,
     say: _Announcer,
-) -> tuple[ItemResult, Timeline, Reference, list[ItemResult], dict[str, str]]:
+) -> tuple[ItemResult, Timeline, Reference, list[ItemResult], dict[str, str], list[Path]]:
     """The baseline, the rounds in order and the controls, each executed and judged;
-    returns the baseline's result and timeline, its reference, the items' results and the
-    scenarios not run (id -> reason)."""
+    returns the baseline's result and timeline, its reference, the items' results, the
+    scenarios not run (id -> reason) and the items' directories."""
     skipped: dict[str, str] = {}
     data_before = snapshot_record(plan, "before the baseline")
     started = time.time()
     say.start("baseline", "baseline")
     base_work = execute_item(plan, "baseline", None, run_dir, report)
     ended = time.time()
-    base_tl = Timeline.load(base_work / "events")
+    t = time.monotonic()  # the baseline's checks: its load, dossier and reference included
+    base_tl = Timeline.load(rundir.events_dir(base_work))
     write_dossier(plan, run_dir, started, ended, timeline=base_tl, data_before=data_before)
     reference = Reference.from_timeline(base_tl)
     base = evaluate_item(plan, "baseline", None, base_work, reference, timeline=base_tl)
+    _timed(plan, base_work, "checks", t)
     say.done("baseline", "baseline", base)
+    works = [base_work]
     items: list[ItemResult] = []
     blocked_by: str | None = None
     if base.verdict != Verdict.PASS and not (
@@ -299,23 +304,16 @@ def _execute(
                 skipped[sc.id] = f"not run: {blocked_by}"
                 say.skip(sc.id, "scenario", skipped[sc.id])
                 continue
-            say.start(sc.id, "scenario")
-            work = execute_item(plan, "scenario", sc, run_dir, report)
-            res = evaluate_item(plan, "scenario", sc, work, reference, base.verdict)
+            res = _run_item(plan, "scenario", sc, run_dir, report, reference, base, say, works)
             items.append(res)
-            say.done(sc.id, "scenario", res)
             round_ok &= res.verdict == Verdict.PASS
         if not round_ok and not rnd.continue_on_failure and blocked_by is None:
             blocked_by = f"round {rnd.round} did not pass (set continue_on_failure to go on)"
     for ctl in plan.controls if controls else ():
         if only is not None and ctl.id not in only:
             continue
-        say.start(ctl.id, "control")
-        work = execute_item(plan, "control", ctl, run_dir, report)
-        res = evaluate_item(plan, "control", ctl, work, reference, base.verdict)
-        items.append(res)
-        say.done(ctl.id, "control", res)
-    return base, base_tl, reference, items, skipped
+        items.append(_run_item(plan, "control", ctl, run_dir, report, reference, base, say, works))
+    return base, base_tl, reference, items, skipped, works
 
 
 def _only_unobservable(res: ItemResult) -> bool:
@@ -327,3 +325,48 @@ def _only_unobservable(res: ItemResult) -> bool:
         f.verdict == Verdict.PASS or (f.verdict == Verdict.RETEST and f.data.get("unobservable"))
         for f in findings
     )
+
+
+def _run_item(
+    plan: Plan,
+    kind: ItemKind,
+    item: Scenario | Control,
+    run_dir: Path,
+    report: Reporter,
+    reference: Reference,
+    base: ItemResult,
+    say: _Announcer,
+    works: list[Path],
+) -> ItemResult:
+    """Run and judge one scenario or control (its checks timed as its ``checks`` phase);
+    its directory is appended to ``works``."""
+    say.start(item.id, kind)
+    work = execute_item(plan, kind, item, run_dir, report)
+    t = time.monotonic()
+    res = evaluate_item(plan, kind, item, work, reference, base.verdict)
+    _timed(plan, work, "checks", t)
+    works.append(work)
+    say.done(item.id, kind, res)
+    return res
+
+
+def _write_reports_timed(result: RunResult, works: list[Path]) -> None:
+    """Write the run's reports; their time is each item's ``report`` phase, shared
+    equally by the items."""
+    t = time.monotonic()
+    write_reports(result)
+    seconds = time.monotonic() - t
+    for work in works:
+        record_phase(
+            rundir.events_dir(work),
+            result.plan.task.id,
+            "report",
+            t,
+            seconds / len(works),
+            run_s=round(seconds, 6),
+            items=len(works),
+        )
+
+
+def _timed(plan: Plan, work: Path, phase: str, started: float) -> None:
+    record_phase(rundir.events_dir(work), plan.task.id, phase, started, time.monotonic() - started)

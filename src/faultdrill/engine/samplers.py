@@ -2,10 +2,18 @@
 
 A background thread reads the platform's replicas at a fixed rate and emits a ``proc_seen``
 event (with the process's parent, session and, for a child of a replica, its ``owner``:
-see :mod:`faultdrill.lineage`) the first time a (pid, start time) appears and a ``proc_gone`` event (with the last
-time it was seen) the first time it is missing. Listening ports of the job's processes are
-recorded once a second, so that the end-of-job snapshot can say whether they were released.
-Extra samplers (e.g. the network track) plug in as ``tick`` callables.
+see :mod:`faultdrill.lineage`) the first time a (pid, start time) appears and a
+``proc_gone`` event (with the last time it was seen) the first time it is missing.
+
+Where the platform's processes are this host's (``Platform.host_processes``), every process
+seen is also followed to its end by event (:mod:`faultdrill.engine.exits`): a ``proc_exit``
+event stamped with the real exit time (``clock``: ``kernel`` or ``pidfd``) and, where the
+kernel said, the exit code or signal. Sampling stays for what has no event (a process gone
+before it was followed, a host without pidfds); the timeline prefers the exit event.
+
+Listening ports of the job's processes are recorded once a second, so that the end-of-job
+snapshot can say whether they were released. Extra samplers (e.g. the network track) plug
+in as ``tick`` callables.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from faultdrill.engine.exits import Exit, ExitWatch
 from faultdrill.events import EventSink
 from faultdrill.platforms.api import Platform, Replica
 from faultdrill.platforms.local import procfs
@@ -31,7 +40,17 @@ class HasReplicas(Protocol):
 
 
 class ProcessSampler:
-    def __init__(self, platform: HasReplicas, sink: EventSink, hz: float) -> None:
+    """Samples the platform's processes at ``hz``; follows their exits by event where the
+    platform's processes are this host's (``follow_exits=None``: decide by the platform)."""
+
+    def __init__(
+        self,
+        platform: HasReplicas,
+        sink: EventSink,
+        hz: float,
+        *,
+        follow_exits: bool | None = None,
+    ) -> None:
         self.platform = platform
         self.sink = sink
         self.period = 1.0 / hz
@@ -45,12 +64,17 @@ class ProcessSampler:
         # A child an agent just forked still shows the agent's command line and environment
         # until it execs into a worker; its first description would stick (proc_seen).
         self._unborn: dict[tuple[int, int], float] = {}
+        if follow_exits is None:
+            follow_exits = bool(getattr(platform, "host_processes", False))
+        self.exits: ExitWatch | None = ExitWatch(self._exited) if follow_exits else None
 
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
 
     def start(self) -> None:
+        if self.exits is not None:
+            self.exits.start()
         self._thread.start()
 
     def stop(self) -> None:
@@ -58,8 +82,46 @@ class ProcessSampler:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self.sample()  # one last reading, so the end state is on the timeline
+        watch, self.exits = self.exits, None
+        if watch is not None:
+            watch.close()
         # Events are emitted on change only; this one says until when "no change" held.
-        self.sink.emit("sampler", "sampling_stopped", alive=len(self.known))
+        self.sink.emit(
+            "sampler",
+            "sampling_stopped",
+            alive=len(self.known),
+            exit_clock=watch.clock if watch is not None else None,
+            exit_reports_lost=watch.lost_reports if watch is not None else 0,
+        )
+
+    def wait_gone(self, timeout_s: float, poll_s: float = 0.02) -> bool:
+        """Wait until none of the job's processes is left (at most ``timeout_s``); returns
+        whether none is. A job that has released everything cannot release more, so
+        waiting longer would prove nothing new."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if not self.platform.replicas():
+                    return True
+            except Exception:  # a failed reading proves nothing: wait out the time
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(poll_s, left))
+
+    def _exited(self, ex: Exit) -> None:
+        self.sink.emit(
+            "sampler",
+            "proc_exit",
+            at_mono=ex.mono,
+            pid=ex.pid,
+            start_time=ex.start_time,
+            clock=ex.clock,
+            exit_code=ex.exit_code,
+            signal=ex.signal,
+            **ex.facts,
+        )
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -96,6 +158,15 @@ class ProcessSampler:
                         sid=rep.sid,
                         owner=rep.owner,
                     )
+                    if self.exits is not None:
+                        self.exits.follow(
+                            rep.pid,
+                            rep.start_time,
+                            now,
+                            role=rep.role,
+                            rank=rep.rank,
+                            node=rep.node,
+                        )
                 self.known[key] = (rep, now)
             for key in [k for k in self.known if k not in current]:
                 rep, last = self.known.pop(key)

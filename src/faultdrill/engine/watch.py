@@ -9,6 +9,7 @@ first non-finite loss. :meth:`Watch.triggered` says when a scenario's fault is d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -16,16 +17,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from faultdrill.plan import StopConditions, Trigger
+from faultdrill.timeline.store import StepStoreWriter, parse_chunk
 
 __all__ = ["Watch", "stop_reason"]
 
 
 @dataclass
 class Watch:
-    """What the engine knows of the job's progress, from tailing the probe files."""
+    """What the engine knows of the job's progress, from tailing the probe files.
+
+    With a ``store``, every complete line read is also appended to the columnar step store
+    (:mod:`faultdrill.timeline.store`): the harness reads each line once, while the job
+    runs, and the timeline loads from columns afterwards. :meth:`close` catches up and
+    writes the store's manifest."""
 
     events_dir: Path
+    store: StepStoreWriter | None = None
     offsets: dict[Path, int] = field(default_factory=dict)
     max_step: int = 0
     saves: int = 0
@@ -33,49 +43,67 @@ class Watch:
     last_progress_mono: float | None = None
     nonfinite: str | None = None
     ranks_seen: set[int] = field(default_factory=set)
+    _synced: float = 0.0
 
     def poll(self) -> None:
         # joblog-*: probe events the harness read from a job's log lines (faultdrill.joblogs)
         paths = [
-            *self.events_dir.glob("probe-rank*.jsonl"),
-            *self.events_dir.glob("joblog-*.jsonl"),
+            *sorted(self.events_dir.glob("probe-rank*.jsonl")),
+            *sorted(self.events_dir.glob("joblog-*.jsonl")),
         ]
         for path in paths:
             off = self.offsets.get(path, 0)
             try:
                 with open(path, "rb") as f:
                     f.seek(off)
-                    chunk = f.read()
+                    data = f.read(_READ_MAX)
             except OSError:
                 continue
-            end = chunk.rfind(b"\n")
+            end = data.rfind(b"\n")
             if end < 0:
                 continue
+            data = data[: end + 1]
             self.offsets[path] = off + end + 1
-            for raw in chunk[: end + 1].splitlines():
-                try:
-                    ev = json.loads(raw)
-                except ValueError:
-                    continue
+            if self.store is not None:
+                chunk = self.store.add(path.name, data, off)
+            else:
+                chunk = parse_chunk(data)
+            for ev in chunk.records:
                 self._see(ev)
+            if chunk.steps is not None:
+                self._steps(chunk.steps, data)
+        now = time.monotonic()
+        if self.store is not None and now - self._synced >= _SYNC_S:
+            self._synced = now
+            self.store.sync()
+
+    def close(self) -> None:
+        """Read what is left and close the store (idempotent)."""
+        if self.store is None:
+            return
+        try:
+            self.poll()
+        finally:
+            store, self.store = self.store, None
+            store.close()
+
+    def _steps(self, cols: list[np.ndarray], data: bytes) -> None:
+        mono, _rank, _pid, step, loss = cols[:5]
+        if self.first_step_mono is None:
+            self.first_step_mono = float(mono[0])
+        self.max_step = max(self.max_step, int(step.max()))
+        self.last_progress_mono = max(self.last_progress_mono or -math.inf, float(mono.max()))
+        # NaN in the column: no loss reported; +-inf: a reported NaN or infinity
+        if self.nonfinite is None and bool(np.isinf(loss).any()):
+            self.nonfinite = _first_nonfinite(data)
 
     def _see(self, ev: dict[str, Any]) -> None:
         kind = ev.get("kind")
-        if kind == "step":
-            step = int(ev.get("step", 0))
-            now = float(ev.get("mono", time.monotonic()))
-            if self.first_step_mono is None:
-                self.first_step_mono = now
-            if step > self.max_step:
-                self.max_step = step
-            self.last_progress_mono = max(self.last_progress_mono or now, now)
-            loss = ev.get("loss")
-            if isinstance(loss, float) and not math.isfinite(loss) and self.nonfinite is None:
-                self.nonfinite = f"rank {ev.get('rank')} step {step} loss {loss}"
-        elif kind == "ckpt_save":
+        if kind == "ckpt_save":
             self.saves += 1
         elif kind == "run_start":
-            self.ranks_seen.add(int(ev.get("rank", 0)))
+            with contextlib.suppress(TypeError, ValueError):
+                self.ranks_seen.add(int(ev.get("rank", 0)))
 
     def triggered(self, trig: Trigger, now: float) -> bool:
         if trig.at_step is not None:
@@ -100,4 +128,25 @@ def stop_reason(
         )
     if stop.stop_on_nonfinite_loss and watch.nonfinite:
         return "nonfinite_loss", watch.nonfinite
+    return None
+
+
+#: At most this much of one probe file is read per poll (the rest at the next one).
+_READ_MAX = 64 << 20
+#: The store's manifest is rewritten at most this often while the job runs (a reader
+#: takes what it does not cover from the JSON lines), and at the end.
+_SYNC_S = 1.0
+
+
+def _first_nonfinite(data: bytes) -> str | None:
+    """How the first step with a non-finite loss among these lines reads, as the stop
+    condition says it."""
+    for raw in data.splitlines():
+        try:
+            ev = json.loads(raw)
+        except ValueError:
+            continue
+        loss = ev.get("loss") if isinstance(ev, dict) else None
+        if ev.get("kind") == "step" and isinstance(loss, float) and not math.isfinite(loss):
+            return f"rank {ev.get('rank')} step {ev.get('step')} loss {loss}"
     return None

@@ -66,10 +66,12 @@ from faultdrill.platforms.api import (
     ReachesCheckpoints,
     SignalsRanks,
 )
+from faultdrill.report.i18n import Msg
 
 __all__ = [
     "EXPECTED_CHECK",
     "HARNESS_CONTROLS",
+    "TITLE_MESSAGE",
     "HarnessControls",
     "HideCheckpointsSpec",
     "RollbackLatestSpec",
@@ -85,11 +87,8 @@ EXPECTED_CHECK = {
     "hide-checkpoints": "progress.no-restart-from-zero",
     "stale-copy": "resources.no-stale-replica",
 }
-_TITLE = {
-    "rollback-latest": "the latest pointer rolled back to an older checkpoint before a restart",
-    "hide-checkpoints": "the checkpoint directory hidden during a restart",
-    "stale-copy": "a copy of a worker left running across a restart",
-}
+#: The title each harness control gets (a message: a report says it in its language).
+TITLE_MESSAGE = {kind: f"ctl.harness.title.{kind}" for kind in HARNESS_CONTROLS}
 
 
 def _restart_target() -> WorkerTarget:
@@ -414,7 +413,7 @@ def expand_controls(raw: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             {
                 "id": f"ctl-{kind}",
-                "title": f"harness control: {_TITLE[kind]}",
+                "title": Msg(TITLE_MESSAGE[kind]).text(),
                 "fault": {"kind": kind, where: dict(spec.target)},
                 "trigger": dict(spec.trigger),
                 "expected_check": EXPECTED_CHECK[kind],

@@ -29,9 +29,11 @@ def log_evidence(
       line, at most that long after the line reached the file (None: not recorded);
     * ``read``: the tail's counts (lines per file, lines not attributed to a replica, not
       readable, replicas that announced themselves with their first line);
-    * ``not_observable``: each check the plan's patterns leave without evidence, why, and
-      its verdict here (never a pass by default: such a check says retest);
-    * ``undecided``: every progress, resources or results finding that is a retest.
+    * ``not_observable``: each check the plan's patterns leave without evidence, why (also
+      as ``why_message``), and its verdict here (never a pass by default: such a check
+      says retest);
+    * ``undecided``: every progress, resources or results finding that is a retest, with
+      its message id and params.
     """
     summary = tl.first("harness", "log_evidence")
     read = {} if summary is None else dict(summary.fields)
@@ -53,11 +55,16 @@ def log_evidence(
         "from_probe": dict(sorted((k, v) for k, v in from_probe.items() if v)),
         "read": {k: v for k, v in read.items() if k not in ("stamped", "stamp_bound_s")},
         "not_observable": [
-            {"check": check, "why": why, "verdict": verdicts.get(check)}
-            for check, why in patterns.blind_spots()
+            {
+                "check": check,
+                "why": why.text(),
+                "verdict": verdicts.get(check),
+                "why_message": why.to_json(),
+            }
+            for check, why in patterns.blind_spot_messages()
         ],
         "undecided": [
-            {"check": f.check, "message": f.message}
+            {"check": f.check, "message": f.message, "message_id": f.message_id, "params": f.params}
             for cat in _EVIDENCE
             if cat in evidence
             for f in evidence[cat].findings

@@ -41,6 +41,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from faultdrill.report.i18n import Msg
+
 __all__ = ["GROUPS", "LineReader", "LogPatterns", "Reading"]
 
 #: field -> (event kind, required groups, optional groups), in the order a line is read.
@@ -160,47 +162,39 @@ class LogPatterns(BaseModel):
     @property
     def sample_ids(self) -> str:
         """What the step lines say about sample ids, as ``run_start``'s ``sample_ids``."""
+        said = self._sample_ids()
+        return "observed" if said is None else said.text()
+
+    def _sample_ids(self) -> Msg | None:
+        """Why the step lines do not say which samples (None: they do)."""
         groups = _compiled(self.step).groupindex
         if "sample_start" in groups:
-            return "observed"
+            return None
         if "samples" in groups:
-            return (
-                "not observable: the job's step line gives a count of samples "
-                "(logs.step group samples), not which samples"
-            )
-        return "not observable: the job's step line names no samples (logs.step)"
+            return Msg("logs.blind.sample-count")
+        return Msg("logs.blind.sample-none")
 
     def blind_spots(self) -> list[tuple[str, str]]:
         """(check, why) for each check the patterns leave without evidence."""
-        out: list[tuple[str, str]] = []
+        return [(check, why.text()) for check, why in self.blind_spot_messages()]
+
+    def blind_spot_messages(self) -> list[tuple[str, Msg]]:
+        """:meth:`blind_spots` with each why as a message (said in a report's language)."""
+        out: list[tuple[str, Msg]] = []
         step = _compiled(self.step).groupindex
-        if "sample_start" not in step:
-            out.append(("progress.sample-ledger", self.sample_ids))
+        samples = self._sample_ids()
+        if samples is not None:
+            out.append(("progress.sample-ledger", samples))
         if "loss" not in step:
-            out.append(("results.loss-matches-baseline", "logs.step has no loss group"))
+            out.append(("results.loss-matches-baseline", Msg("logs.blind.no-loss")))
         if self.checkpoint_loaded is None:
-            out.append(
-                ("progress.resume-point", "no logs.checkpoint_loaded: a load is not observable")
-            )
+            out.append(("progress.resume-point", Msg("logs.blind.no-load-pattern")))
         elif "verified" not in _compiled(self.checkpoint_loaded).groupindex:
-            out.append(
-                (
-                    "progress.checkpoint-verified",
-                    "logs.checkpoint_loaded has no verified group: whether the job checked "
-                    "a checkpoint before loading it is not observable",
-                )
-            )
+            out.append(("progress.checkpoint-verified", Msg("logs.blind.no-verified")))
         if self.checkpoint_saved is None:
-            out.append(
-                (
-                    "results.final-checkpoint-verifies",
-                    "no logs.checkpoint_saved: the harness cannot hash what the job saved",
-                )
-            )
+            out.append(("results.final-checkpoint-verifies", Msg("logs.blind.no-save-pattern")))
         if "digest" not in _compiled(self.run_end).groupindex:
-            out.append(
-                ("results.final-model-digest", "logs.run_end has no digest group (model digest)")
-            )
+            out.append(("results.final-model-digest", Msg("logs.blind.no-digest")))
         return out
 
 

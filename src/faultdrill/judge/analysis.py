@@ -34,6 +34,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from faultdrill.events import Event
 from faultdrill.timeline import Incarnation, Timeline
 
@@ -227,7 +229,8 @@ def answer_questions(tl: Timeline) -> Answers:
         st = tl.steps
         before = (st.inc == old.index) & (st.mono < new.started_mono)
         if before.any():
-            recomputed = max(0, int(st.step[before].max()) - new.resume_step)
+            last = int(st.step.max(where=before, initial=np.iinfo(np.int64).min))
+            recomputed = max(0, last - new.resume_step)
     ready = next(
         (
             e.mono

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from faultdrill.checks.api import EvidenceResult, Verdict, combine
+from faultdrill.checks.api import EvidenceResult, Msg, Verdict, combine
 from faultdrill.events import Event
 from faultdrill.judge.analysis import injections
 
@@ -54,14 +54,27 @@ _CATEGORY = {Level.VALID_PROGRESS: "progress", Level.CONSISTENT_RESULTS: "result
 
 @dataclass(frozen=True)
 class LevelProof:
-    """One level: its verdict (pass: proven; fail: disproven; retest: not shown), why,
-    and the evidence it rests on (check names of the item's findings, event references)."""
+    """One level: its verdict (pass: proven; fail: disproven; retest: not shown), why (in
+    English; ``said``: the same as a message a report can translate), and the evidence it
+    rests on (check names of the item's findings, event references)."""
 
     level: Level
     verdict: Verdict
     why: str
     findings: tuple[str, ...] = ()
     events: tuple[dict[str, Any], ...] = ()
+    said: Msg | None = None
+
+    @classmethod
+    def of(
+        cls,
+        level: Level,
+        verdict: Verdict,
+        said: Msg,
+        findings: tuple[str, ...] = (),
+        events: tuple[dict[str, Any], ...] = (),
+    ) -> LevelProof:
+        return cls(level, verdict, said.text(), findings, events, said)
 
     @property
     def proven(self) -> bool:
@@ -75,6 +88,7 @@ class LevelProof:
             "why": self.why,
             "findings": list(self.findings),
             "events": list(self.events),
+            **(self.said.to_json() if self.said is not None else {}),
         }
 
 
@@ -112,15 +126,19 @@ def running_again(tl: Timeline) -> LevelProof:
     lvl = Level.RUNNING_AGAIN
     inj = injections(tl)
     if not inj:
-        return LevelProof(lvl, Verdict.RETEST, "the fault was never injected: nothing to recover")
+        return LevelProof.of(lvl, Verdict.RETEST, Msg("level.running-again.never-injected"))
     t0 = inj[0].mono
     new = tl.incarnation_after(t0)
     if new is not None:
         first = min(new.starts, key=lambda e: e.mono)
         refs = [event_ref(first, t0, "rank", "node", "pid")]
-        stepped = ""
+        stepped: Msg | str = ""
         if new.first_step_mono is not None:
-            stepped = f", first step {new.first_step} at +{new.first_step_mono - t0:.2f} s"
+            stepped = Msg(
+                "level.running-again.first-step",
+                step=new.first_step,
+                at_s=new.first_step_mono - t0,
+            )
             refs.append(
                 {
                     "src": "probe",
@@ -130,11 +148,16 @@ def running_again(tl: Timeline) -> LevelProof:
                     "step": new.first_step,
                 }
             )
-        return LevelProof(
+        return LevelProof.of(
             lvl,
             Verdict.PASS,
-            f"incarnation {new.index} announced itself ready at +{new.ready_mono - t0:.2f} s "
-            f"on {', '.join(new.nodes)}{stepped}",
+            Msg(
+                "level.running-again.ready",
+                inc=new.index,
+                at_s=new.ready_mono - t0,
+                nodes=list(new.nodes),
+                stepped=stepped,
+            ),
             events=tuple(refs),
         )
     st = tl.steps
@@ -142,10 +165,10 @@ def running_again(tl: Timeline) -> LevelProof:
     if after.any():
         mono = float(st.mono[after].min())
         step = int(st.step[after][st.mono[after].argmin()])
-        return LevelProof(
+        return LevelProof.of(
             lvl,
             Verdict.PASS,
-            f"no restart was needed: the job kept running (step {step} at +{mono - t0:.2f} s)",
+            Msg("level.running-again.kept-running", step=step, at_s=mono - t0),
             events=(
                 {
                     "src": "probe",
@@ -156,10 +179,10 @@ def running_again(tl: Timeline) -> LevelProof:
                 },
             ),
         )
-    return LevelProof(
+    return LevelProof.of(
         lvl,
         Verdict.FAIL,
-        "after the fault no replica announced itself again and no step was made",
+        Msg("level.running-again.not"),
         events=(event_ref(inj[0], t0, "fault", "target"),),
     )
 
@@ -169,16 +192,20 @@ def _category_proof(level: Level, evidence: dict[str, EvidenceResult]) -> LevelP
     findings = evidence[cat].findings
     verdict = combine([f.verdict for f in findings])
     if verdict == Verdict.PASS:
-        return LevelProof(
+        return LevelProof.of(
             level,
             verdict,
-            f"all {len(findings)} {cat} finding(s) passed",
+            Msg("level.category.passed", n=len(findings), category=cat),
             tuple(sorted({f.check for f in findings})),
         )
     bad = [f for f in findings if f.verdict == verdict]
-    what = "failed" if verdict == Verdict.FAIL else "could not be judged (retest)"
     names = tuple(sorted({f.check for f in bad}))
-    return LevelProof(level, verdict, f"{cat} evidence {what}: {', '.join(names)}", names)
+    said = Msg(
+        "level.category.failed" if verdict == Verdict.FAIL else "level.category.retest",
+        category=cat,
+        checks=list(names),
+    )
+    return LevelProof.of(level, verdict, said, names)
 
 
 def conclude(tl: Timeline, evidence: dict[str, EvidenceResult]) -> Conclusion:
@@ -188,16 +215,16 @@ def conclude(tl: Timeline, evidence: dict[str, EvidenceResult]) -> Conclusion:
     returns them (``progress`` and ``results`` are read). A run without an injection (the
     baseline) has no conclusion level: ``level`` None, with a note."""
     if not injections(tl) and not tl.of("fault", "inject_failed"):
-        return Conclusion(None, (), "no fault was planned or injected: no recovery to conclude")
+        return Conclusion(None, (), Msg("level.no-fault").text())
     proofs = [running_again(tl)]
     for level in LEVELS[1:]:
         proof = _category_proof(level, evidence)
         below = proofs[-1]
         if not below.proven:
-            proof = LevelProof(
+            proof = LevelProof.of(
                 level,
                 Verdict.RETEST if proof.verdict == Verdict.PASS else proof.verdict,
-                f"not proven: {below.level.value} is not ({proof.why})",
+                Msg("level.below-not-proven", below=below.level.value, why=proof.said or proof.why),
                 proof.findings,
                 proof.events,
             )

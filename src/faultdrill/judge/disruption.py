@@ -23,6 +23,7 @@ Descriptive only: checks judge; this says what happened, for the report.
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,25 @@ def _rate(monos: np.ndarray, lo: float, hi: float) -> float | None:
     return round(n / (hi - lo), 2)
 
 
+@dataclass(frozen=True)
+class _Aftermath:
+    """What followed the first injection, the moments its ending is judged from.
+
+    ``t0`` is the injection, ``theta`` the stall threshold; ``lost`` the platform's first
+    decision and ``symptom`` its first symptom before the job was done; ``gap_start`` /
+    ``gap_end`` the first pause longer than ``theta`` (``gap_end`` None: it never resumed).
+    """
+
+    t0: float
+    theta: float
+    revert: Event | None
+    stop: Event | None
+    lost: Event | None
+    symptom: Event | None
+    gap_start: float | None
+    gap_end: float | None
+
+
 def describe_disruption(tl: Timeline, *, gloo_s: float | None = None) -> dict[str, Any] | None:
     """What the first injected fault did to progress and how it ended (None: no fault)."""
     inj = injections(tl)
@@ -71,145 +91,203 @@ def describe_disruption(tl: Timeline, *, gloo_s: float | None = None) -> dict[st
         return None
     first = inj[0]
     t0 = first.mono
-    st = tl.steps
-    if len(st):
-        low = st.rank == st.rank.min()
-        monos = np.sort(st.mono[low])
-    else:
-        monos = np.zeros(0)
-    before = monos[(monos < t0) & (monos >= t0 - 5.0)]
-    typical = float(statistics.median(np.diff(before))) if before.size > 2 else 0.1
-    theta = max(1.5, 10.0 * typical)
-    revert = tl.first("fault", "reverted", after=t0)
-    stop = tl.first("harness", "stop_condition", after=t0)
-    # What the platform says once the workers have finished (a peer missing from the exit
-    # barrier, a keep-alive after the store went) is shutdown, not a disruption of training.
-    done = job_done_mono(tl, t0)
-    lost = next(
-        (
-            e
-            for e in tl.events
-            if t0 <= e.mono < done and e.src == "platform" and e.kind in DECISIONS
-        ),
-        None,
-    )
-    symptom = next(
-        (
-            e
-            for e in tl.events
-            if t0 <= e.mono < done and e.src == "platform" and e.kind in SYMPTOMS
-        ),
-        None,
-    )
-    # The first pause in progress after the injection longer than the threshold.
-    after = monos[monos >= t0]
-    prev = float(monos[monos < t0].max()) if (monos < t0).any() else t0
-    gap_start: float | None = None
-    gap_end: float | None = None
-    for m in after:
-        if m - max(prev, t0) > theta:
-            gap_start, gap_end = prev, float(m)
-            break
-        prev = float(m)
-    else:
-        end_ref = stop.mono if stop is not None else (lost.mono if lost is not None else None)
-        stalled_to_end = end_ref is not None and end_ref - max(prev, t0) > theta
-        lost_after_last = lost is not None and (after.size == 0 or lost.mono > float(after.max()))
-        if stalled_to_end or lost_after_last:
-            gap_start, gap_end = prev, None
-    new_inc = tl.incarnation_after(t0)
-    ending: dict[str, Any]
-    if gap_start is None and new_inc is None:
-        ending = {
-            "kind": "unaffected",
-            "how": f"training went on with no pause longer than {theta:.1f} s",
-        }
-    elif lost is None or (gap_end is not None and lost.mono > gap_end and new_inc is None):
-        paused = (gap_end or (stop.mono if stop else t0)) - (gap_start or t0)
-        if gap_end is not None:
-            by = "by itself"
-            if revert is not None and (gap_start or t0) <= revert.mono <= gap_end:
-                by = f"when the fault ended ({gap_end - revert.mono:.2f} s after the revert)"
-            ending = {
-                "kind": "stall",
-                "how": f"progress paused {paused:.1f} s, then went on without a restart, {by}",
-            }
-        else:
-            by = (
-                f"the stop condition {stop.get('condition')} ({stop.get('detail')})"
-                if stop is not None
-                else "the end of observation"
-            )
-            ending = {
-                "kind": "hang",
-                "how": f"no progress and no failure noticed for {paused:.1f} s; ended by {by}",
-                "ended_by": "stop-condition" if stop is not None else "observation-end",
-            }
-    else:
-        stopped_at = gap_start if gap_start is not None else t0
-        delay = lost.mono - max(stopped_at, t0)
-        if delay <= theta:
-            ending = {
-                "kind": "crash",
-                "how": f"a process failed; the platform noticed ({_label(lost)}) "
-                f"{max(0.0, delay):.2f} s after progress stopped",
-            }
-            stuck = _rendezvous_hang(tl, lost.mono, revert, stop)
-            if stuck is not None:
-                ending = stuck
-        else:
-            ended_by, why = "platform", f"the platform finally noticed ({_label(lost)})"
-            if stop is not None and stop.mono <= lost.mono + 0.5:
-                ended_by, why = "stop-condition", f"the stop condition {stop.get('condition')}"
-            elif lost.kind == "rdzv_timeout":
-                ended_by, why = "rdzv-timeout", "torchrun's rendezvous timeout"
-            elif (
-                symptom is not None
-                and symptom.kind == "timeout_fired"
-                and symptom.mono <= lost.mono + _GRACE
-            ):
-                ended_by = f"{symptom.get('timeout') or 'a'}-timeout"
-                why = f"the {symptom.get('timeout') or ''} timeout firing ({_label(symptom)})"
-            elif revert is not None and -_GRACE <= lost.mono - revert.mono <= theta:
-                ended_by = "fault-end"
-                why = (
-                    f"the fault's end: {_label(lost)} came "
-                    f"{max(0.0, lost.mono - revert.mono):.2f} s after the fault was reverted"
-                )
-            elif gloo_s is not None and abs(delay - gloo_s) <= 0.25 * gloo_s + 2.0:
-                ended_by = "gloo-timeout"
-                why = f"a time consistent with the gloo collective timeout ({gloo_s:g} s)"
-            ending = {
-                "kind": "hang",
-                "phase": "detection",
-                "how": f"progress stopped and the platform did not act for {delay:.1f} s"
-                + (
-                    f" (a process reported {symptom.kind} {symptom.mono - t0:+.2f} s after "
-                    "injection)"
-                    if symptom is not None and symptom.mono < lost.mono
-                    else ""
-                )
-                + f"; ended by {why}",
-                "ended_by": ended_by,
-            }
-    ending.update(
-        first_symptom=_label(symptom) if symptom else None,
-        first_symptom_at_s=_rel(t0, symptom.mono if symptom else None),
-        threshold_s=round(theta, 3),
-        progress_stopped_at_s=_rel(t0, gap_start),
-        progress_resumed_at_s=_rel(t0, gap_end),
-        failure_noticed_at_s=_rel(t0, lost.mono if lost else None),
-        failure_noticed_by=_label(lost) if lost else None,
-        stop_condition=stop.get("condition") if stop else None,
-    )
+    monos = _lowest_rank_steps(tl)
+    aftermath = _aftermath(tl, monos, t0)
+    ending = _ending(tl, aftermath, gloo_s)
+    ending.update(_ending_times(aftermath))
     out: dict[str, Any] = {
         "fault": first.get("fault"),
         "injected_step": first.get("at_step"),
         "ending": ending,
     }
     if first.get("duration_s") is not None:
-        out["window"] = _window(tl, first, revert, monos, t0)
+        out["window"] = _window(tl, first, aftermath.revert, monos, t0)
     return out
+
+
+def _lowest_rank_steps(tl: Timeline) -> np.ndarray:
+    """The sorted monotonic times of the lowest rank's steps (empty without steps)."""
+    st = tl.steps
+    if not len(st):
+        return np.zeros(0)
+    low = st.rank == st.rank.min()
+    return np.sort(st.mono[low])
+
+
+def _stall_threshold(monos: np.ndarray, t0: float) -> float:
+    """``max(1.5 s, 10 x the median step interval in the 5 s before t0)``; the interval is
+    taken as 0.1 s when fewer than three steps fell in those 5 s."""
+    before = monos[(monos < t0) & (monos >= t0 - 5.0)]
+    typical = float(statistics.median(np.diff(before))) if before.size > 2 else 0.1
+    return max(1.5, 10.0 * typical)
+
+
+def _first_platform_event(
+    tl: Timeline, lo: float, hi: float, kinds: frozenset[str]
+) -> Event | None:
+    """The first platform event of one of ``kinds`` in ``[lo, hi)``, or None."""
+    return next(
+        (e for e in tl.events if lo <= e.mono < hi and e.src == "platform" and e.kind in kinds),
+        None,
+    )
+
+
+def _aftermath(tl: Timeline, monos: np.ndarray, t0: float) -> _Aftermath:
+    """Gather the events and the pause in progress that followed the injection at ``t0``."""
+    theta = _stall_threshold(monos, t0)
+    stop = tl.first("harness", "stop_condition", after=t0)
+    # What the platform says once the workers have finished (a peer missing from the exit
+    # barrier, a keep-alive after the store went) is shutdown, not a disruption of training.
+    done = job_done_mono(tl, t0)
+    lost = _first_platform_event(tl, t0, done, DECISIONS)
+    gap_start, gap_end = _first_pause(monos, t0, theta, stop, lost)
+    return _Aftermath(
+        t0=t0,
+        theta=theta,
+        revert=tl.first("fault", "reverted", after=t0),
+        stop=stop,
+        lost=lost,
+        symptom=_first_platform_event(tl, t0, done, SYMPTOMS),
+        gap_start=gap_start,
+        gap_end=gap_end,
+    )
+
+
+def _first_pause(
+    monos: np.ndarray, t0: float, theta: float, stop: Event | None, lost: Event | None
+) -> tuple[float | None, float | None]:
+    """(start, end) of the first pause in progress after ``t0`` longer than ``theta``.
+
+    End None: progress never resumed, though it had stopped for longer than ``theta`` before
+    the stop condition or the platform's decision, or the decision came after the last step.
+    (None, None): no such pause.
+    """
+    after = monos[monos >= t0]
+    prev = float(monos[monos < t0].max()) if (monos < t0).any() else t0
+    for m in after:
+        if m - max(prev, t0) > theta:
+            return prev, float(m)
+        prev = float(m)
+    end_ref = stop.mono if stop is not None else (lost.mono if lost is not None else None)
+    stalled_to_end = end_ref is not None and end_ref - max(prev, t0) > theta
+    lost_after_last = lost is not None and (after.size == 0 or lost.mono > float(after.max()))
+    if stalled_to_end or lost_after_last:
+        return prev, None
+    return None, None
+
+
+def _ending(tl: Timeline, a: _Aftermath, gloo_s: float | None) -> dict[str, Any]:
+    """The ending's kind (unaffected, stall, crash, hang) and how it came about."""
+    new_inc = tl.incarnation_after(a.t0)
+    if a.gap_start is None and new_inc is None:
+        return {
+            "kind": "unaffected",
+            "how": f"training went on with no pause longer than {a.theta:.1f} s",
+        }
+    if a.lost is None or (a.gap_end is not None and a.lost.mono > a.gap_end and new_inc is None):
+        return _unnoticed_ending(a)
+    return _noticed_ending(tl, a, a.lost, gloo_s)
+
+
+def _unnoticed_ending(a: _Aftermath) -> dict[str, Any]:
+    """The platform never acted (or acted only after progress had resumed without a
+    restart): a stall if progress resumed, else a hang ended by the stop condition or the
+    end of observation."""
+    stop = a.stop
+    paused = (a.gap_end or (stop.mono if stop else a.t0)) - (a.gap_start or a.t0)
+    if a.gap_end is not None:
+        by = "by itself"
+        if a.revert is not None and (a.gap_start or a.t0) <= a.revert.mono <= a.gap_end:
+            by = f"when the fault ended ({a.gap_end - a.revert.mono:.2f} s after the revert)"
+        return {
+            "kind": "stall",
+            "how": f"progress paused {paused:.1f} s, then went on without a restart, {by}",
+        }
+    by = (
+        f"the stop condition {stop.get('condition')} ({stop.get('detail')})"
+        if stop is not None
+        else "the end of observation"
+    )
+    return {
+        "kind": "hang",
+        "how": f"no progress and no failure noticed for {paused:.1f} s; ended by {by}",
+        "ended_by": "stop-condition" if stop is not None else "observation-end",
+    }
+
+
+def _noticed_ending(
+    tl: Timeline, a: _Aftermath, lost: Event, gloo_s: float | None
+) -> dict[str, Any]:
+    """The platform acted (``lost``): a crash if it did so within the threshold of progress
+    stopping (unless the restart then hung in rendezvous), else a hang in detection."""
+    stopped_at = a.gap_start if a.gap_start is not None else a.t0
+    delay = lost.mono - max(stopped_at, a.t0)
+    if delay <= a.theta:
+        crash = {
+            "kind": "crash",
+            "how": f"a process failed; the platform noticed ({_label(lost)}) "
+            f"{max(0.0, delay):.2f} s after progress stopped",
+        }
+        stuck = _rendezvous_hang(tl, lost.mono, a.revert, a.stop)
+        return stuck if stuck is not None else crash
+    ended_by, why = _detection_hang_ended_by(a, lost, delay, gloo_s)
+    symptom = a.symptom
+    return {
+        "kind": "hang",
+        "phase": "detection",
+        "how": f"progress stopped and the platform did not act for {delay:.1f} s"
+        + (
+            f" (a process reported {symptom.kind} {symptom.mono - a.t0:+.2f} s after injection)"
+            if symptom is not None and symptom.mono < lost.mono
+            else ""
+        )
+        + f"; ended by {why}",
+        "ended_by": ended_by,
+    }
+
+
+def _detection_hang_ended_by(
+    a: _Aftermath, lost: Event, delay: float, gloo_s: float | None
+) -> tuple[str, str]:
+    """(ended_by, why) for a hang in detection that the platform's decision ``lost`` ended
+    ``delay`` seconds after progress stopped; the first explanation that fits wins."""
+    stop, symptom, revert = a.stop, a.symptom, a.revert
+    if stop is not None and stop.mono <= lost.mono + 0.5:
+        return "stop-condition", f"the stop condition {stop.get('condition')}"
+    if lost.kind == "rdzv_timeout":
+        return "rdzv-timeout", "torchrun's rendezvous timeout"
+    if (
+        symptom is not None
+        and symptom.kind == "timeout_fired"
+        and symptom.mono <= lost.mono + _GRACE
+    ):
+        return (
+            f"{symptom.get('timeout') or 'a'}-timeout",
+            f"the {symptom.get('timeout') or ''} timeout firing ({_label(symptom)})",
+        )
+    if revert is not None and -_GRACE <= lost.mono - revert.mono <= a.theta:
+        return "fault-end", (
+            f"the fault's end: {_label(lost)} came "
+            f"{max(0.0, lost.mono - revert.mono):.2f} s after the fault was reverted"
+        )
+    if gloo_s is not None and abs(delay - gloo_s) <= 0.25 * gloo_s + 2.0:
+        return "gloo-timeout", f"a time consistent with the gloo collective timeout ({gloo_s:g} s)"
+    return "platform", f"the platform finally noticed ({_label(lost)})"
+
+
+def _ending_times(a: _Aftermath) -> dict[str, Any]:
+    """The moments behind an ending, in seconds after the injection, for the report."""
+    t0, symptom, lost, stop = a.t0, a.symptom, a.lost, a.stop
+    return {
+        "first_symptom": _label(symptom) if symptom else None,
+        "first_symptom_at_s": _rel(t0, symptom.mono if symptom else None),
+        "threshold_s": round(a.theta, 3),
+        "progress_stopped_at_s": _rel(t0, a.gap_start),
+        "progress_resumed_at_s": _rel(t0, a.gap_end),
+        "failure_noticed_at_s": _rel(t0, lost.mono if lost else None),
+        "failure_noticed_by": _label(lost) if lost else None,
+        "stop_condition": stop.get("condition") if stop else None,
+    }
 
 
 #: A restart's rendezvous that takes longer than this is a hang (a healthy one takes

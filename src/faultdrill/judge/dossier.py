@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from faultdrill.judge.analysis import injections
+
 if TYPE_CHECKING:
     from faultdrill.timeline import Timeline
 
@@ -22,10 +24,13 @@ __all__ = ["access_identities", "reported_data_digests", "scheduling_result"]
 
 def scheduling_result(tl: Timeline) -> list[dict[str, Any]]:
     """Per incarnation, in order: its rendezvous endpoint, world size, when it was ready
-    (seconds after the first incarnation started), and each rank's node, host and pid."""
+    (``ready_s``: seconds after the first incarnation started; ``ready_since_injection_s``:
+    after the fault was injected, when one was), and each rank's node, host and pid."""
     if not tl.incarnations:
         return []
     origin = tl.incarnations[0].started_mono
+    inj = injections(tl)
+    t0 = inj[0].mono if inj else None
     out = []
     for inc in tl.incarnations:
         ranks = [
@@ -44,6 +49,9 @@ def scheduling_result(tl: Timeline) -> list[dict[str, Any]]:
                 "master": inc.master,
                 "world_size": inc.world_size,
                 "ready_s": round(inc.ready_mono - origin, 3),
+                "ready_since_injection_s": (
+                    round(inc.ready_mono - t0, 3) if t0 is not None else None
+                ),
                 "nodes": inc.nodes,
                 "ranks": ranks,
             }

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faultdrill import __version__
+from faultdrill import __version__, rundir
 from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, combine, run_checks
+from faultdrill.checks.api import Msg
 from faultdrill.checks.network import network_report
 from faultdrill.checks.results import comparison_mode
-from faultdrill.engine.item import environment_facts, item_dir
+from faultdrill.engine.item import environment_facts
 from faultdrill.errors import RunDirError
 from faultdrill.joblogs.evidence import log_evidence
 from faultdrill.judge.analysis import Answers, answer_questions
@@ -52,6 +53,7 @@ from faultdrill.report.model import (
 )
 from faultdrill.report.model import Conclusion as ReportConclusion
 from faultdrill.report.model import Finding as ReportFinding
+from faultdrill.rundir import item_dir
 from faultdrill.timeline import Timeline
 
 __all__ = [
@@ -71,9 +73,25 @@ def recovery_class(
     outcome: str | None,
     operator_actions: int,
     confirm_required: bool,
-    aborted: str | None = None,
-    undetermined: str | None = None,
+    aborted: str | Msg | None = None,
+    undetermined: str | Msg | None = None,
 ) -> tuple[RecoveryClass, str]:
+    """How the job came back, and why that class (in English; :func:`class_and_why` gives
+    the why as a message)."""
+    cls, why = class_and_why(
+        evidence, outcome, operator_actions, confirm_required, aborted, undetermined
+    )
+    return cls, why.text()
+
+
+def class_and_why(
+    evidence: dict[str, EvidenceResult],
+    outcome: str | None,
+    operator_actions: int,
+    confirm_required: bool,
+    aborted: str | Msg | None = None,
+    undetermined: str | Msg | None = None,
+) -> tuple[RecoveryClass, Msg]:
     """How the job came back, and why that class.
 
     ``aborted``: why the harness aborted the drill (a stop condition). The job then did
@@ -82,40 +100,23 @@ def recovery_class(
     ``undetermined``: why the drill cannot tell at all (its fault was never applied, its
     events are damaged): the class is ``not-determined``, never a guess."""
     if aborted is not None:
-        return (
-            RecoveryClass.UNRECOVERABLE,
-            f"not determined within the stop conditions: {aborted}; the job had not "
-            "recovered when the drill was aborted",
-        )
+        return RecoveryClass.UNRECOVERABLE, Msg("class.why.aborted", why=aborted)
     if undetermined is not None:
-        return RecoveryClass.NOT_DETERMINED, f"not determined: {undetermined}"
+        return RecoveryClass.NOT_DETERMINED, Msg("class.why.not-determined", why=undetermined)
     if outcome != "succeeded":
-        return RecoveryClass.UNRECOVERABLE, f"the job ended {outcome or 'without an end state'}"
+        return RecoveryClass.UNRECOVERABLE, Msg("class.why.ended", state=outcome or "none")
     for cat in ("progress", "results"):
         if evidence[cat].verdict == Verdict.FAIL:
-            return (
-                RecoveryClass.UNRECOVERABLE,
-                f"the job ran again but its {cat} evidence failed: it did not continue "
-                "from valid progress with valid results",
-            )
+            return RecoveryClass.UNRECOVERABLE, Msg("class.why.evidence-failed", category=cat)
     if operator_actions:
-        return (
-            RecoveryClass.MANUAL_RESTART,
-            "the job continued only after an operator resubmitted it",
-        )
+        return RecoveryClass.MANUAL_RESTART, Msg("class.why.resubmitted")
     if evidence["resources"].verdict == Verdict.FAIL:
-        return (
-            RecoveryClass.MANUAL_CONFIRMATION,
-            "the job recovered, but stale replicas or leftovers need an operator",
-        )
+        return RecoveryClass.MANUAL_CONFIRMATION, Msg("class.why.leftovers")
     if confirm_required:
-        return RecoveryClass.MANUAL_CONFIRMATION, "the plan requires a human to confirm recovery"
+        return RecoveryClass.MANUAL_CONFIRMATION, Msg("class.why.confirm-required")
     if any(evidence[c].verdict == Verdict.RETEST for c in ("progress", "resources", "results")):
-        return (
-            RecoveryClass.MANUAL_CONFIRMATION,
-            "the job recovered by itself, but part of the evidence is unexplained",
-        )
-    return RecoveryClass.AUTOMATIC, "the platform recovered the job by itself from valid progress"
+        return RecoveryClass.MANUAL_CONFIRMATION, Msg("class.why.unexplained")
+    return RecoveryClass.AUTOMATIC, Msg("class.why.automatic")
 
 
 def _unobservable_only(
@@ -168,6 +169,9 @@ class ItemResult:
     #: No probe event from any rank: the script is not instrumented (or died before its
     #: first ``run_start``); its evidence cannot be judged.
     no_probe_events: bool = False
+    #: The messages behind English fields (``recovery_why``, ``aborted``): field -> message,
+    #: so that a report can say them in its own language (report.json's ``field_messages``).
+    said: dict[str, Msg] = field(default_factory=dict)
     #: Evidence read from the job's log lines (plan ``logs``), or None: ``faultdrill.joblogs``.
     log_evidence: dict[str, Any] | None = None
 
@@ -184,6 +188,12 @@ class ItemResult:
         """Why the drill did not run as planned (aborted, or its fault never applied)."""
         if self.aborted is not None:
             return self.aborted
+        said = self.not_applied_message
+        return said.text() if said is not None else None
+
+    @property
+    def not_applied_message(self) -> Msg | None:
+        """Why the planned fault was not applied as planned, or None (it was, or no item)."""
         if self.item is None:
             return None
         applied = [
@@ -192,8 +202,8 @@ class ItemResult:
             if f.check == "expectation.fault-applied"
         ]
         if not applied or any(f.verdict != Verdict.PASS for f in applied):
-            why = applied[0].message if applied else "no finding recorded"
-            return f"the fault was not applied as planned: {why}"
+            why = applied[0].said if applied else Msg("evaluate.no-finding-recorded")
+            return Msg("evaluate.not-applied", why=why)
         return None
 
     @property
@@ -273,12 +283,25 @@ class ItemResult:
             scheduling=_plain(self.scheduling),
             failure=Failure.model_validate(_plain(self.failure)) if self.failure else None,
             no_probe_events=self.no_probe_events,
+            **_field_messages(self, control),
             log_evidence=_plain(self.log_evidence) if self.log_evidence is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
         """:meth:`to_item` as report.json data."""
         return self.to_item().to_json()
+
+
+def _field_messages(result: ItemResult, control: dict[str, Any]) -> dict[str, Any]:
+    """``field_messages`` of an item: the messages behind its English fields."""
+    said = dict(result.said)
+    if control.get("not_proven_why") is not None:
+        why = result.said.get("aborted") or result.not_applied_message
+        if why is not None:
+            said["not_proven_why"] = why
+    if not said:
+        return {}
+    return {"field_messages": {k: m.to_json() for k, m in said.items()}}
 
 
 def _plain(value: Any) -> Any:
@@ -335,39 +358,37 @@ _FED_BY = {
 }
 
 
-NO_PROBE_EVENTS = "no probe events from any rank: instrument the script (docs/probe.md)"
+NO_PROBE_EVENTS = Msg("expectation.probe.none").text()
 
 
 def _no_probe_events(
     tl: Timeline, evidence: dict[str, EvidenceResult], job_failed: bool
-) -> str | None:
+) -> Msg | None:
     """When no rank wrote a single probe event, nothing of progress, resources or results
     can be judged: say so (``expectation.probe``, retest), and let no failure stand that
     only says what is missing. Returns what was said, or None when there are events."""
     if len(tl.steps) or any(e.src == "probe" for e in tl.events):
         return None
-    why = NO_PROBE_EVENTS
-    if job_failed:
-        why = (
-            "no probe events from any rank: the job failed before any rank reported (see "
-            "the failure: command, exit status, error output); if it ran, instrument the "
-            "script (docs/probe.md)"
-        )
+    why = Msg("expectation.probe.job-failed" if job_failed else "expectation.probe.none")
     _not_judged(evidence, ("progress", "resources", "results"), why)
-    evidence["expectation"].findings.append(Finding("expectation.probe", Verdict.RETEST, why))
+    evidence["expectation"].findings.append(Finding.of("expectation.probe", Verdict.RETEST, why))
     return why
 
 
-def _not_judged(evidence: dict[str, EvidenceResult], cats: tuple[str, ...], why: str) -> None:
+def _not_judged(evidence: dict[str, EvidenceResult], cats: tuple[str, ...], why: Msg) -> None:
     """The failures in ``cats`` become retest: what they rest on is not trustworthy."""
     for cat in cats:
         ev = evidence[cat]
-        ev.findings = [
-            Finding(f.check, Verdict.RETEST, f"{f.message} (not judged: {why})", f.data)
-            if f.verdict == Verdict.FAIL
-            else f
-            for f in ev.findings
-        ]
+        ev.findings = [not_judged(f, why) if f.verdict == Verdict.FAIL else f for f in ev.findings]
+
+
+def not_judged(f: Finding, why: Msg) -> Finding:
+    """``f`` as a retest that says why it was not judged (its message kept, ``why`` added)."""
+    text = f"{f.message} (not judged: {why.text()})"
+    if f.message_id is None:
+        return Finding(f.check, Verdict.RETEST, text, f.data)
+    params = {**f.params, "not_judged": why.to_json()}
+    return Finding(f.check, Verdict.RETEST, text, f.data, f.message_id, params)
 
 
 def _integrity(
@@ -382,32 +403,23 @@ def _integrity(
         _not_judged(
             evidence,
             ("progress", "resources", "results"),
-            f"the baseline's events/{', events/'.join(reference.damaged)} hold lines that "
-            "are not valid events: comparisons with it prove nothing",
+            Msg("timeline.integrity.baseline-damaged", files=list(reference.damaged)),
         )
     torn = tl.torn_lines - sum(n for n, _ in tl.bad_lines.values())
     if torn > 0:
         evidence["expectation"].findings.append(
-            Finding(
-                "timeline.integrity",
-                Verdict.PASS,
-                f"{torn} torn last line(s) skipped (a process was killed mid-write)",
-            )
+            Finding.of("timeline.integrity", Verdict.PASS, Msg("timeline.integrity.torn", n=torn))
         )
     for name, (count, source) in sorted(tl.bad_lines.items()):
         cats = _FED_BY.get(source, ("progress", "resources", "results", "expectation"))
-        why = (
-            f"{count} line(s) of events/{name} are not valid events (not JSON, not an "
-            "object, or a field missing or of the wrong type) and were skipped"
-        )
+        why = Msg("timeline.integrity.bad-lines", n=count, file=name)
         _not_judged(evidence, cats, why)
         for cat in cats:
             evidence[cat].findings.append(
-                Finding(
+                Finding.of(
                     "timeline.integrity",
                     Verdict.RETEST,
-                    f"{why}: this {cat} evidence is incomplete; restore the file from the "
-                    "run's bundle, or run the drill again",
+                    Msg("timeline.integrity.incomplete", why=why, category=cat),
                     {"file": f"events/{name}", "lines": count, "source": source or None},
                 )
             )
@@ -419,20 +431,29 @@ _OUTCOME_CHECKS = ("expectation.job-outcome", "expectation.restart", "expectatio
 
 def stop_condition_fired(tl: Timeline) -> str | None:
     """Why the harness aborted the item (the first stop condition that fired), or None."""
+    said = stop_condition_message(tl)
+    return said.text() if said is not None else None
+
+
+def stop_condition_message(tl: Timeline) -> Msg | None:
+    """:func:`stop_condition_fired` as a message."""
     fired = tl.of("harness", "stop_condition")
     if not fired:
         return None
     e = fired[0]
-    detail = f" ({e.get('detail')})" if e.get("detail") else ""
-    return f"stop condition '{e.get('condition')}' fired{detail}"
+    if e.get("detail"):
+        return Msg(
+            "evaluate.stop-condition.detail", condition=e.get("condition"), detail=e.get("detail")
+        )
+    return Msg("evaluate.stop-condition", condition=e.get("condition"))
 
 
-def _fault_not_applied(evidence: dict[str, EvidenceResult]) -> str | None:
+def _fault_not_applied(evidence: dict[str, EvidenceResult]) -> Msg | str | None:
     """What ``expectation.fault-applied`` said when the planned fault was not applied (its
     trigger never reached, its injection failed), or None."""
     for f in evidence["expectation"].findings:
         if f.check == "expectation.fault-applied" and f.verdict != Verdict.PASS:
-            return f.message
+            return f.said
     return None
 
 
@@ -441,21 +462,21 @@ def _undetermined(
     evidence: dict[str, EvidenceResult],
     item: Scenario | Control | None,
     reference: Reference | None,
-) -> str | None:
+) -> Msg | None:
     """Why this drill cannot tell how the job recovered, or None when it can."""
     if item is not None:
         not_applied = _fault_not_applied(evidence)
         if not_applied is not None:
-            return f"{not_applied}; nothing was recovered from"
+            return Msg("evaluate.undetermined.not-applied", why=not_applied)
     damaged = sorted(
         name
         for name, (_, source) in tl.bad_lines.items()
         if set(_FED_BY.get(source, ("progress",))) & {"progress", "resources", "results"}
     )
     if damaged:
-        return f"events/{', events/'.join(damaged)} hold lines that are not valid events"
+        return Msg("evaluate.undetermined.damaged", files=damaged)
     if item is not None and reference is not None and reference.damaged:
-        return "the baseline's events hold lines that are not valid events"
+        return Msg("evaluate.undetermined.baseline-damaged")
     return None
 
 
@@ -474,31 +495,22 @@ def _aborted_is_retest(
     ]
     not_applied = _fault_not_applied(evidence) if item is not None else None
     if fired:
-        why = f"stop condition '{fired[0].get('condition')}' aborted the scenario"
+        why = Msg("evaluate.not-judged.stop-condition", condition=fired[0].get("condition"))
     elif unprepared:
-        why = f"spare {unprepared[0].get('node')} failed its environment preparation"
+        why = Msg("evaluate.not-judged.spare-unprepared", node=unprepared[0].get("node"))
     elif not_applied is not None:
-        why = "the fault was not applied as planned"
+        why = Msg("evaluate.not-judged.not-applied")
     else:
         return
     ev = evidence["expectation"]
     ev.findings = [
-        Finding(
-            f.check,
-            Verdict.RETEST,
-            f"{f.message} (not judged: {why})",
-            f.data,
-            f.message_id,
-            {**f.params, "not_judged": why},
-        )
-        if f.check in _OUTCOME_CHECKS and f.verdict == Verdict.FAIL
-        else f
+        not_judged(f, why) if f.check in _OUTCOME_CHECKS and f.verdict == Verdict.FAIL else f
         for f in ev.findings
     ]
 
 
 def _class_as_expected(
-    item: Scenario, cls: RecoveryClass, why: str, unobservable_only: bool = False
+    item: Scenario, cls: RecoveryClass, why: Msg, unobservable_only: bool = False
 ) -> Finding:
     """``expectation.recovery-class``: the class against the plan's expected one. A class
     worse than expected only because of what the platform cannot observe
@@ -506,46 +518,14 @@ def _class_as_expected(
     name, want = "expectation.recovery-class", item.expected.recovery
     params = {"cls": cls.value, "expected": want.value}
     if cls == RecoveryClass.NOT_DETERMINED:
-        return Finding(
-            name,
-            Verdict.RETEST,
-            f"recovery class {why}",
-            message_id=f"{name}.not-determined",
-            params={**params, "why": why},
-        )
+        return Finding.of(name, Verdict.RETEST, Msg(f"{name}.not-determined", **params, why=why))
     if cls == want:
-        return Finding(
-            name,
-            Verdict.PASS,
-            f"recovery class {cls.value}, as expected",
-            message_id=f"{name}.as-expected",
-            params=params,
-        )
+        return Finding.of(name, Verdict.PASS, Msg(f"{name}.as-expected", **params))
     if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want) and unobservable_only:
-        return Finding(
-            name,
-            Verdict.RETEST,
-            f"recovery class {cls.value} only because what the platform cannot observe "
-            f"was not judged: whether it is the expected {want.value} is unknown",
-            message_id=f"{name}.unobservable",
-            params=params,
-        )
+        return Finding.of(name, Verdict.RETEST, Msg(f"{name}.unobservable", **params))
     if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
-        return Finding(
-            name,
-            Verdict.FAIL,
-            f"recovery class {cls.value}, worse than the expected {want.value}: {why}",
-            message_id=f"{name}.worse",
-            params={**params, "why": why},
-        )
-    return Finding(
-        name,
-        Verdict.RETEST,
-        f"recovery class {cls.value}, better than the expected {want.value}: "
-        "explain or correct the plan's expectation",
-        message_id=f"{name}.better",
-        params=params,
-    )
+        return Finding.of(name, Verdict.FAIL, Msg(f"{name}.worse", **params, why=why))
+    return Finding.of(name, Verdict.RETEST, Msg(f"{name}.better", **params))
 
 
 def evaluate_item(
@@ -558,9 +538,9 @@ def evaluate_item(
     timeline: Timeline | None = None,
 ) -> ItemResult:
     """Judge one recorded item (``timeline``: its events, if already loaded)."""
-    if not (work / "events").is_dir():
+    if not rundir.events_dir(work).is_dir():
         raise RunDirError(f"{work}: no events/ directory; was this item run?")
-    tl = timeline if timeline is not None else Timeline.load(work / "events")
+    tl = timeline if timeline is not None else Timeline.load(rundir.events_dir(work))
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
     evidence = run_checks(ctx)
     item_id = "baseline" if item is None else item.id
@@ -569,24 +549,21 @@ def evaluate_item(
     _integrity(tl, evidence, reference if kind != "baseline" else None)
     if kind != "baseline" and baseline_verdict is not None and baseline_verdict != Verdict.PASS:
         evidence["expectation"].findings.append(
-            Finding(
+            Finding.of(
                 "expectation.baseline",
                 Verdict.RETEST,
-                f"the baseline itself did not pass its checks ({baseline_verdict.value}); "
-                "comparisons with it prove nothing",
-                message_id="expectation.baseline.not-passed",
-                params={"verdict": baseline_verdict.value},
+                Msg("expectation.baseline.not-passed", verdict=baseline_verdict.value),
             )
         )
     states = [e.get("state") for e in tl.of("platform", "job_state")]
     outcome = next((s for s in reversed(states) if s in ("succeeded", "failed", "stopped")), None)
     actions = [e.fields for e in tl.of("harness", "operator_action")]
     confirm = bool(getattr(getattr(item, "recovery", None), "confirm", False))
-    aborted = stop_condition_fired(tl)
+    aborted = stop_condition_message(tl)
     undetermined = _undetermined(tl, evidence, item, reference)
     if no_probe is not None:
         undetermined = no_probe
-    cls, why = recovery_class(evidence, outcome, len(actions), confirm, aborted, undetermined)
+    cls, why = class_and_why(evidence, outcome, len(actions), confirm, aborted, undetermined)
     if isinstance(item, Scenario):
         evidence["expectation"].findings.append(
             _class_as_expected(item, cls, why, _unobservable_only(evidence, cls, confirm))
@@ -602,16 +579,17 @@ def evaluate_item(
         outcome=outcome,
         operator_actions=actions,
         recovery=cls,
-        recovery_why=why,
+        recovery_why=why.text(),
         conditions=_conditions(plan, tl),
         timeline=tl,
         goodput=account(tl, checkpoint_every=plan.checkpoint.every_steps),
         inventory=inventory_summary(tl),
         disruption=describe_disruption(tl, gloo_s=plan.resources.timeouts.gloo_s),
-        aborted=aborted,
+        aborted=aborted.text() if aborted is not None else None,
         **_what_a_buyer_signs(ctx, evidence),
         failure=dict(failed.fields) if failed is not None else None,
         no_probe_events=no_probe is not None,
+        said={"recovery_class_why": why, **({"aborted": aborted} if aborted is not None else {})},
         log_evidence=None if plan.logs is None else log_evidence(plan.logs, tl, evidence),
     )
     if result.verdict != Verdict.PASS:
@@ -676,7 +654,7 @@ class RunResult:
         """The run as report.json's typed content (:class:`~faultdrill.report.model.Report`)."""
         base = self.baseline
         ref = self.reference
-        dossier_path = self.run_dir / "baseline" / "dossier.json"
+        dossier_path = rundir.dossier_path(self.run_dir)
         dossier = json.loads(dossier_path.read_text()) if dossier_path.exists() else None
         return Report(
             faultdrill_version=__version__,
@@ -745,8 +723,8 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
     plan = plan or load_run_plan(run_dir)
     base_dir = item_dir(run_dir, "baseline", "baseline")
     baseline = reference = None
-    if (base_dir / "events").is_dir():
-        tl = Timeline.load(base_dir / "events")
+    if rundir.events_dir(base_dir).is_dir():
+        tl = Timeline.load(rundir.events_dir(base_dir))
         reference = Reference.from_timeline(tl)
         baseline = evaluate_item(plan, "baseline", None, base_dir, reference, timeline=tl)
     bverdict = baseline.verdict if baseline else None
@@ -758,7 +736,7 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
             work = item_dir(run_dir, kind, it.id)
             if selected is not None and it.id not in selected:
                 continue  # left out on purpose (--only / --no-controls), not a gap
-            if (work / "events").is_dir():
+            if rundir.events_dir(work).is_dir():
                 items.append(evaluate_item(plan, kind, it, work, reference, bverdict))
             else:
                 skipped.append({"id": it.id, "kind": kind, "reason": notes.get(it.id, "not run")})

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from faultdrill.checks.api import Msg
+from faultdrill.checks.progress import chain_note
 from faultdrill.timeline import Timeline
 
 __all__ = ["CATEGORIES", "account"]
@@ -82,13 +84,14 @@ def _window(tl: Timeline) -> tuple[float | None, float | None, str | None]:
 def account(tl: Timeline, *, checkpoint_every: int | None = None) -> dict[str, Any]:
     """The goodput breakdown of one item (seconds and shares of the total), with notes."""
     start, end, state = _window(tl)
-    notes: list[str] = []
+    notes: list[Msg | str] = []
     if start is None or end is None or end <= start:
-        return {"available": False, "why": "no job submission and end on the timeline"}
+        why = Msg("goodput.why.no-window")
+        return {"available": False, "why": why.text(), "why_message": why.to_json()}
     total = end - start
     secs = dict.fromkeys(CATEGORIES, 0.0)
     chain, chain_notes = tl.committed_chain()
-    notes += chain_notes
+    notes += [chain_note(n) for n in chain_notes]
     committed = tl.rows_in(chain) if chain else np.zeros(len(tl.steps), dtype=bool)
     st = tl.steps
     saves = [
@@ -96,7 +99,7 @@ def account(tl: Timeline, *, checkpoint_every: int | None = None) -> dict[str, A
     ]
     unreported_saves = [e for e in saves if e.get("duration_s") is None]
     if unreported_saves:
-        notes.append(f"{len(unreported_saves)} save(s) reported no duration_s")
+        notes.append(Msg("goodput.note.save-duration", n=len(unreported_saves)))
     for e in saves:
         secs["checkpoint_save"] += float(e.get("duration_s") or 0.0)
     stepped = [inc for inc in tl.incarnations if inc.first_step is not None]
@@ -110,7 +113,7 @@ def account(tl: Timeline, *, checkpoint_every: int | None = None) -> dict[str, A
         restore = float(load.get("duration_s") or 0.0) if load is not None else 0.0
         secs["checkpoint_restore"] += restore
         if load is not None and load.kind == "ckpt_load" and load.get("duration_s") is None:
-            notes.append(f"incarnation {inc.index}'s load reported no duration_s")
+            notes.append(Msg("goodput.note.load-duration", inc=inc.index))
         begin = load.mono if load is not None else inc.ready_mono
         gap = begin - (start if n == 0 else (last_activity or begin))
         secs["startup" if n == 0 else "recovery"] += max(0.0, gap - restore)
@@ -134,16 +137,13 @@ def account(tl: Timeline, *, checkpoint_every: int | None = None) -> dict[str, A
         own_saves = [e.mono for e in saves if int(e.get("pid", -1)) in inc.members]
         last_activity = max([prev, *own_saves])
     if not stepped:
-        notes.append("no incarnation made a step")
+        notes.append(Msg("goodput.note.no-step"))
     attributed = sum(v for k, v in secs.items() if k != "other")
     secs["other"] = max(0.0, total - attributed)
     if attributed > total + 0.5:
-        notes.append(f"attributed time exceeds the window by {attributed - total:.2f} s")
+        notes.append(Msg("goodput.note.over", seconds=attributed - total))
     if state != "succeeded":
-        notes.append(
-            f"the job ended {state or 'without an end state'}: time after its last "
-            "step counts as other"
-        )
+        notes.append(Msg("goodput.note.ended", state=state or "none"))
     out: dict[str, Any] = {
         "available": True,
         "total_s": round(total, 3),
@@ -160,6 +160,8 @@ def account(tl: Timeline, *, checkpoint_every: int | None = None) -> dict[str, A
             + (f"; checkpoint every {checkpoint_every} steps" if checkpoint_every else "")
             + "; save/restore times as reported by the workload"
         ),
-        "notes": notes,
+        "notes": [n if isinstance(n, str) else n.text() for n in notes],
+        #: The notes as messages (a note the timeline wrote in words stays as written).
+        "note_messages": [n if isinstance(n, str) else n.to_json() for n in notes],
     }
     return out

@@ -19,10 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faultdrill.timeline import Timeline
+
+if TYPE_CHECKING:
+    from faultdrill.events import Event
 
 __all__ = ["pointer_id", "read_pointer", "sha256_file", "take_inventory", "verify_dir"]
 
@@ -85,13 +89,33 @@ def _norm(digest: str) -> str:
     return digest.split(":", 1)[1] if ":" in digest else digest
 
 
+@dataclass(frozen=True)
+class _CheckpointHistory:
+    """What the timeline says happened to each checkpoint id, as (mono, ...) entries: which
+    incarnation loaded it, which refused it and why, which fault damaged it."""
+
+    loads: dict[str, list[tuple[float, int]]]
+    refusals: dict[str, list[tuple[float, int, Any]]]
+    damages: dict[str, list[tuple[float, str]]]
+
+
 def take_inventory(
     tl: Timeline, ckpt_dir: Path, latest_file: str, keep: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(one record per checkpoint, the latest pointer's state)."""
     saves = sorted(tl.of("probe", "ckpt_save"), key=lambda e: (int(e["step"]), e.mono))
-    newest_ids = [str(e["id"]) for e in saves][-keep:]
-    # (mono, incarnation, ...) per checkpoint id; a record takes those of its own lifetime.
+    history = _checkpoint_history(tl)
+    pointer = _latest_pointer(ckpt_dir, latest_file)
+    records = _saved_records(tl, saves, ckpt_dir, keep, history, pointer["target"])
+    reported = {r["id"] for r in records}
+    records += _unreported_records(ckpt_dir, reported, history, pointer["target"])
+    if pointer["target"] and not any(r["latest"] and r["state"] != "unreported" for r in records):
+        pointer["problem"] = f"{latest_file} names {pointer['target']!r}, which no save reported"
+    return records, pointer
+
+
+def _checkpoint_history(tl: Timeline) -> _CheckpointHistory:
+    """Every load, refusal and damage the timeline records, by checkpoint id."""
     loads: dict[str, list[tuple[float, int]]] = {}
     refusals: dict[str, list[tuple[float, int, Any]]] = {}
     for inc in tl.incarnations:
@@ -109,37 +133,65 @@ def take_inventory(
             damages.setdefault(str(e["ckpt_id"]), []).append(
                 (e.mono, f"{e.get('fault')} ({e.get('damage')})")
             )
+    return _CheckpointHistory(loads=loads, refusals=refusals, damages=damages)
 
-    def during(cid: str, lo: float, hi: float) -> dict[str, Any]:
-        loaded: list[int] = []
-        for mono, inc in loads.get(cid, []):
-            if lo <= mono < hi and inc not in loaded:
-                loaded.append(inc)
-        refused: list[dict[str, Any]] = []
-        for mono, inc, reason in refusals.get(cid, []):
-            if lo <= mono < hi and all(r["inc"] != inc for r in refused):
-                refused.append({"inc": inc, "reason": reason})
-        hit = [what for mono, what in damages.get(cid, []) if lo <= mono < hi]
-        return {"loaded_by": loaded, "rejected_by": refused, "damaged_by": hit[0] if hit else None}
 
-    later: dict[int, float] = {}  # save index -> when the same id was saved again
+def _during(history: _CheckpointHistory, cid: str, lo: float, hi: float) -> dict[str, Any]:
+    """Who loaded, refused and damaged checkpoint ``cid`` in ``[lo, hi)``: a checkpoint
+    record's ``loaded_by``, ``rejected_by`` and ``damaged_by`` (the first damage)."""
+    loaded: list[int] = []
+    for mono, inc in history.loads.get(cid, []):
+        if lo <= mono < hi and inc not in loaded:
+            loaded.append(inc)
+    refused: list[dict[str, Any]] = []
+    for mono, inc, reason in history.refusals.get(cid, []):
+        if lo <= mono < hi and all(r["inc"] != inc for r in refused):
+            refused.append({"inc": inc, "reason": reason})
+    hit = [what for mono, what in history.damages.get(cid, []) if lo <= mono < hi]
+    return {"loaded_by": loaded, "rejected_by": refused, "damaged_by": hit[0] if hit else None}
+
+
+def _saved_again_at(saves: list[Event]) -> dict[int, float]:
+    """Index in ``saves`` -> when the same id was next saved again (a redone step); only
+    the saves that were."""
+    later: dict[int, float] = {}
     for i, e in enumerate(saves):
         nxt = [o.mono for o in saves[i + 1 :] if str(o["id"]) == str(e["id"]) and o.mono > e.mono]
         if nxt:
             later[i] = min(nxt)
+    return later
+
+
+def _latest_pointer(ckpt_dir: Path, latest_file: str) -> dict[str, Any]:
+    """The pointer's state: its ``file``, the ``target`` id it names (None when there is no
+    pointer file configured, it is empty or unreadable) and a ``problem`` reading it."""
     pointer: dict[str, Any] = {"file": latest_file, "target": None, "problem": None}
     if latest_file:
         try:
             pointer["target"] = read_pointer(ckpt_dir / latest_file)
         except OSError as exc:
             pointer["problem"] = f"cannot read {latest_file}: {exc.strerror}"
-    records = []
+    return pointer
+
+
+def _saved_records(
+    tl: Timeline,
+    saves: list[Event],
+    ckpt_dir: Path,
+    keep: int,
+    history: _CheckpointHistory,
+    target: str | None,
+) -> list[dict[str, Any]]:
+    """One record per reported save, in ``saves`` order, with its state now."""
+    newest_ids = [str(e["id"]) for e in saves][-keep:]
+    later = _saved_again_at(saves)
     # A layout whose checkpoints carry manifests: one that lost its manifest does not verify.
     uses_manifest = any(
         (Path(str(e.get("path", ""))).parent / MANIFEST).is_file()
         or (ckpt_dir / str(e["id"]) / MANIFEST).is_file()
         for e in saves
     )
+    records = []
     for i, e in enumerate(saves):
         cid = str(e["id"])
         path = Path(str(e.get("path", "")))
@@ -158,8 +210,8 @@ def take_inventory(
                 "pid": e.get("pid"),
                 "inc": tl.inc_of_pid(int(e.get("pid", -1))),
             },
-            **during(cid, e.mono, later.get(i, float("inf"))),
-            "latest": cid == pointer["target"] and i not in later,
+            **_during(history, cid, e.mono, later.get(i, float("inf"))),
+            "latest": cid == target and i not in later,
         }
         if i in later:
             rec.update(
@@ -168,50 +220,64 @@ def take_inventory(
                 reason="saved again later under the same id (a redone step)",
             )
         elif path.is_file():
-            rec["size"] = path.stat().st_size
-            rec["sha256_now"] = sha256_file(path)
-            ok = rec["sha256_now"] == rec["sha256_recorded"]
-            by_manifest, why = verify_dir(path.parent)
-            if by_manifest is None and uses_manifest:
-                by_manifest, why = False, f"no {MANIFEST} (the other checkpoints have one)"
-            rec.update(
-                state="present",
-                verifies=ok and by_manifest is not False,
-                manifest_verifies=by_manifest,
-                reason=None
-                if ok and by_manifest is not False
-                else ("sha256 differs from the one recorded at save" if not ok else why),
-            )
+            _verify_present(rec, path, uses_manifest)
         elif cid not in newest_ids and not rec["damaged_by"]:
             rec.update(state="pruned", verifies=None, reason="removed by the keep policy")
         else:
             rec.update(state="missing", verifies=False, reason=f"{path} is missing")
         records.append(rec)
-    reported = {r["id"] for r in records}
-    if ckpt_dir.is_dir():
-        for child in sorted(ckpt_dir.iterdir()):
-            if child.name in reported or child.name.startswith(".") or not child.is_dir():
-                continue
-            ok_dir, why = verify_dir(child)
-            if ok_dir is None and not any(child.iterdir()):
-                continue
-            records.append(
-                {
-                    "id": child.name,
-                    "step": _step_in(child.name),
-                    "path": str(child),
-                    "state": "unreported",
-                    "verifies": ok_dir,
-                    "manifest_verifies": ok_dir,
-                    "reason": "no save reported it" + (f"; {why}" if why else ""),
-                    "written_by": None,
-                    **during(child.name, float("-inf"), float("inf")),
-                    "latest": child.name == pointer["target"],
-                }
-            )
-    if pointer["target"] and not any(r["latest"] and r["state"] != "unreported" for r in records):
-        pointer["problem"] = f"{latest_file} names {pointer['target']!r}, which no save reported"
-    return records, pointer
+    return records
+
+
+def _verify_present(rec: dict[str, Any], path: Path, uses_manifest: bool) -> None:
+    """Fill in ``rec`` for a checkpoint file that is on disk: its size, its sha256 now, and
+    whether it verifies against the recorded sha256 and its directory's manifest (a missing
+    manifest fails when ``uses_manifest``, the other checkpoints having one)."""
+    rec["size"] = path.stat().st_size
+    rec["sha256_now"] = sha256_file(path)
+    ok = rec["sha256_now"] == rec["sha256_recorded"]
+    by_manifest, why = verify_dir(path.parent)
+    if by_manifest is None and uses_manifest:
+        by_manifest, why = False, f"no {MANIFEST} (the other checkpoints have one)"
+    rec.update(
+        state="present",
+        verifies=ok and by_manifest is not False,
+        manifest_verifies=by_manifest,
+        reason=None
+        if ok and by_manifest is not False
+        else ("sha256 differs from the one recorded at save" if not ok else why),
+    )
+
+
+def _unreported_records(
+    ckpt_dir: Path, reported: set[str], history: _CheckpointHistory, target: str | None
+) -> list[dict[str, Any]]:
+    """Records for the checkpoint directories under ``ckpt_dir`` that no save reported,
+    skipping hidden ones and empty ones without a manifest."""
+    if not ckpt_dir.is_dir():
+        return []
+    records = []
+    for child in sorted(ckpt_dir.iterdir()):
+        if child.name in reported or child.name.startswith(".") or not child.is_dir():
+            continue
+        ok_dir, why = verify_dir(child)
+        if ok_dir is None and not any(child.iterdir()):
+            continue
+        records.append(
+            {
+                "id": child.name,
+                "step": _step_in(child.name),
+                "path": str(child),
+                "state": "unreported",
+                "verifies": ok_dir,
+                "manifest_verifies": ok_dir,
+                "reason": "no save reported it" + (f"; {why}" if why else ""),
+                "written_by": None,
+                **_during(history, child.name, float("-inf"), float("inf")),
+                "latest": child.name == target,
+            }
+        )
+    return records
 
 
 _EVENT_KEYS = ("ts", "mono", "src", "kind", "task")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from faultdrill.checks.api import EvidenceResult, Finding, Verdict
+from faultdrill.checks.api import EvidenceResult, Finding, Msg, Verdict
 from faultdrill.events import Event
 from faultdrill.judge.analysis import END_KINDS, LOST_KINDS, injections
 from faultdrill.judge.conclusion import event_ref
@@ -64,8 +64,9 @@ NETWORK_FAULTS = frozenset({"link-loss", "link-slow", "link-flap", "partition"})
 @dataclass(frozen=True)
 class Clue:
     """What one rule found: ``points`` True names ``layer`` as where the failure lives,
-    False rules ``layer`` out. ``events``: references (:func:`event_ref`); ``findings``:
-    the check names of the item's findings it rests on."""
+    False rules ``layer`` out. ``why`` in English (``said``: as a message a report can
+    translate); ``events``: references (:func:`event_ref`); ``findings``: the check names of
+    the item's findings it rests on."""
 
     rule: str
     layer: Layer
@@ -73,6 +74,19 @@ class Clue:
     why: str
     events: tuple[dict[str, Any], ...] = ()
     findings: tuple[str, ...] = ()
+    said: Msg | None = None
+
+    @classmethod
+    def of(
+        cls,
+        rule: str,
+        layer: Layer,
+        points: bool,
+        said: Msg,
+        events: tuple[dict[str, Any], ...] = (),
+        findings: tuple[str, ...] = (),
+    ) -> Clue:
+        return cls(rule, layer, points, said.text(), events, findings, said)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +96,7 @@ class Clue:
             "why": self.why,
             "events": list(self.events),
             "findings": list(self.findings),
+            **(self.said.to_json() if self.said is not None else {}),
         }
 
 
@@ -137,6 +152,11 @@ def _names(found: list[Finding]) -> tuple[str, ...]:
     return tuple(sorted({f.check for f in found}))
 
 
+def _said(found: list[Finding]) -> list[Msg | str]:
+    """What the first two of ``found`` say (the reader's summary of the clue)."""
+    return [f.said for f in found[:2]]
+
+
 # --- the rules, in order ---------------------------------------------------------------
 
 
@@ -150,14 +170,20 @@ def spare_failed_preconditions(ctx: LayerContext) -> Clue | None:
     ]
     if not rejected:
         return None
-    what = "; ".join(
-        f"{e.get('node')}: {e.get('precondition')} ({e.get('detail')})" for e in rejected[:3]
-    )
-    return Clue(
+    what = [
+        Msg(
+            "layer.spare-failed-preconditions.spare",
+            node=e.get("node"),
+            precondition=e.get("precondition"),
+            detail=e.get("detail"),
+        )
+        for e in rejected[:3]
+    ]
+    return Clue.of(
         "spare-failed-preconditions",
         Layer.ENVIRONMENT_PREPARATION,
         True,
-        f"spare rejected, environment not prepared: {what}",
+        Msg("layer.spare-failed-preconditions", spares=what),
         tuple(ctx.ref(e, "node", "precondition", "detail") for e in rejected),
         ("expectation.spare-environment",),
     )
@@ -171,12 +197,11 @@ def checkpoint_not_published_safely(ctx: LayerContext) -> Clue | None:
         return None
     refs = [ctx.ref(e, "target", "problem") for e in ctx.timeline.of("harness", "ckpt_latest")]
     refs += [ctx.ref(e, "latest", "verifies") for e in ctx.timeline.of("fault", "storage_observed")]
-    return Clue(
+    return Clue.of(
         "checkpoint-not-published-safely",
         Layer.CHECKPOINT,
         True,
-        "the published checkpoint was not complete or does not verify: "
-        + "; ".join(f.message for f in bad[:2]),
+        Msg("layer.checkpoint-not-published-safely", findings=_said(bad)),
         tuple(refs),
         _names(bad),
     )
@@ -198,7 +223,7 @@ def checkpoint_load_refused_or_absent(ctx: LayerContext) -> Clue | None:
     tl = ctx.timeline
     bad = ctx.failed(*_LOAD_CHECKS)
     refs: list[dict[str, Any]] = []
-    why: list[str] = [f.message for f in bad[:2]]
+    why: list[Msg | str] = _said(bad)
     expected = getattr(getattr(ctx.item, "expected", None), "resume", None)
     if t0 is not None and expected != "scratch":
         for inc in tl.incarnations:
@@ -209,20 +234,26 @@ def checkpoint_load_refused_or_absent(ctx: LayerContext) -> Clue | None:
             if ld.kind == "ckpt_none" and saved_before:
                 refused = ld.get("rejected") or []
                 why.append(
-                    f"incarnation {inc.index} started from scratch although "
-                    f"{len(saved_before)} checkpoint(s) had been saved"
-                    + (f"; it refused {len(refused)}" if refused else "; it loaded none")
+                    Msg(
+                        "layer.checkpoint-load-refused-or-absent.refused"
+                        if refused
+                        else "layer.checkpoint-load-refused-or-absent.none-loaded",
+                        inc=inc.index,
+                        saved=len(saved_before),
+                        refused=len(refused),
+                    )
                 )
                 refs.append(ctx.ref(ld, "rank", "rejected"))
             elif bad:
                 refs.append(ctx.ref(ld, "rank", "id", "step", "verified"))
     if not bad and not refs:
         return None
-    return Clue(
+    said = {str(w) if isinstance(w, str) else w.text(): w for w in why}  # once each
+    return Clue.of(
         "checkpoint-load-refused-or-absent",
         Layer.CHECKPOINT,
         True,
-        "; ".join(dict.fromkeys(why)),
+        Msg("layer.checkpoint-load-refused-or-absent", why=list(said.values())),
         tuple(refs),
         _names(bad),
     )
@@ -234,11 +265,11 @@ def no_node_to_restart_on(ctx: LayerContext) -> Clue | None:
     none = ctx.timeline.of("platform", "no_spare")
     if not none:
         return None
-    return Clue(
+    return Clue.of(
         "no-node-to-restart-on",
         Layer.SCHEDULING,
         True,
-        f"no node to restart on: {none[0].get('detail')}",
+        Msg("layer.no-node-to-restart-on", detail=none[0].get("detail")),
         tuple(ctx.ref(e, "replaces", "detail") for e in none),
     )
 
@@ -263,12 +294,11 @@ def rendezvous_never_completed(ctx: LayerContext) -> Clue | None:
     if completed:
         return None
     kinds = sorted({e.kind for e in tries})
-    return Clue(
+    return Clue.of(
         "rendezvous-never-completed",
         Layer.CONTROL_PLANE,
         True,
-        f"after the fault the rendezvous was tried ({', '.join(kinds)}) and never completed; "
-        "no new generation of replicas started",
+        Msg("layer.rendezvous-never-completed", kinds=kinds),
         tuple(ctx.ref(e, "node", "msg") for e in tries[:4]),
     )
 
@@ -289,12 +319,11 @@ def old_replicas_not_released(ctx: LayerContext) -> Clue | None:
     bad = ctx.failed(*_RELEASE_CHECKS)
     if not bad:
         return None
-    return Clue(
+    return Clue.of(
         "old-replicas-not-released",
         Layer.SCHEDULING,
         True,
-        "the platform did not stop or release what the job no longer needed: "
-        + "; ".join(f.message for f in bad[:2]),
+        Msg("layer.old-replicas-not-released", findings=_said(bad)),
         findings=_names(bad),
     )
 
@@ -308,15 +337,17 @@ def saves_failed_and_job_stopped(ctx: LayerContext) -> Clue | None:
     last = failed[-1]
     if ctx.steps_after(last.mono) and ctx.outcome() == "succeeded":
         return None  # the job rode out the failed saves; anything wrong is elsewhere
-    return Clue(
+    return Clue.of(
         "saves-failed-and-job-stopped",
         Layer.STORAGE,
         True,
-        f"{len(failed)} checkpoint save(s) failed ({last.get('error')}) and the job "
-        + (
-            "made no step after the last one"
+        Msg(
+            "layer.saves-failed-and-job-stopped.no-step"
             if not ctx.steps_after(last.mono)
-            else f"ended {ctx.outcome()}"
+            else "layer.saves-failed-and-job-stopped.ended",
+            n=len(failed),
+            error=last.get("error"),
+            outcome=ctx.outcome() or "none",
         ),
         tuple(ctx.ref(e, "step", "error", "errno") for e in failed[:3]),
     )
@@ -352,11 +383,11 @@ def network_not_back(ctx: LayerContext) -> Clue | None:
         return None
     failed = ctx.after_fault("fault", "revert_failed")
     if failed:
-        return Clue(
+        return Clue.of(
             "network-not-back",
             Layer.NETWORK,
             True,
-            f"the link fault could not be reverted: {failed[0].get('error')}",
+            Msg("layer.network-not-back.revert-failed", error=failed[0].get("error")),
             (ctx.ref(failed[0], "fault", "error"),),
         )
     end = _network_window_end(ctx)
@@ -366,12 +397,11 @@ def network_not_back(ctx: LayerContext) -> Clue | None:
     sent, lost, samples = _probes_after(ctx, start)
     if not sent or not lost or ctx.steps_after(start):
         return None
-    return Clue(
+    return Clue.of(
         "network-not-back",
         Layer.NETWORK,
         True,
-        f"after the fault was reverted the network track still lost {lost} of {sent} probes, "
-        "and no step followed",
+        Msg("layer.network-not-back.probes-lost", lost=lost, sent=sent),
         (ctx.ref(end, "fault"), *(ctx.ref(e, "node") for e in samples if e.get("rtt_ms"))),
     )
 
@@ -390,13 +420,15 @@ def network_back_without_progress(ctx: LayerContext) -> Clue | None:
     if not sent or lost or ctx.steps_after(start):
         return None
     first = min(samples, key=lambda e: float(e.get("probed_mono", e.mono)))
-    return Clue(
+    return Clue.of(
         "network-back-without-progress",
         Layer.NETWORK,
         False,
-        f"the network track answered all {sent} probes after the fault was reverted "
-        f"(from +{float(first.get('probed_mono', first.mono)) - (ctx.t0 or 0.0):.2f} s), "
-        "yet no step followed: not the network",
+        Msg(
+            "layer.network-back-without-progress",
+            sent=sent,
+            from_s=float(first.get("probed_mono", first.mono)) - (ctx.t0 or 0.0),
+        ),
         (ctx.ref(end, "fault"), ctx.ref(first, "node")),
     )
 
@@ -417,12 +449,11 @@ def resumed_right_but_diverged(ctx: LayerContext) -> Clue | None:
     new = tl.incarnation_after(t0) if t0 is not None else None
     if new is not None and new.load is not None:
         refs.append(ctx.ref(new.load, "rank", "id", "step", "verified"))
-    return Clue(
+    return Clue.of(
         "resumed-right-but-diverged",
         Layer.FRAMEWORK,
         True,
-        "the job resumed from a valid checkpoint, but what it computed after it is wrong: "
-        + "; ".join(f.message for f in bad[:2]),
+        Msg("layer.resumed-right-but-diverged", findings=_said(bad)),
         tuple(refs),
         _names(bad),
     )
@@ -440,11 +471,11 @@ def job_failed_after_restart(ctx: LayerContext) -> Clue | None:
     if new is None or outcome in (None, "succeeded"):
         return None
     failures = ctx.after_fault("platform", "worker_failed")
-    return Clue(
+    return Clue.of(
         "job-failed-after-restart",
         Layer.FRAMEWORK,
         True,
-        f"incarnation {new.index} started after the fault, yet the job ended {outcome}",
+        Msg("layer.job-failed-after-restart", inc=new.index, outcome=outcome),
         (
             ctx.ref(min(new.starts, key=lambda e: e.mono), "rank", "node"),
             *(ctx.ref(e, "node", "msg") for e in failures[:2]),
@@ -464,13 +495,18 @@ def lost_replica_never_restarted(ctx: LayerContext) -> Clue | None:
     if not lost:
         return None
     left = [e.get("restarts_left") for e in lost if e.get("restarts_left") is not None]
-    budget = f" ({min(left)} restart(s) left)" if left else ""
-    return Clue(
+    return Clue.of(
         "lost-replica-never-restarted",
         Layer.SCHEDULING,
         True,
-        f"the platform declared a replica lost ({lost[0].kind} on {lost[0].get('node')}){budget} "
-        "and never started a new generation",
+        Msg(
+            "layer.lost-replica-never-restarted.budget"
+            if left
+            else "layer.lost-replica-never-restarted",
+            kind=lost[0].kind,
+            node=lost[0].get("node"),
+            left=min(left) if left else None,
+        ),
         tuple(ctx.ref(e, "node", "restarts_left") for e in lost[:3]),
     )
 
@@ -501,11 +537,13 @@ class LayerResult:
     clue: Clue | None
     also: tuple[Clue, ...] = field(default=())
     ruled_out: tuple[Clue, ...] = field(default=())
+    said: Msg | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "layer": self.layer.value,
             "why": self.why,
+            **(self.said.to_json() if self.said is not None else {}),
             "rule": self.clue.rule if self.clue is not None else None,
             "events": list(self.clue.events) if self.clue is not None else [],
             "findings": list(self.clue.findings) if self.clue is not None else [],
@@ -528,9 +566,17 @@ def failing_layer(
     pointing = [c for c in clues if c.points and c.layer not in out]
     ruled_out = tuple(c for c in clues if not c.points)
     if not pointing:
-        why = "no rule points at a layer"
-        if ruled_out:
-            why += "; ruled out: " + "; ".join(f"{c.layer.value} ({c.why})" for c in ruled_out)
-        return LayerResult(Layer.UNDETERMINED, why, None, (), ruled_out)
+        said = (
+            Msg(
+                "layer.undetermined.ruled-out",
+                clues=[
+                    Msg("layer.ruled-out", layer=c.layer.value, why=c.said or c.why)
+                    for c in ruled_out
+                ],
+            )
+            if ruled_out
+            else Msg("layer.undetermined")
+        )
+        return LayerResult(Layer.UNDETERMINED, said.text(), None, (), ruled_out, said)
     first = pointing[0]
-    return LayerResult(first.layer, first.why, first, tuple(pointing[1:]), ruled_out)
+    return LayerResult(first.layer, first.why, first, tuple(pointing[1:]), ruled_out, first.said)

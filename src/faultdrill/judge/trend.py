@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from faultdrill.checks.api import Msg
 from faultdrill.judge.analysis import injections
 from faultdrill.judge.reference import (
     committed_evaluations,
@@ -37,21 +38,26 @@ def recovery_step(tl: Timeline) -> tuple[int | None, str]:
     """The first step of progress after the fault, and what it is: the first step of the
     first generation that stepped after the injection, or (no restart) the first step made
     after the fault was reverted or injected. (None, why) when there is none."""
+    step, what = _recovery_step(tl)
+    return step, what.text()
+
+
+def _recovery_step(tl: Timeline) -> tuple[int | None, Msg]:
     inj = injections(tl)
     if not inj:
-        return None, "no fault was injected"
+        return None, Msg("trend.step.no-fault")
     t0 = inj[0].mono
     for inc in tl.incarnations:
         if inc.started_mono > t0 and inc.first_step is not None:
-            return inc.first_step, f"first step of incarnation {inc.index} after the restart"
+            return inc.first_step, Msg("trend.step.restart", inc=inc.index)
     rev = tl.first("fault", "reverted", after=t0)
     since = float(rev.get("revert_started_mono", rev.mono)) if rev is not None else t0
     st = tl.steps
     after = st.mono > since
     if not after.any():
-        return None, "no step after the fault"
-    what = "the fault's revert" if rev is not None else "the fault"
-    return int(st.step[after].min()), f"first step after {what} (no restart)"
+        return None, Msg("trend.step.none")
+    what = "trend.step.after-revert" if rev is not None else "trend.step.after-fault"
+    return int(st.step[after].min()), Msg(what)
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> float | None:
@@ -114,24 +120,25 @@ def trend_after_recovery(
     ``loss`` (:func:`series_trend`), ``metrics`` (``split/metric`` -> :func:`series_trend`
     of the mean over ranks), ``drift`` (True: some series left the tolerance; None: nothing
     compared)."""
-    start, what = recovery_step(tl)
+    start, what = _recovery_step(tl)
+    why = Msg("trend.why.bitwise" if bitwise else "trend.why.trend")
     out: dict[str, Any] = {
         "applies": not bitwise,
-        "why": (
-            "bitwise comparison applies: the step-by-step checks are stronger"
-            if bitwise
-            else "world size or config differ from the baseline's: compared as a trend"
-        ),
+        "why": why.text(),
         "recovery_step": start,
-        "recovery_step_is": what,
+        "recovery_step_is": what.text(),
         "window": None,
         "loss": None,
         "metrics": {},
         "drift": None,
+        #: The messages behind ``why`` and ``recovery_step_is``, for reports in any language.
+        "messages": {"why": why.to_json(), "recovery_step_is": what.to_json()},
     }
-    if start is None or reference is None or len(reference.steps) == 0:
-        if reference is None or len(reference.steps) == 0:
-            out["why"] = "no baseline to compare with"
+    if start is None or reference is None or reference.rows == 0:
+        if reference is None or reference.rows == 0:
+            why = Msg("trend.why.no-baseline")
+            out["why"] = why.text()
+            out["messages"]["why"] = why.to_json()
         return out
     chain, _notes = tl.committed_chain()
     rows = tl.rows_in(chain)

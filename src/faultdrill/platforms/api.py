@@ -266,6 +266,9 @@ class Platform(ABC):
     """One job on one platform. Not thread-safe except ``poll``/``replicas``/``stop``."""
 
     name: ClassVar[str]
+    #: The replicas are processes of this host (their pids and start times are this
+    #: host's ``/proc``): the sampler then follows their exits by event.
+    host_processes: ClassVar[bool] = False
 
     def __init__(self, resources: Resources, work_dir: Path, ledger: Ledger, sink: EventSink):
         self.resources = resources

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from faultdrill import rundir
 from faultdrill.report.html import render_html
 from faultdrill.report.i18n import LANGS, check_lang
 from faultdrill.report.markdown import render_markdown
@@ -36,12 +37,12 @@ def render_reports(run_dir: Path, lang: str = "en", out: Path | None = None) -> 
     check_lang(lang)
     report = read_report(run_dir)
     out = out or run_dir
-    write_file(out / "report.md", render_markdown(report, lang), within=out)
-    write_file(out / "report.html", render_html(report, run_dir, lang), within=out)
+    write_file(out / rundir.REPORT_MD, render_markdown(report, lang), within=out)
+    write_file(out / rundir.REPORT_HTML, render_html(report, run_dir, lang), within=out)
     return {
-        "json": str(run_dir / "report.json"),
-        "markdown": str(out / "report.md"),
-        "html": str(out / "report.html"),
+        "json": str(run_dir / rundir.REPORT_JSON),
+        "markdown": str(out / rundir.REPORT_MD),
+        "html": str(out / rundir.REPORT_HTML),
     }
 
 

@@ -6,9 +6,12 @@ data (:func:`~faultdrill.report.words.finding_text`)."""
 from __future__ import annotations
 
 from faultdrill.report import words
-from faultdrill.report.details import item_details
+from faultdrill.report.blocks import to_markdown
 from faultdrill.report.i18n import Translator, translator
 from faultdrill.report.model import Conditions, Evidence, Item, Report
+from faultdrill.report.parts import dossier_parts, item_parts, run_parts, verdict_parts
+from faultdrill.report.parts.common import value
+from faultdrill.report.parts.verdict import failure_part, no_probe_part
 from faultdrill.report.scope import derive_scope
 
 __all__ = ["render_markdown"]
@@ -19,11 +22,20 @@ _SUMMARY_COLS = (
     "col.fault",
     "col.verdict",
     "col.class",
+    "col.level",
+    "col.layer",
     "col.detect",
     "col.recover",
     "col.recomputed",
 )
-_CONTROL_COLS = ("col.control", "col.bug", "col.expected_check", "col.caught", "col.verdict")
+_CONTROL_COLS = (
+    "col.control",
+    "col.bug",
+    "col.expected_check",
+    "col.caught",
+    "col.verdict",
+    "col.layer",
+)
 
 
 def _caught_cell(caught: bool | None, t: Translator) -> str:
@@ -51,7 +63,7 @@ def _verdict_line(s: Item, t: Translator) -> str:
                 "ctl.line",
                 caught=caught,
                 check=s.expected_check,
-                mutation=s.workload_mutation,
+                mutation=words.mutation(t, s),
                 verdict=verdict,
             )
             + "**"
@@ -60,7 +72,7 @@ def _verdict_line(s: Item, t: Translator) -> str:
         "verdict.line",
         verdict=f"**{verdict}**",
         cls=f"**{t.cls(s.recovery_class)}**",
-        why=t.cls_why(s.recovery_class, s.recovery_class_why),
+        why=words.class_why(t, s),
     )
 
 
@@ -84,22 +96,19 @@ def _item_table(s: Item, t: Translator) -> list[str]:
     if s.expected is not None:
         lines.append(f"| {t('row.expected')} | {words.expected(t, s.expected)} |")
     lines.append(f"| {t('row.recovery')} | {words.actions(t, s.operator_actions)} |")
-    lines.append(f"| {t('row.outcome')} | {s.outcome} |")
-    lines.append(
-        f"| {t('row.conclusion')} | **{t.verdict(s.verdict)}**; "
-        + t(
-            "conclusion.cls",
-            cls=t.cls(s.recovery_class),
-            why=t.cls_why(s.recovery_class, s.recovery_class_why),
-        )
-        + " |"
-    )
+    lines.append(f"| {t('row.outcome')} | {words.outcome(t, s.outcome)} |")
+    conclusion = t("conclusion.cls", cls=t.cls(s.recovery_class), why=words.class_why(t, s))
+    if s.conclusion is not None:
+        conclusion += t("list.sep") + t("conclusion.level", level=t.level(s.conclusion.level))
+    if s.layer is not None:
+        conclusion += t("list.sep") + t("conclusion.layer", layer=t.layer(s.layer.layer))
+    lines.append(f"| {t('row.conclusion')} | **{t.verdict(s.verdict)}**; {conclusion} |")
     return [*lines, ""]
 
 
 def _questions(s: Item, t: Translator) -> list[str]:
     q = s.questions
-    by, note2 = q.worker_lost_by, q.old_replica_note
+    by, note2 = words.lost_by_text(t, q.worker_lost_by), words.note_text(t, q.old_replica_note)
     return [
         f"**{t('q.title')}**",
         "",
@@ -111,7 +120,7 @@ def _questions(s: Item, t: Translator) -> list[str]:
         f"4. {t('q.4')}: {words.resumed(t, q.resumed_from)}; "
         + t("q.first_step", when=words.when(t, q.first_step_after_at)),
         "",
-        *([t("q.note", note=q.note), ""] if q.note else []),
+        *([t("q.note", note=words.note_text(t, q.note)), ""] if q.note else []),
         words.times_line(t, s.times),
         "",
     ]
@@ -128,20 +137,21 @@ def _evidence(s: Item, t: Translator) -> list[str]:
 
 
 def _conditions(c: Conditions | None, t: Translator) -> list[str]:
-    return [f"_{t('cond.title')}_: {words.conditions(t, c)} {t('cond.note')}", ""]
+    return [f"_{t('cond.title')}_: {words.conditions(t, c, pairs=True)} {t('cond.note')}", ""]
 
 
-def _item(s: Item, t: Translator) -> list[str]:
-    title = f" — {s.title}" if s.title else ""
+def _item(s: Item, t: Translator, report: Report) -> list[str]:
+    title = f" — {words.item_title(t, s)}" if s.title else ""
     lines = [f"### {s.id}{title}", "", _verdict_line(s, t), ""]
     if s.not_as_planned:
-        lines += [t("not_as_planned", why=s.not_as_planned), ""]
+        lines += [t("not_as_planned", why=words.not_as_planned(t, s)), ""]
     return [
         *lines,
         *_item_table(s, t),
         *_questions(s, t),
+        *to_markdown(verdict_parts(t, s)),
         *_evidence(s, t),
-        *item_details(s),
+        *to_markdown(item_parts(t, s, report)),
         *_conditions(s.conditions, t),
     ]
 
@@ -167,6 +177,7 @@ def _header(report: Report, t: Translator) -> list[str]:
             r=summ.retest,
         ),
         "- " + t("summary.controls", c=summ.controls_caught, n=summ.controls),
+        *(["- " + note] if (note := words.controls_note(t, report)) else []),
         "- "
         + t(
             "summary.baseline",
@@ -183,30 +194,35 @@ def _header(report: Report, t: Translator) -> list[str]:
 def _verdict_tables(report: Report, t: Translator) -> list[str]:
     lines = [
         "| " + " | ".join(t(k) for k in _SUMMARY_COLS) + " |",
-        "|---|---|---|---|---|---|---|---|",
+        "|" + "---|" * len(_SUMMARY_COLS),
     ]
     for s in report.scenario_items:
         tm, fault = s.times, s.fault
+        level = t.level(s.conclusion.level) if s.conclusion is not None else "—"
+        layer = t.layer(s.layer.layer) if s.layer is not None else "—"
+        rc = tm.recomputed_steps
         lines.append(
             f"| {s.id} | {s.round} | {fault.kind if fault else None} "
             f"({fault.target if fault else None}) | "
-            f"{t.verdict(s.verdict)} | {t.cls(s.recovery_class)} | "
+            f"{t.verdict(s.verdict)} | {t.cls(s.recovery_class)} | {level} | {layer} | "
             f"{t.seconds(tm.detect_s)} | {t.seconds(tm.recover_s)} | "
-            f"{tm.recomputed_steps} |"
+            f"{rc if rc is not None else t('na')} |"
         )
     for sk in report.skipped:
-        lines.append(f"| {sk.id} | | | {t('verdict.not-run')} | | | | {sk.reason} |")
+        reason = words.skip_reason(t, sk.reason)
+        lines.append(f"| {sk.id} | | | {t('verdict.not-run')} | | | | | | {reason} |")
     if report.control_items:
         lines += [
             "",
             "| " + " | ".join(t(k) for k in _CONTROL_COLS) + " |",
-            "|---|---|---|---|---|",
+            "|" + "---|" * len(_CONTROL_COLS),
         ]
         for s in report.control_items:
+            layer = t.layer(s.layer.layer) if s.layer is not None else "—"
             lines.append(
-                f"| {s.id} | `{s.workload_mutation}` | `{s.expected_check}` "
+                f"| {s.id} | `{words.mutation(t, s)}` | `{s.expected_check}` "
                 f"| {_caught_cell(s.caught, t)} | "
-                f"{t.verdict(s.verdict)} |"
+                f"{t.verdict(s.verdict)} | {layer} |"
             )
     return lines
 
@@ -232,10 +248,10 @@ def _baseline(report: Report, t: Translator) -> list[str]:
             digest=plan.data.digest or "",
             pos=plan.data.read_position,
         ),
-        "- " + t("baseline.resources", topology=dossier.resources.topology or "?"),
+        "- " + t("baseline.resources", topology=words.topology(t, plan)),
         "- " + t("baseline.ckpt", every=plan.checkpoint.every_steps, keep=plan.checkpoint.keep),
-        "- " + t("baseline.seeds", seeds=plan.seeds),
-        "- " + t("baseline.window", window=dossier.observation.baseline_window),
+        "- " + t("baseline.seeds", seeds=value(t, dict(plan.seeds))),
+        "- " + t("baseline.window", window=words.window(t, dossier.observation.baseline_window)),
         "- "
         + t(
             "baseline.resp",
@@ -250,17 +266,24 @@ def _baseline(report: Report, t: Translator) -> list[str]:
             lines.append(
                 "- " + t("baseline.selfcheck", cat=t.evidence(cat), verdict=t.verdict(ev.verdict))
             )
+    said = [
+        failure_part(t, base.failure, "baseline-failure"),
+        no_probe_part(t, base.no_probe_events),
+    ]
+    lines.append("")
+    lines += to_markdown([p for p in said if p is not None])
+    lines += [f"### {t('html.dossiers')}", "", *to_markdown(dossier_parts(t, report))]
     return lines
 
 
 def _items(report: Report, t: Translator) -> list[str]:
     lines = ["", f"## {t('scenarios.title')}", ""]
     for s in report.scenario_items:
-        lines += _item(s, t)
+        lines += _item(s, t, report)
     if report.control_items:
         lines += [f"## {t('controls.title')}", "", t("controls.intro"), ""]
         for s in report.control_items:
-            lines += _item(s, t)
+            lines += _item(s, t, report)
     return lines
 
 
@@ -301,6 +324,9 @@ def render_markdown(report: Report, lang: str = "en") -> str:
         *_verdict_tables(report, t),
         *_baseline(report, t),
         *_items(report, t),
+        f"## {t('html.dependencies')}",
+        "",
+        *to_markdown(run_parts(t, report)),
         *_scope_and_signoff(report, t),
     ]
     return "\n".join(lines)

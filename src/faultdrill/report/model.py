@@ -57,7 +57,7 @@ from pydantic import (
     model_validator,
 )
 
-from faultdrill import __version__
+from faultdrill import __version__, rundir
 from faultdrill.errors import RunDirError
 from faultdrill.safepath import write_file
 
@@ -75,6 +75,7 @@ __all__ = [
     "Goodput",
     "Inventory",
     "Item",
+    "Message",
     "NetworkTrack",
     "Placement",
     "Questions",
@@ -311,6 +312,13 @@ class Finding(Record):
     params: dict[str, JsonValue] = {}
 
 
+class Message(Record):
+    """A message by id, with the values it says (see :mod:`faultdrill.report.i18n`)."""
+
+    message_id: str
+    params: dict[str, JsonValue] = {}
+
+
 class Evidence(Record):
     verdict: VerdictName
     findings: list[Finding] = []
@@ -446,6 +454,9 @@ class Goodput(Record):
     recomputed_steps: int | None = None
     conditions: str = ""
     notes: list[str] = []
+    #: ``why`` and ``notes`` as messages (a note written in words: the text).
+    why_message: Message | None = None
+    note_messages: list[Message | str] = []
 
 
 class Pointer(Record):
@@ -650,6 +661,9 @@ class LevelProof(Record):
     findings: list[str] = []
     #: Compact references to the events that show it (src, kind, mono, ...).
     events: list[dict[str, JsonValue]] = []
+    #: ``why`` as a message (id and params), for reports in other languages.
+    message_id: str | None = None
+    params: dict[str, JsonValue] = {}
 
 
 class Conclusion(Record):
@@ -671,6 +685,8 @@ class Clue(Record):
     why: str = ""
     events: list[dict[str, JsonValue]] = []
     findings: list[str] = []
+    message_id: str | None = None
+    params: dict[str, JsonValue] = {}
 
 
 class FailingLayer(Record):
@@ -684,6 +700,8 @@ class FailingLayer(Record):
     findings: list[str] = []
     also: list[Clue] = []
     ruled_out: list[Clue] = []
+    message_id: str | None = None
+    params: dict[str, JsonValue] = {}
 
 
 class Failure(Record):
@@ -749,6 +767,10 @@ class Item(Record):
     failure: Failure | None = None
     #: No rank reported anything: the script is not instrumented, or died first.
     no_probe_events: bool = False
+    #: The message behind an English field the judge wrote (``recovery_class_why``,
+    #: ``aborted``, ``not_proven_why``): field -> message id and params, so that a report
+    #: can say it in its own language.
+    field_messages: dict[str, Message] = {}
     #: For a job read from its log lines (plan ``logs``): which evidence came from logs,
     #: the stamping bound, lines not attributed, what the patterns cannot show.
     log_evidence: dict[str, JsonValue] | None = None
@@ -952,7 +974,7 @@ def _explain(source: str, exc: ValidationError) -> str:
 
 def read_report(path: Path) -> Report:
     """The report of a run directory (or a report.json file). Raises RunDirError."""
-    file = path / "report.json" if path.is_dir() else path
+    file = path / rundir.REPORT_JSON if path.is_dir() else path
     try:
         text = file.read_bytes()
     except FileNotFoundError as exc:
@@ -967,7 +989,7 @@ def read_report(path: Path) -> Report:
 
 def write_report(report: Report, run_dir: Path) -> Path:
     """Write ``run_dir/report.json``; returns its path."""
-    path = run_dir / "report.json"
+    path = run_dir / rundir.REPORT_JSON
     write_file(path, json.dumps(report.to_json(), indent=2) + "\n", within=run_dir)
     return path
 

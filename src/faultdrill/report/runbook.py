@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from faultdrill import rundir
 from faultdrill.events import read_jsonl
 from faultdrill.report import words
 from faultdrill.report.i18n import Translator, translator
@@ -75,7 +76,7 @@ def undo_hint(kind: str, data: dict[str, Any]) -> str:
 
 def ledger_changes(item_dir: Path) -> list[dict[str, Any]]:
     """Every change an item's ledger recorded: kind, label, data, applied, reverted."""
-    path = item_dir / "ledger.jsonl"
+    path = rundir.ledger_path(item_dir)
     if not path.exists():
         return []
     entries: dict[str, dict[str, Any]] = {}
@@ -179,7 +180,7 @@ def _injection_text(t: Translator, s: Item) -> str:
 
 def _intro(t: Translator, s: Item, n: int, rec: _Recorded, ckpt_dir: str) -> list[str]:
     """Heading, the injection, and how to reproduce it: automatically, or by hand."""
-    title = f" — {s.title}" if s.title else ""
+    title = f" — {words.item_title(t, s)}" if s.title else ""
     lines = [f"## {n}. {s.id}{title}", "", f"- {t('row.injection')}: {_injection_text(t, s)}"]
     if s.control:
         mutation = json.dumps(s.workload_mutation, ensure_ascii=False)
@@ -352,13 +353,34 @@ def _observed(t: Translator, s: Item) -> list[str]:
         rel = at.since_injection_s if at else None
         val = t.seconds(rel) if rel is not None else t("when.none")
         if i == 1 and q.worker_lost_by:
-            val += f" ({q.worker_lost_by})"
+            val += f" ({words.lost_by_text(t, q.worker_lost_by)})"
         rf = q.resumed_from
         if i == 4 and rf is not None:
             val += "; " + (words.resumed(t, rf) if rf.checkpoint else t("resumed.scratch"))
         lines.append(f"  - {t(f'q.{i}')}: {val}")
     verdict = t("rb.expect.verdict", verdict=t.verdict(s.verdict), cls=t.cls(s.recovery_class))
-    return [*lines, f"  - {verdict}", ""]
+    return [*lines, f"  - {verdict}", *_proved(t, s), ""]
+
+
+def _proved(t: Translator, s: Item) -> list[str]:
+    """What the original run proved, where it failed, and how its job failed."""
+    lines = []
+    if s.conclusion is not None:
+        lines.append("  - " + t("rb.expect.level", level=t.level(s.conclusion.level)))
+    if s.layer is not None:
+        why = t.message(s.layer.message_id, s.layer.params, s.layer.why)
+        lines.append("  - " + t("rb.expect.layer", layer=t.layer(s.layer.layer), why=why))
+    f = s.failure
+    if f is not None:
+        status = "?" if f.exit_status is None else str(f.exit_status)
+        lines.append(
+            "  - "
+            + t("rb.expect.failure", command=f.command or "?", status=status, log=f.log or "?")
+        )
+        lines += [f"    > {line}" for line in f.error_tail[-5:]]
+    if s.no_probe_events:
+        lines.append("  - " + t("part.no_probe"))
+    return lines
 
 
 def _stop_and_cleanup(t: Translator, s: Item, plan: RecordedPlan, rec: _Recorded) -> list[str]:

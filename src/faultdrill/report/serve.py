@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from faultdrill import rundir
 from faultdrill.errors import DrillError, RunDirError
 from faultdrill.report.html import render_html
 from faultdrill.report.i18n import LANGS
@@ -137,7 +138,7 @@ def serve(
         )
     with _sigterm_stops(), tempfile.TemporaryDirectory(prefix="faultdrill-serve-") as tmp:
         run_dir = source if source.is_dir() else extract_bundle(source, Path(tmp))
-        if not (run_dir / "report.json").exists():
+        if not (run_dir / rundir.REPORT_JSON).exists():
             raise RunDirError(f"{source}: no report.json; not a faultdrill run or bundle")
         try:
             server = make_server(run_dir, host, port, lang)

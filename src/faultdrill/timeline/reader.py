@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from faultdrill.events import Event, malformed
-from faultdrill.timeline.steps import I8, StepTable
+from faultdrill.timeline.steps import I4, I8, StepTable
 
 __all__ = ["PARALLEL_BYTES"]
 
@@ -45,14 +45,23 @@ class _Part:
     bad: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
-def _read_files(paths: list[Path]) -> _Part:
+def _read_files(
+    paths: list[Path],
+    offsets: dict[str, int] | None = None,
+    before: dict[str, list[Event]] | None = None,
+) -> _Part:
+    """Read ``paths`` (each from the byte ``offsets`` gives for its name, else from its
+    start) into one part; ``before``: per file name, the events of the bytes skipped (the
+    step store's), put where they were in the file, so that ties in time keep file order."""
     events: list[Event] = []
     steps = _StepColumns()
     task = ""
     torn = 0
     bad: dict[str, tuple[int, str]] = {}
     for path in paths:
-        before = torn + steps.bad
+        if before:
+            events.extend(before.get(path.name, ()))
+        skipped_before = torn + steps.bad
         source = ""
         last_torn = 0  # a line without its newline can only be the file's last
         try:
@@ -62,6 +71,8 @@ def _read_files(paths: list[Path]) -> _Part:
             bad[path.name] = (1, "")
             continue
         with f:
+            if offsets:
+                f.seek(offsets.get(path.name, 0))
             for line in f:
                 m = _probe_step_line(line)
                 if m is not None:  # the probe's own step line: no JSON decoding needed
@@ -87,7 +98,7 @@ def _read_files(paths: list[Path]) -> _Part:
                     continue
                 task = task or str(raw.get("task", ""))
         steps.close_chunk()  # rows it drops are counted against this file
-        skipped = torn + steps.bad - before - last_torn
+        skipped = torn + steps.bad - skipped_before - last_torn
         if skipped:
             bad[path.name] = (skipped, source)
     chunks = steps.chunks()
@@ -312,11 +323,11 @@ class _StepColumns:
             raise ValueError("a step's time is not a finite number")
         return (
             mono,
-            np.asarray(self.rank, dtype=I8),
-            np.asarray(self.pid, dtype=I8),
+            np.asarray(self.rank, dtype=I4),
+            np.asarray(self.pid, dtype=I4),
             np.asarray(self.step, dtype=I8),
             np.asarray(self.loss, dtype=np.float64),
-            np.asarray(self.counts, dtype=I8),
+            np.asarray(self.counts, dtype=I4),
             pairs[:, 0].copy(),
             pairs[:, 1].copy(),
         )
@@ -325,7 +336,7 @@ class _StepColumns:
         """Slow path, only for a chunk that failed to convert: keep the rows whose every
         value converts on its own, count the others in :attr:`bad`."""
         cols = (self.mono, self.rank, self.pid, self.step, self.loss)
-        types = (np.float64, I8, I8, I8, np.float64)
+        types = (np.float64, I4, I4, I8, np.float64)
         keep: list[int] = []
         starts: list[int] = []
         at = 0
@@ -395,8 +406,24 @@ class _StepColumns:
             cols.append(np.concatenate(done) if len(done) > 1 else done[0])
             done.clear()
         mono, rank, pid, step, loss, counts, starts, ends = cols
+        return table_of(mono, rank, pid, step, loss, counts, starts, ends)
+
+
+def table_of(
+    mono: np.ndarray,
+    rank: np.ndarray,
+    pid: np.ndarray,
+    step: np.ndarray,
+    loss: np.ndarray,
+    counts: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> StepTable:
+    """A step table from columns and the number of sample ranges of each row."""
+    off: np.ndarray | None = None
+    if not (starts.shape[0] == counts.shape[0] and bool((counts == 1).all())):
         off = np.zeros(counts.shape[0] + 1, dtype=I8)
         np.cumsum(counts, out=off[1:])
-        return StepTable.from_columns(
-            mono, rank, pid, step, loss, rng_off=off, rng_start=starts, rng_end=ends
-        )
+    return StepTable.from_columns(
+        mono, rank, pid, step, loss, rng_off=off, rng_start=starts, rng_end=ends
+    )

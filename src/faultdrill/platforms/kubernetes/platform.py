@@ -206,6 +206,7 @@ class KubernetesPlatform(Platform):
             "platform",
             "unobservable",
             what="processes",
+            why_id="resources.unobservable.kubeconfig",
             why="the pods run on the machines of a cluster given by kubeconfig; only the "
             "test cluster's processes are sampled",
         )

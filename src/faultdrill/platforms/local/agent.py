@@ -213,5 +213,62 @@ def main() -> None:
         _emit(fd, node, task, "agent_exit", rc=rc)
 
 
+def _wait_for_peers(cap_s: float = 3.0) -> None:
+    """On the agent hosting the rendezvous store: wait (at most ``cap_s``) until every
+    other agent of the last rendezvous round has closed the rendezvous (its ``agent_exit``
+    is written) or is gone. Their closing talks to this process's store; leaving first
+    would make it fail ("failed to shutdown the rendezvous")."""
+    if not any(a.startswith("--rdzv-conf=") and "is_host=1" in a for a in sys.argv[1:]):
+        return
+    events = os.environ["FAULTDRILL_EVENTS_DIR"]
+    own = f"agent-{os.environ.get('FAULTDRILL_NODE', 'node')}.jsonl"
+    rounds = {name: _last_round(os.path.join(events, name)) for name in os.listdir(events)}
+    port = rounds.get(own, (None, 0, False))[0]
+    deadline = time.monotonic() + cap_s
+    while port is not None and time.monotonic() < deadline:
+        waiting = [
+            name
+            for name, (p, pid, closed) in rounds.items()
+            if name != own and p == port and not closed and os.path.exists(f"/proc/{pid}/cmdline")
+        ]
+        if not waiting:
+            return
+        time.sleep(0.02)
+        rounds.update({name: _last_round(os.path.join(events, name)) for name in waiting})
+
+
+def _last_round(path: str) -> tuple[int | None, int, bool]:
+    """(master port of the agent's last rendezvous round, its pid, whether it has exited
+    since) from one agent's events file; (None, 0, False) for any other file."""
+    port, pid, closed = None, 0, False
+    if not os.path.basename(path).startswith("agent-"):
+        return port, pid, closed
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("kind") == "rdzv_complete":
+                port, pid, closed = ev.get("master_port"), int(ev.get("pid", 0)), False
+            elif ev.get("kind") == "agent_exit":
+                closed = True
+    return port, pid, closed
+
+
 if __name__ == "__main__":
-    main()
+    # Once torchrun returns, everything the agent says is written (unbuffered) and its
+    # workers are gone: exit without the interpreter's teardown of torch (about 2 s of a
+    # node's end on 2 busy cores), with torchrun's status, once no peer still needs this
+    # agent's rendezvous store. A failure keeps the normal path.
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    _wait_for_peers()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

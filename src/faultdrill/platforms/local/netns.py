@@ -32,20 +32,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from faultdrill import rundir
 from faultdrill.errors import FaultError, PlatformError
 from faultdrill.platforms.api import Change, JobSpec, JobState, NodeInfo
 from faultdrill.platforms.local import procfs
 from faultdrill.platforms.local.cluster import SUBNET
 from faultdrill.platforms.local.linux import ActiveRule, NodeLink, netns_unavailable, signal_change
-from faultdrill.platforms.local.platform import LocalPlatform
+from faultdrill.platforms.local.platform import ISOLATION_VARIANTS, LocalPlatform
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
     from faultdrill.ledger import Ledger
-    from faultdrill.plan import Plan, Resources
+    from faultdrill.plan import Resources
     from faultdrill.platforms.local.netsampler import NetSampler
 
-__all__ = ["SUBNET", "NetnsPlatform", "without_netns_if_unavailable"]
+__all__ = ["SUBNET", "NetnsPlatform"]
 
 
 # Lines of worker/agent output that say a timeout or a lost peer ended a collective or a
@@ -246,7 +247,7 @@ class NetnsPlatform(LocalPlatform):
     # --- observing, and re-placement after a node loss -----------------------------------
 
     def _poll(self) -> JobState:
-        self._logwatch.poll(self.work_dir / "logs")
+        self._logwatch.poll(rundir.logs_dir(self.work_dir))
         state = super()._poll()
         if state == JobState.RUNNING:
             self._replace_lost_nodes()
@@ -408,28 +409,4 @@ class NetnsPlatform(LocalPlatform):
         return self.cluster.link_cut(node, peer=peer)
 
 
-def without_netns_if_unavailable(plan: Plan) -> tuple[Plan, str | None]:
-    """For the demo: when this machine cannot create namespaces, the same plan with
-    ``isolation: none`` and without the scenarios and controls whose faults need them,
-    plus a sentence saying so; otherwise the plan unchanged and None."""
-    if plan.resources.isolation != "netns":
-        return plan, None
-    why = netns_unavailable()
-    if why is None:
-        return plan, None
-    from faultdrill.faults import FAULTS
-    from faultdrill.plan import plan_without
-
-    can = LocalPlatform.abilities_for(plan.resources.model_copy(update={"isolation": "none"}))
-    dropped = [
-        item.id
-        for item in plan.items()
-        if not FAULTS[item.fault.kind].requires_for(item.fault) <= can
-    ]
-    note = (
-        f"{why}; running the demo without network isolation"
-        + (f" and without {', '.join(dropped)}" if dropped else "")
-        + " (run as root for the multi-node network drills)"
-    )
-    source = "demo plan without network namespaces"
-    return plan_without(plan, set(dropped), source=source, isolation="none", spares=0), note
+ISOLATION_VARIANTS["netns"] = NetnsPlatform

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from faultdrill import rundir
 from faultdrill.errors import FaultError, NotOursError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
@@ -141,12 +142,18 @@ _NO_STORE_RESTART = (
 )
 
 
+#: ``resources.isolation`` -> the platform class that provides it (each variant registers
+#: itself here, so this module needs no import of its subclasses).
+ISOLATION_VARIANTS: dict[str, type[Platform]] = {}
+
+
 @register
 class LocalPlatform(HostStorage, Platform):
     """torchrun agents on this host; nodes are a :class:`NodeCluster` of cgroups (and, with
     netns isolation, network namespaces: see ``faultdrill.platforms.local.netns``)."""
 
     name = "local"
+    host_processes = True
 
     def __init__(
         self, resources: Resources, work_dir: Path, ledger: Ledger, sink: EventSink
@@ -198,11 +205,7 @@ class LocalPlatform(HostStorage, Platform):
 
     @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
-        if resources.isolation == "netns":
-            from faultdrill.platforms.local.netns import NetnsPlatform
-
-            return NetnsPlatform
-        return cls
+        return ISOLATION_VARIANTS.get(resources.isolation, cls)
 
     # --- layout -------------------------------------------------------------------------
 
@@ -303,7 +306,7 @@ class LocalPlatform(HostStorage, Platform):
     def start_agent(self, node: str, job: JobSpec, *, is_host: bool) -> None:
         """Start one node's agent on the node (its cgroup joined before exec, so every
         descendant inherits it)."""
-        log_path = job.work_dir / "logs" / f"agent-{node}.log"
+        log_path = rundir.logs_dir(job.work_dir) / f"agent-{node}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "ab")  # noqa: SIM115  (closed in _teardown)
         try:
@@ -443,7 +446,7 @@ class LocalPlatform(HostStorage, Platform):
     # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
 
     def replica_copy(self, replica: Replica) -> Change:
-        return copy_change(self.cluster, replica, self.work_dir / "logs", self._copies)
+        return copy_change(self.cluster, replica, rundir.logs_dir(self.work_dir), self._copies)
 
     # --- actions: the control plane (ControlPlaneActions) ------------------------------------
 

@@ -15,7 +15,7 @@ CSS = """
 --bg-pass:#d1fae5;--bg-fail:#fee2e2;--bg-retest:#fef3c7}
 *{box-sizing:border-box}
 body{font-family:system-ui,-apple-system,"Segoe UI","Noto Sans","Noto Sans CJK SC","PingFang SC",
-"Microsoft YaHei",sans-serif;color:var(--fg);margin:0;line-height:1.45;background:#fff}
+"Microsoft YaHei","WenQuanYi Micro Hei",sans-serif;color:var(--fg);margin:0;line-height:1.45;background:#fff}
 main{max-width:1180px;margin:0 auto;padding:16px 24px 60px}
 header.top{border-bottom:3px solid var(--fg);padding-bottom:8px;margin-bottom:12px}
 h1{font-size:1.55em;margin:.2em 0}h2{font-size:1.25em;margin:1.6em 0 .5em;border-bottom:1px solid var(--line)}
@@ -28,6 +28,10 @@ table{border-collapse:collapse;width:100%;margin:6px 0 10px;font-size:.92em}
 th,td{border:1px solid var(--line);padding:4px 7px;text-align:left;vertical-align:top}
 th{background:#f3f4f6;font-weight:600}
 table.row th{width:15%;white-space:nowrap}
+table.levels td:first-child,table.levels td:nth-child(2){white-space:nowrap}
+table.layer td:first-child,table.dossier td:first-child{width:22%}
+.part{margin:10px 0}.warning{color:var(--fail);font-weight:600}
+p.level-line{font-size:1.02em}
 .v{font-weight:700;padding:1px 7px;border-radius:3px;white-space:nowrap}
 .v.pass{background:var(--bg-pass);color:var(--pass)}.v.fail{background:var(--bg-fail);color:var(--fail)}
 .v.retest,.v.not-run{background:var(--bg-retest);color:var(--retest)}

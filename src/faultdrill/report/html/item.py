@@ -1,17 +1,24 @@
 """One scenario or control of the HTML report: an ``<article>`` with the methodology's row
 table (preconditions, injection, expected state, evidence, recovery, conclusion), the four
-answers, the timeline and loss pictures, the resource evidence, every finding, the
-conditions, and any recorded data this version has no section for."""
+answers, the conclusion level and (where not pass) the failing layer, a failed job's
+command and error output, the timeline, loss and evaluation pictures, the resource
+evidence, every finding, the parts of :mod:`faultdrill.report.parts` (evaluation, trend,
+dependencies, scheduling, accounting), the conditions, and any recorded data this version
+has no section for."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from faultdrill.report import words
+from faultdrill.report.blocks import Table, html_block, to_html
 from faultdrill.report.html.generic import e, generic, vb
 from faultdrill.report.i18n import Translator
-from faultdrill.report.model import Evidence, Item
+from faultdrill.report.model import Evidence, Item, Report
+from faultdrill.report.parts import ITEM_PART_KEYS, item_parts, verdict_parts
+from faultdrill.report.parts.common import finding_anchor
 from faultdrill.report.svg import (
     ItemView,
     item_events_dir,
@@ -20,6 +27,7 @@ from faultdrill.report.svg import (
     proc_rows,
     timeline_svg,
 )
+from faultdrill.report.svg.evaluation import evaluation_svgs
 
 __all__ = ["KNOWN_ITEM_KEYS", "item_html"]
 
@@ -47,12 +55,17 @@ KNOWN_ITEM_KEYS = frozenset(
         "expected_check",
         "caught",
         "workload_mutation",
+        *ITEM_PART_KEYS,
     }
 )
 
 
-def _bad_list(findings: list[tuple[str, str]]) -> str:
-    return "".join(f"<li><code>{e(check)}</code>: {e(msg)}</li>" for check, msg in findings)
+def _bad_list(item_id: str, findings: list[tuple[str, str]]) -> str:
+    return "".join(
+        f"<li><a href='#{e(finding_anchor(item_id, check))}'><code>{e(check)}</code></a>: "
+        f"{e(msg)}</li>"
+        for check, msg in findings
+    )
 
 
 def _not_passed(t: Translator, ev: Evidence) -> list[tuple[str, str]]:
@@ -63,7 +76,7 @@ def _evidence_cell(t: Translator, s: Item) -> str:
     parts = []
     for cat, ev in s.evidence.categories():
         bad = _not_passed(t, ev)
-        detail = f"<ul>{_bad_list(bad)}</ul>" if bad else ""
+        detail = f"<ul>{_bad_list(s.id, bad)}</ul>" if bad else ""
         parts.append(
             f"<div data-evidence='{cat}'>{e(t.evidence(cat))}: {vb(t, ev.verdict)}{detail}</div>"
         )
@@ -75,7 +88,7 @@ def _evidence_cell(t: Translator, s: Item) -> str:
 
 
 def _head(t: Translator, s: Item) -> list[str]:
-    title = f" — {e(s.title)}" if s.title else ""
+    title = f" — {e(words.item_title(t, s))}" if s.title else ""
     out = [
         f'<article class="item {e(s.verdict)}" id="item-{e(s.id)}" data-item="{e(s.id)}" '
         f'data-verdict="{e(s.verdict)}">',
@@ -86,24 +99,23 @@ def _head(t: Translator, s: Item) -> list[str]:
             "ctl.line.plain",
             caught=t.caught(s.caught),
             check=s.expected_check,
-            mutation=json.dumps(s.workload_mutation, ensure_ascii=False),
+            mutation=words.mutation(t, s),
             verdict=t.verdict(s.verdict),
         )
         out.append(f"<p class='control-line'>{e(line)}</p>")
     if s.not_as_planned:
-        out.append(
-            f"<p class='note not-as-planned'>{e(t('not_as_planned', why=s.not_as_planned))}</p>"
-        )
+        why = words.not_as_planned(t, s)
+        out.append(f"<p class='note not-as-planned'>{e(t('not_as_planned', why=why))}</p>")
     return out
 
 
 def _row_table(t: Translator, s: Item) -> str:
     pre = [t("pre.baseline"), *s.preconditions]
-    conclusion = t(
-        "conclusion.cls",
-        cls=t.cls(s.recovery_class),
-        why=t.cls_why(s.recovery_class, s.recovery_class_why),
-    )
+    conclusion = t("conclusion.cls", cls=t.cls(s.recovery_class), why=words.class_why(t, s))
+    if s.conclusion is not None:
+        conclusion += t("list.sep") + t("conclusion.level", level=t.level(s.conclusion.level))
+    if s.layer is not None:
+        conclusion += t("list.sep") + t("conclusion.layer", layer=t.layer(s.layer.layer))
     if s.control:
         expected = t("exp.control", check=s.expected_check)
     else:
@@ -121,7 +133,7 @@ def _row_table(t: Translator, s: Item) -> str:
         f"<tr><th>{t('row.expected')}</th><td>{e(expected)}</td></tr>"
         f"<tr><th>{t('row.evidence')}</th><td>{_evidence_cell(t, s)}</td></tr>"
         f"<tr><th>{t('row.recovery')}</th><td>{e(words.actions(t, s.operator_actions))}</td></tr>"
-        f"<tr><th>{t('row.outcome')}</th><td>{e(s.outcome)}</td></tr>"
+        f"<tr><th>{t('row.outcome')}</th><td>{e(words.outcome(t, s.outcome))}</td></tr>"
         f"<tr><th>{t('row.conclusion')}</th><td data-conclusion>{vb(t, s.verdict)} "
         f"{e(conclusion)}</td></tr></table>"
     )
@@ -129,7 +141,7 @@ def _row_table(t: Translator, s: Item) -> str:
 
 def _questions(t: Translator, s: Item) -> str:
     q = s.questions
-    lost_by, note2 = q.worker_lost_by, q.old_replica_note
+    lost_by, note2 = words.lost_by_text(t, q.worker_lost_by), words.note_text(t, q.old_replica_note)
     first = words.when(t, q.first_step_after_at)
     return (
         f"<h4>{t('q.title')}</h4><ol class='questions'>"
@@ -146,7 +158,11 @@ def _questions(t: Translator, s: Item) -> str:
         f"<li data-q='4'><span class='qlabel'>{t('q.4')}</span>: "
         f"{e(words.resumed(t, q.resumed_from, markup=False))}; "
         f"{e(t('q.first_step', when=first))}</li></ol>"
-        + (f"<p class='note q-note'>{e(t('q.note', note=q.note))}</p>" if q.note else "")
+        + (
+            f"<p class='note q-note'>{e(t('q.note', note=words.note_text(t, q.note)))}</p>"
+            if q.note
+            else ""
+        )
         + f"<p>{e(words.times_line(t, s.times))}</p>"
     )
 
@@ -154,6 +170,20 @@ def _questions(t: Translator, s: Item) -> str:
 def _draw_error(t: Translator, what: str, exc: Exception) -> str:
     error = f"{type(exc).__name__}: {exc}"
     return f"<p class='note draw-error'>{t('html.draw.error', what=what, error=error)}</p>"
+
+
+def _evaluation(t: Translator, s: Item, view: ItemView, base_view: ItemView | None) -> list[str]:
+    """One plot per evaluated metric, baseline against drill (none: the job evaluates
+    nothing, said by the evaluation check)."""
+    try:
+        plots = evaluation_svgs(view, base_view, s, t)
+    except Exception as exc:  # as the other pictures: said in the page, never silent
+        return [_draw_error(t, t("html.eval"), exc)]
+    return [
+        f"<figure class='eval-fig' data-metric='{e(metric)}'>{svg}<figcaption>"
+        f"{e(t('html.eval.title', metric=metric))}: {t('html.eval.note')}</figcaption></figure>"
+        for metric, svg in plots
+    ]
 
 
 def _pictures(t: Translator, s: Item, view: ItemView, base_view: ItemView | None) -> list[str]:
@@ -180,7 +210,7 @@ def _pictures(t: Translator, s: Item, view: ItemView, base_view: ItemView | None
             f"<figure class='loss-fig'>{loss}<figcaption>{t('html.loss')}: "
             f"{t('html.loss.note')}</figcaption></figure>"
         )
-    return out
+    return out + _evaluation(t, s, view, base_view)
 
 
 def _resources_block(t: Translator, s: Item, view: ItemView | None) -> str:
@@ -189,37 +219,68 @@ def _resources_block(t: Translator, s: Item, view: ItemView | None) -> str:
         head = f"<p data-stale='none'>{t('html.stale.none')}</p>"
     else:
         key = "html.stale.found" if ev.verdict == "fail" else "html.stale.unknown"
-        head = (
-            f"<p data-stale='{e(ev.verdict)}'>{t(key)}</p><ul>{_bad_list(_not_passed(t, ev))}</ul>"
-        )
+        bad = _bad_list(s.id, _not_passed(t, ev))
+        head = f"<p data-stale='{e(ev.verdict)}'>{t(key)}</p><ul>{bad}</ul>"
     procs = ""
     rows = proc_rows(view) if view is not None else []
     if rows:
         procs = (
             f"<details><summary>{t('html.procs')} ({len(rows)})</summary>"
-            + generic(rows)
+            + html_block(_proc_table(t, rows))
             + "</details>"
         )
     return f"<h4>{t('html.resources')}</h4>{head}{procs}"
 
 
-def _findings_table(t: Translator, ev: Evidence) -> str:
-    rows = "".join(
-        f"<tr><td>{vb(t, f.verdict)}</td><td><code>{e(t.check_name(f.check))}"
-        f"</code></td><td>{e(words.finding_text(t, f))}</td></tr>"
-        for f in ev.findings
-    )
+def _proc_table(t: Translator, rows: list[dict[str, Any]]) -> Table:
+    """The sampler's process lives: who, and when seen and gone after the injection."""
+    head = [
+        t("field.pid"),
+        t("col.role_proc"),
+        t("field.rank"),
+        t("col.node"),
+        t("col.incarnation"),
+        t("col.seen"),
+        t("col.gone"),
+    ]
+    body = [
+        [
+            str(r["pid"]),
+            words.value(t, r["role"]),
+            words.value(t, r["rank"]),
+            words.value(t, r["node"]),
+            words.value(t, r["incarnation"]),
+            words.after_injection(t, r["seen_s"]),
+            words.after_injection(t, r["gone_s"]) if r["gone_s"] is not None else t("proc.alive"),
+        ]
+        for r in rows
+    ]
+    return Table(head, body, cls="procs")
+
+
+def _findings_table(t: Translator, ev: Evidence, item_id: str, seen: set[str]) -> str:
+    """The findings of one kind of evidence; the first finding of each check is the
+    anchor the conclusion levels and the failing layer link to."""
+    rows = []
+    for f in ev.findings:
+        anchor = "" if f.check in seen else f" id='{e(finding_anchor(item_id, f.check))}'"
+        seen.add(f.check)
+        rows.append(
+            f"<tr{anchor} data-check='{e(f.check)}'><td>{vb(t, f.verdict)}</td><td><code>"
+            f"{e(t.check_name(f.check))}</code></td><td>{e(words.finding_text(t, f))}</td></tr>"
+        )
     return (
         f"<table class='findings'><tr><th>{t('col.verdict')}</th><th>{t('col.check')}</th>"
-        f"<th>{t('col.message')}</th></tr>{rows}</table>"
+        f"<th>{t('col.message')}</th></tr>{''.join(rows)}</table>"
     )
 
 
 def _all_findings(t: Translator, s: Item) -> list[str]:
-    out = [f"<details><summary>{t('evidence.title')}</summary>"]
+    out = [f"<details class='findings'><summary>{t('evidence.title')}</summary>"]
+    seen: set[str] = set()
     for cat, ev in [*s.evidence.categories(), ("expectation", s.expectation)]:
         out.append(f"<h4>{e(t.evidence(cat))}: {vb(t, ev.verdict)}</h4>")
-        out.append(_findings_table(t, ev))
+        out.append(_findings_table(t, ev, s.id, seen))
     out.append("</details>")
     return out
 
@@ -239,14 +300,16 @@ def _more(t: Translator, s: Item) -> list[str]:
         big = len(json.dumps(v, default=str)) > 1500
         out.append(
             f"<details class='extra' data-extra='{e(k)}'{'' if big else ' open'}>"
-            f"<summary>{e(k)}</summary>{generic(v)}</details>"
+            f"<summary>{e(k)}</summary>{generic(v, 0, t)}</details>"
         )
     return out
 
 
-def item_html(t: Translator, s: Item, run_dir: Path | None, base_view: ItemView | None) -> str:
+def item_html(
+    t: Translator, report: Report, s: Item, run_dir: Path | None, base_view: ItemView | None
+) -> str:
     """The ``<article>`` of one item; ``run_dir`` supplies its event files for the pictures."""
-    out = [*_head(t, s), _row_table(t, s), _questions(t, s)]
+    out = [*_head(t, s), _row_table(t, s), _questions(t, s), to_html(verdict_parts(t, s))]
     view = load_item(item_events_dir(run_dir, s.id, s.control)) if run_dir is not None else None
     if view is None:
         out.append(f"<p class='note missing-timeline'>{t('html.timeline.missing')}</p>")
@@ -254,6 +317,7 @@ def item_html(t: Translator, s: Item, run_dir: Path | None, base_view: ItemView 
         out += _pictures(t, s, view, base_view)
     out.append(_resources_block(t, s, view))
     out += _all_findings(t, s)
+    out.append(to_html(item_parts(t, s, report)))
     out.append(_conditions(t, s))
     out += _more(t, s)
     out.append("</article>")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from faultdrill.report.blocks import to_html
 from faultdrill.report.html import sections
 from faultdrill.report.html.assets import CSP, CSS, SCRIPT
 from faultdrill.report.html.generic import e, generic
 from faultdrill.report.html.item import item_html
 from faultdrill.report.i18n import Translator, translator
 from faultdrill.report.model import Report
+from faultdrill.report.parts import dossier_parts, run_parts
 from faultdrill.report.svg import item_events_dir, load_item
 
 __all__ = ["KNOWN_TOP_KEYS", "render_html"]
@@ -27,6 +29,7 @@ KNOWN_TOP_KEYS = frozenset(
         "scenarios",
         "skipped",
         "summary",
+        "recovery_dependencies",
     }
 )
 
@@ -39,6 +42,7 @@ def _header(t: Translator, report: Report) -> list[str]:
         ("scenarios", t("scenarios.title")),
         *([("controls", t("controls.title"))] if report.control_items else []),
         ("manual", t("html.manual")),
+        ("dependencies", t("html.dependencies")),
         ("scope", t("scope.title")),
         ("dossiers", t("html.dossiers")),
         ("conditions", t("html.conditions")),
@@ -61,14 +65,14 @@ def _items(t: Translator, report: Report, run_dir: Path | None) -> list[str]:
     base_view = load_item(item_events_dir(run_dir, "baseline", None)) if run_dir else None
     out = [
         f"<section id='scenarios'><h2>{t('scenarios.title')}</h2>",
-        *[item_html(t, s, run_dir, base_view) for s in report.scenario_items],
+        *[item_html(t, report, s, run_dir, base_view) for s in report.scenario_items],
         "</section>",
     ]
     if report.control_items:
         out += [
             f"<section id='controls'><h2>{t('controls.title')}</h2>"
             f"<p class='note'>{t('controls.intro')}</p>",
-            *[item_html(t, s, run_dir, base_view) for s in report.control_items],
+            *[item_html(t, report, s, run_dir, base_view) for s in report.control_items],
             "</section>",
         ]
     return out
@@ -81,7 +85,9 @@ def _more(t: Translator, report: Report) -> list[str]:
         return []
     return [
         f"<section id='extra'><h2>{t('html.more')}</h2>"
-        + "".join(f"<h4 data-extra='{e(k)}'>{e(k)}</h4>{generic(v)}" for k, v in extra.items())
+        + "".join(
+            f"<h4 data-extra='{e(k)}'>{e(k)}</h4>{generic(v, 0, t)}" for k, v in extra.items()
+        )
         + "</section>"
     ]
 
@@ -99,15 +105,16 @@ def render_html(report: Report, run_dir: Path | None = None, lang: str = "en") -
         _section("summary", t("summary.title"), sections.summary_html(t, report)),
         *_items(t, report, run_dir),
         _section("manual", t("html.manual"), sections.manual_html(t, report, run_dir)),
+        _section("dependencies", t("html.dependencies"), to_html(run_parts(t, report))),
         _section("scope", t("scope.title"), sections.scope_html(t, report)),
-        _section("dossiers", t("html.dossiers"), sections.dossiers_html(t, report)),
+        _section("dossiers", t("html.dossiers"), to_html(dossier_parts(t, report))),
         _section("conditions", t("html.conditions"), sections.conditions_html(t, report)),
         sections.replay_html(t, report, run_dir),
         _section("signoff", t("signoff.title"), sections.signoff_html(t, report)),
         *_more(t, report),
         f"<footer>{e(t('html.footer', version=report.faultdrill_version))}</footer>",
     ]
-    html_lang = "zh-CN" if lang == "zh" else "en"
+    html_lang = t.language.html_lang
     return (
         f"<!DOCTYPE html>\n<html lang='{html_lang}'><head><meta charset='utf-8'>"
         f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"

@@ -13,16 +13,18 @@ from typing import Any
 
 from faultdrill.events import read_jsonl
 from faultdrill.report import words
+from faultdrill.report.blocks import to_html
 from faultdrill.report.html.generic import e, generic, vb
 from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Item, Report
+from faultdrill.report.parts.common import level_anchor
+from faultdrill.report.parts.verdict import failure_part, no_probe_part
 from faultdrill.report.scope import derive_scope
 from faultdrill.report.svg import item_events_dir, load_item
 
 __all__ = [
     "ManualStep",
     "conditions_html",
-    "dossiers_html",
     "manual_html",
     "manual_steps",
     "replay_html",
@@ -37,21 +39,13 @@ _VERDICT_COLS = (
     "col.fault",
     "col.verdict",
     "col.class",
+    "col.level",
+    "col.layer",
     "col.resume",
     "col.detect",
     "col.ready",
     "col.recover",
     "col.recomputed",
-)
-#: Dossier sections shown first, in this order, under their translated names.
-_DOSSIERS = (
-    "task",
-    "data",
-    "resources",
-    "recovery",
-    "responsibility",
-    "observation",
-    "environment",
 )
 
 
@@ -85,10 +79,35 @@ def _summary_list(t: Translator, report: Report) -> list[str]:
         "<ul class='summary'>",
         f"<li>{e(scenarios)}</li>",
         f"<li>{e(t('summary.controls', c=summ.controls_caught, n=summ.controls))}</li>",
+        *(
+            [f"<li class='warning' data-controls-note>{e(note)}</li>"]
+            if (note := words.controls_note(t, report))
+            else []
+        ),
         f"<li>{e(baseline)}</li>",
         f"<li>{e(t('summary.overall', ok=t('ok') if summ.ok else t('not-ok')))}</li>",
         "</ul>",
     ]
+
+
+def level_cell(t: Translator, s: Item) -> str:
+    """The conclusion level reached, linked to its proof in the item."""
+    c = s.conclusion
+    if c is None:
+        return "—"
+    level = c.level or (c.levels[0].level if c.levels else None)
+    name = e(t.level(c.level))
+    if level is None:
+        return name
+    return (
+        f"<a href='#{e(level_anchor(s.id, level))}' data-level='{e(c.level or 'none')}'>{name}</a>"
+    )
+
+
+def layer_cell(t: Translator, s: Item) -> str:
+    if s.layer is None:
+        return "—"
+    return f"<a href='#layer-{e(s.id)}' data-layer='{e(s.layer.layer)}'>{e(t.layer(s.layer.layer))}</a>"
 
 
 def _scenario_row(t: Translator, s: Item) -> str:
@@ -100,6 +119,7 @@ def _scenario_row(t: Translator, s: Item) -> str:
         f"<td>{e(s.round)}</td><td>{e(fault.kind if fault else None)} "
         f"({e(fault.target if fault else None)})</td>"
         f"<td>{vb(t, s.verdict)}</td><td>{e(t.cls(s.recovery_class))}</td>"
+        f"<td>{level_cell(t, s)}</td><td>{layer_cell(t, s)}</td>"
         f"<td>{e(resume)}</td><td>{e(t.seconds(tm.detect_s))}</td>"
         f"<td>{e(t.seconds(tm.ready_s))}</td><td>{e(t.seconds(tm.recover_s))}</td>"
         f"<td>{e(t('na') if rc is None else rc)}</td></tr>"
@@ -109,16 +129,17 @@ def _scenario_row(t: Translator, s: Item) -> str:
 def _controls_table(t: Translator, report: Report) -> str:
     rows = "".join(
         f"<tr data-scenario='{e(s.id)}'><td><a href='#item-{e(s.id)}'>{e(s.id)}</a></td>"
-        f"<td><code>{e(json.dumps(s.workload_mutation, ensure_ascii=False))}</code></td>"
+        f"<td><code>{e(words.mutation(t, s))}</code></td>"
         f"<td><code>{e(s.expected_check)}</code></td>"
         f"<td data-caught='{_caught_attr(s.caught)}'>"
-        f"{e(_caught_text(t, s.caught))}</td><td>{vb(t, s.verdict)}</td></tr>"
+        f"{e(_caught_text(t, s.caught))}</td><td>{vb(t, s.verdict)}</td>"
+        f"<td>{layer_cell(t, s)}</td></tr>"
         for s in report.control_items
     )
     return (
         f"<table class='controls'><tr><th>{t('col.control')}</th><th>{t('col.bug')}</th>"
         f"<th>{t('col.expected_check')}</th><th>{t('col.caught')}</th><th>{t('col.verdict')}</th>"
-        f"</tr>{rows}</table>"
+        f"<th>{t('col.layer')}</th></tr>{rows}</table>"
     )
 
 
@@ -129,7 +150,7 @@ def summary_html(t: Translator, report: Report) -> str:
     for sk in report.skipped:
         rows.append(
             f"<tr data-skipped='{e(sk.id)}'><td>{e(sk.id)}</td><td></td><td></td>"
-            f"<td>{vb(t, 'not-run')}</td><td colspan='6'>{e(sk.reason)}</td></tr>"
+            f"<td>{vb(t, 'not-run')}</td><td colspan='8'>{e(words.skip_reason(t, sk.reason))}</td></tr>"
         )
     out = [
         *_summary_list(t, report),
@@ -137,6 +158,12 @@ def summary_html(t: Translator, report: Report) -> str:
     ]
     if report.control_items:
         out.append(_controls_table(t, report))
+    base = report.baseline
+    said = [
+        failure_part(t, base.failure, "baseline-failure"),
+        no_probe_part(t, base.no_probe_events),
+    ]
+    out.append(to_html([p for p in said if p is not None]))
     return "\n".join(out)
 
 
@@ -251,37 +278,6 @@ def scope_html(t: Translator, report: Report) -> str:
     )
 
 
-def _recorded_dossiers(report: Report) -> dict[str, Any]:
-    """The baseline's dossiers as recorded, or (an old or partial run) the plan's sections."""
-    dossier = report.baseline.dossier.to_json() if report.baseline.dossier else {}
-    if dossier:
-        return dossier
-    plan = report.plan
-    return {
-        "task": plan.task.to_json(),
-        "data": plan.data.to_json(),
-        "resources": plan.resources.to_json(),
-        "recovery": {"checkpoint": plan.checkpoint.to_json()},
-        "responsibility": plan.responsibility.to_json(),
-    }
-
-
-def dossiers_html(t: Translator, report: Report) -> str:
-    """Every dossier section as recorded: the known ones first, under translated names."""
-    dossier = _recorded_dossiers(report)
-    out = [
-        f"<h4 data-dossier='{key}'>{t('dossier.' + key)}</h4>{generic(dossier[key])}"
-        for key in _DOSSIERS
-        if key in dossier
-    ]
-    out += [
-        f"<h4 data-dossier='{e(k)}'>{e(k)}</h4>{generic(v)}"
-        for k, v in dossier.items()
-        if k not in _DOSSIERS
-    ]
-    return "\n".join(out)
-
-
 def _conditions_row(t: Translator, s: Item) -> str:
     tm = s.times
     rc = tm.recomputed_steps
@@ -337,8 +333,30 @@ def replay_html(t: Translator, report: Report, run_dir: Path | None) -> str:
             f"<p data-replay-match='{str(bool(ok)).lower()}'><b>"
             f"{t('replay.match') if ok else t('replay.mismatch')}</b></p>"
         )
-        out.append(generic(comp.get("items", [])))
+        out.append(_replay_items(t, comp.get("items")))
     return "\n".join(out)
+
+
+def _replay_items(t: Translator, items: Any) -> str:
+    """Each replayed item: whether it reproduced the original, and each difference."""
+    rows = []
+    for it in items if isinstance(items, list) else []:
+        if not isinstance(it, dict):
+            continue
+        pair = [str(x) for x in (it.get("verdict") or [])]
+        diffs = "".join(f"<li>{e(d)}</li>" for d in it.get("differences") or [])
+        match = "pass" if it.get("matches") else "fail"
+        said = t("replay.match") if it.get("matches") else t("replay.mismatch")
+        rows.append(
+            f"<tr data-replayed='{e(it.get('id'))}'><td>{e(it.get('id'))}</td>"
+            f"<td><span class='v {match}'>{e(said)}</span></td>"
+            f"<td>{e(' → '.join(t.verdict(v) for v in pair))}</td>"
+            f"<td>{'<ul>' + diffs + '</ul>' if diffs else '—'}</td></tr>"
+        )
+    return (
+        f"<table class='replay'><tr><th>{t('col.item')}</th><th>{t('col.outcome')}</th>"
+        f"<th>{t('col.verdict')}</th><th>{t('col.differences')}</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def signoff_html(t: Translator, report: Report) -> str:

@@ -79,7 +79,7 @@ def _plot(allx: np.ndarray, ally: np.ndarray) -> _Plot:
     return _Plot(0.0, max(x1, 1.0), y0 - ypad, y1 + ypad)
 
 
-def _axes(svg: Svg, p: _Plot, t: Translator) -> None:
+def _axes(svg: Svg, p: _Plot, t: Translator, ylabel: str | None = None) -> None:
     svg.rect(_LEFT, _TOP, _RIGHT - _LEFT, _BOTTOM - _TOP, "#f8fafc")
     for v in nice_ticks(p.y0, p.y1, 5):
         svg.line(_LEFT, p.py(v), _RIGHT, p.py(v), "#e2e8f0")
@@ -88,7 +88,7 @@ def _axes(svg: Svg, p: _Plot, t: Translator) -> None:
         svg.line(p.px(v), _BOTTOM, p.px(v), _BOTTOM + 4, "#475569")
         svg.text(p.px(v), _BOTTOM + 16, fmt(v), "tick", "middle")
     svg.text((_LEFT + _RIGHT) / 2, _BOTTOM + 34, t("loss.axis.x"), "axis", "middle")
-    svg.text(14, (_TOP + _BOTTOM) / 2, t("loss.axis.y"), "axis", "middle")
+    svg.text(14, (_TOP + _BOTTOM) / 2, ylabel or t("loss.axis.y"), "axis", "middle")
 
 
 def _marks(svg: Svg, p: _Plot, view: ItemView, item: Item, t: Translator) -> None:
@@ -116,10 +116,19 @@ def _marks(svg: Svg, p: _Plot, view: ItemView, item: Item, t: Translator) -> Non
         svg.text(xr + 4, _TOP + 28, label, "note")
 
 
-def _lines(svg: Svg, p: _Plot, series: list[_Series]) -> None:
+def _lines(svg: Svg, p: _Plot, series: list[_Series], *, markers: bool = False) -> None:
+    """Each series as a line (and, with ``markers``, a dot per value: sparse series such as
+    evaluations at checkpoints), with a legend."""
     for s in series:
         if s.steps.size == 0:
             continue
+        if markers:
+            for a, b in zip(s.steps, s.loss, strict=True):
+                svg.add(
+                    f'<circle class="point" data-series="{s.key}" cx="{p.px(float(a)):.1f}" '
+                    f'cy="{p.py(float(b)):.1f}" r="3.5" fill="{s.colour}">'
+                    f"<title>{escape(s.label)}: {float(b):.6g} @ {float(a):.0f}</title></circle>"
+                )
         pts = " ".join(
             f"{p.px(float(a)):.1f},{p.py(float(b)):.1f}"
             for a, b in zip(s.steps, s.loss, strict=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultdrill import rundir
 from faultdrill.timeline import Timeline
 
 __all__ = ["ItemView", "item_events_dir", "load_item", "proc_rows"]
@@ -14,9 +15,8 @@ __all__ = ["ItemView", "item_events_dir", "load_item", "proc_rows"]
 
 def item_events_dir(run_dir: Path, item_id: str, control: bool | None) -> Path:
     """Where an item's events live: ``baseline``, ``scenarios/ID`` or ``controls/ID``."""
-    if control is None:
-        return run_dir / "baseline" / "events"
-    return run_dir / ("controls" if control else "scenarios") / item_id / "events"
+    kind = "baseline" if control is None else "control" if control else "scenario"
+    return rundir.events_dir(rundir.item_dir(run_dir, kind, item_id))
 
 
 @dataclass

@@ -1,0 +1,96 @@
+"""Harness overhead per drill item: its wall time beyond the job's own, by phase.
+
+Runs the demo plan's baseline and ``kill-worker`` scenario for real on the local platform
+(the reference workload under torchrun; network namespaces as root, else without them, as
+the demo does), under its own task id so that nothing else on a shared machine mistakes its
+processes for another run's. Then reads each item's ``harness``/``phase`` events
+(:func:`faultdrill.engine.phases.harness_overhead`): the item's wall time (start to end,
+plus judging it and its share of the reports) minus the job's own (from its submission to
+its last agent's exit), and what each phase took.
+
+Run alone: ``python -m bench.overhead``; it takes about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from faultdrill.engine.phases import harness_overhead
+from faultdrill.engine.run import machine_problems, run_plan
+from faultdrill.plan import Plan, load_plan, plan_without
+from faultdrill.platforms.local.netns import without_netns_if_unavailable
+from faultdrill.timeline import Timeline
+
+__all__ = ["TARGET_S", "measure"]
+
+TARGET_S = 2.0
+TASK = "bench-overhead"
+
+
+def bench_plan(only: set[str]) -> tuple[Plan, list[str]]:
+    """The demo plan under :data:`TASK`, without what this machine cannot run."""
+    plan = load_plan(Path(str(files("faultdrill") / "plans" / "demo.yaml")))
+    plan = plan.model_copy(update={"task": plan.task.model_copy(update={"id": TASK})})
+    notes = []
+    plan, note = without_netns_if_unavailable(plan)
+    if note:
+        notes.append(note)
+    lacking = machine_problems(plan, [i.id for i in plan.items()])
+    if lacking:
+        plan = plan_without(plan, set(lacking), source="bench plan")
+        notes.append(f"left out: {', '.join(sorted(lacking))}")
+    missing = only - {i.id for i in plan.items()}
+    if missing:
+        raise SystemExit(f"this machine cannot run {', '.join(sorted(missing))}")
+    return plan, notes
+
+
+def measure(only: set[str]) -> dict[str, Any]:
+    """Run the baseline and ``only``; per item, the overhead and its phases."""
+    plan, notes = bench_plan(only)
+    with tempfile.TemporaryDirectory(prefix="faultdrill-overhead-") as tmp:
+        run_dir = Path(tmp) / "run"
+        t = time.perf_counter()
+        result = run_plan(plan, run_dir, only=only, controls=False)
+        run_s = time.perf_counter() - t
+        items = {}
+        for res in [result.baseline, *result.items]:
+            if res is None:
+                continue
+            work = (
+                run_dir / "baseline" if res.kind == "baseline" else run_dir / "scenarios" / res.id
+            )
+            over = harness_overhead(Timeline.load(work / "events"))
+            if over is None:
+                raise RuntimeError(f"{res.id}: no phase events were recorded")
+            items[res.id] = {"verdict": res.verdict.value, **over}
+    worst = max(v["overhead_s"] for v in items.values())
+    return {
+        "isolation": plan.resources.isolation,
+        "notes": notes,
+        "run_s": round(run_s, 2),
+        "items": items,
+        "max_overhead_s": worst,
+        "target_s": TARGET_S,
+        "meets_target": worst <= TARGET_S and all(v["verdict"] == "pass" for v in items.values()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    ap.add_argument("--only", default="kill-worker", help="scenario ids, comma-separated")
+    args = ap.parse_args(argv)
+    json.dump(measure(set(args.only.split(","))), sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,163 @@
+"""The parts about what the recovered job computed and where it ran: held-out evaluation
+and the exported artefact (their checks; the HTML plots the values), the trend after
+recovery against the baseline's, and which node got which rank per incarnation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from faultdrill.report import words
+from faultdrill.report.blocks import Badge, Code, Link, Para, Part, Row, Strong, Table, Text
+from faultdrill.report.i18n import Translator
+from faultdrill.report.model import Item
+from faultdrill.report.parts.common import after_injection, as_map, finding_anchor, pick, value
+
+__all__ = ["RESULT_CHECKS", "evaluation_part", "scheduling_part", "trend_part"]
+
+#: The result checks beyond the training loss: held-out evaluation and the exported file.
+RESULT_CHECKS = ("results.evaluation-matches-baseline", "results.artifact-intact")
+
+
+def evaluation_part(t: Translator, s: Item) -> Part | None:
+    """The held-out evaluation and the exported artefact: each check's verdict and what
+    it found (the HTML adds the plot of the values, baseline against drill)."""
+    rows = [
+        Row(
+            [
+                Link(Code(f.check), finding_anchor(s.id, f.check)),
+                Badge(f.verdict, t.verdict(f.verdict)),
+                words.finding_text(t, f),
+            ],
+            data={"check": f.check},
+        )
+        for f in s.evidence.results.findings
+        if f.check in RESULT_CHECKS
+    ]
+    if not rows:
+        return None
+    head = [t("col.check"), t("col.verdict"), t("col.message")]
+    blocks: list[Para | Table] = [
+        Para(t("eval.intro"), cls="note"),
+        Table(head, rows, cls="evaluation"),
+    ]
+    return Part("evaluation", t("part.evaluation"), blocks)
+
+
+def _said(t: Translator, trend: Mapping[str, Any], key: str) -> str:
+    messages = trend.get("messages")
+    said = messages.get(key) if isinstance(messages, Mapping) else None
+    if isinstance(said, Mapping):
+        return t.message(said.get("message_id"), said.get("params") or {}, str(trend.get(key)))
+    return value(t, trend.get(key))
+
+
+def _pair(t: Translator, a: Any, b: Any, fmt: str = "{:.4g}") -> str:
+    def one(v: Any) -> str:
+        return fmt.format(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
+
+    return t("trend.pair", drill=one(a), baseline=one(b))
+
+
+def _series_row(t: Translator, name: str, s: Mapping[str, Any]) -> Row:
+    within = s.get("within")
+    verdict = pick(within, "pass", "fail", "retest")
+    said = pick(within, t("trend.within"), t("trend.outside"), t("na"))
+    steps = (
+        t("trend.steps", n=s.get("steps"), a=s.get("from_step"), b=s.get("to_step"))
+        if s.get("steps")
+        else t("results.no-common-step")
+    )
+    return Row(
+        [
+            Code(name),
+            steps,
+            _pair(t, s.get("mean"), s.get("baseline_mean")),
+            _pair(t, s.get("last"), s.get("baseline_last")),
+            _pair(t, s.get("slope"), s.get("baseline_slope"), "{:.3g}"),
+            Badge(verdict, said),
+        ],
+        data={"series": name},
+    )
+
+
+def trend_part(t: Translator, s: Item) -> Part | None:
+    """The loss and held-out metrics after recovery against the baseline's: mean, last
+    value and slope over the window, and whether a later drift shows."""
+    tr = s.trend
+    if not tr:
+        return None
+    step = tr.get("recovery_step")
+    head_line: list[Text] = [_said(t, tr, "why")]
+    if step is not None:
+        head_line += [
+            t("list.sep"),
+            t("trend.from", step=step, what=_said(t, tr, "recovery_step_is")),
+        ]
+    blocks: list[Para | Table] = [Para(head_line)]
+    series: list[tuple[str, Mapping[str, Any]]] = []
+    if isinstance(tr.get("loss"), Mapping):
+        series.append(("loss", as_map(tr["loss"])))
+    series += [(str(k), as_map(v)) for k, v in as_map(tr.get("metrics")).items()]
+    if series:
+        head = [
+            t("col.series"),
+            t("col.steps"),
+            t("col.mean"),
+            t("col.last"),
+            t("col.slope"),
+            t("col.within"),
+        ]
+        blocks.append(Table(head, [_series_row(t, n, v) for n, v in series], cls="trend"))
+    key = pick(tr.get("drift"), "trend.drift", "trend.no_drift", "trend.not_compared")
+    blocks.append(Para(Strong(t(key))))
+    return Part("trend", t("part.trend"), blocks)
+
+
+def _ranks(t: Translator, ranks: Any) -> str:
+    if not isinstance(ranks, list):
+        return t("na")
+    return t("list.sep").join(
+        t(
+            "sched.rank",
+            rank=r.get("rank"),
+            node=value(t, r.get("node")),
+            pid=value(t, r.get("pid")),
+        )
+        for r in ranks
+        if isinstance(r, Mapping)
+    )
+
+
+def scheduling_part(t: Translator, s: Item) -> Part | None:
+    """Which node got which rank, per incarnation, and when each was ready."""
+    if not s.scheduling:
+        return None
+    rows = []
+    for inc in s.scheduling:
+        since = inc.get("ready_since_injection_s")
+        ready = (
+            after_injection(t, since)
+            if since is not None
+            else t("sched.after_start", v=float(inc.get("ready_s") or 0))  # type: ignore[arg-type]
+        )
+        rows.append(
+            Row(
+                [
+                    str(inc.get("incarnation")),
+                    ready,
+                    value(t, inc.get("world_size")),
+                    value(t, inc.get("master")),
+                    _ranks(t, inc.get("ranks")),
+                ],
+                data={"incarnation": str(inc.get("incarnation"))},
+            )
+        )
+    head = [
+        t("col.incarnation"),
+        t("col.ready_at"),
+        t("col.world"),
+        t("col.master"),
+        t("col.ranks"),
+    ]
+    return Part("scheduling", t("part.scheduling"), [Table(head, rows, cls="scheduling")])

@@ -1,0 +1,297 @@
+"""The columnar step store: the probe's step events as numpy columns on disk, written by
+the harness while the job runs, so that a timeline of tens of millions of steps loads in
+seconds instead of minutes.
+
+The probe's JSON lines stay the evidence of record, untouched: the store is derived from
+them, line for line, by the same parser as :meth:`~faultdrill.timeline.Timeline.load`
+(a step line goes into columns, any other line is kept as it was), and says how many bytes
+of each probe file it covers. Loading takes the covered part from the store and reads
+only what follows from the JSON lines, so a store that lags (a harness that died) still
+gives the whole timeline; a store that does not match the files it names (a file shorter
+than it says, other bytes where its coverage ends) is ignored and everything is read from
+the JSON lines. ``Timeline.load(..., use_store=False)`` always reads the JSON lines (to
+re-judge from the evidence of record alone); deleting ``steps/`` does the same for good.
+
+Layout, in ``<events dir>/steps/``::
+
+    manifest.json      format, rows, ranges, task, lines skipped (torn), and per covered
+                       source file: bytes covered, the last (up to 32) covered bytes, the
+                       lines of them skipped (``bad``) and the file's source (``src``, as
+                       :attr:`~faultdrill.timeline.Timeline.bad_lines` names it)
+    <column>.<dtype>   raw little-endian columns: mono.f8 rank.i4 pid.i4 step.i8 loss.f8
+                       count.i4 (sample ranges per row), rng_start.i8 rng_end.i8 (ranges)
+    lines/<source>     the covered source's other lines (run_start, ckpt_save...), as written
+
+The manifest is replaced atomically after the columns are written: a reader sees the
+columns up to the rows it names (a column file may be longer: an append in progress).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from faultdrill.events import Event, malformed
+from faultdrill.timeline.reader import _parse_line, _probe_step_line, _StepColumns
+from faultdrill.timeline.steps import I4, I8, StepTable
+
+__all__ = [
+    "FORMAT",
+    "STORE_DIR",
+    "Chunk",
+    "StepStoreWriter",
+    "parse_chunk",
+    "read_store",
+    "write_table",
+]
+
+STORE_DIR = "steps"
+FORMAT = "faultdrill-steps/2"  # /2: per source bad lines and src
+#: (name, dtype, per range rather than per row), in :class:`_StepColumns` order.
+COLUMNS: tuple[tuple[str, Any, bool], ...] = (
+    ("mono", np.dtype("<f8"), False),
+    ("rank", np.dtype("<i4"), False),
+    ("pid", np.dtype("<i4"), False),
+    ("step", np.dtype("<i8"), False),
+    ("loss", np.dtype("<f8"), False),
+    ("count", np.dtype("<i4"), False),
+    ("rng_start", np.dtype("<i8"), True),
+    ("rng_end", np.dtype("<i8"), True),
+)
+_TAIL = 32
+
+
+def _file(name: str, dtype: Any) -> str:
+    return f"{name}.{dtype.kind}{dtype.itemsize}"
+
+
+@dataclass
+class Chunk:
+    """What a run of complete lines of one probe file holds."""
+
+    records: list[dict[str, Any]]  # the other lines, decoded
+    lines: list[bytes]  # ... and as written
+    steps: list[np.ndarray] | None  # step columns (COLUMNS order), None if no step
+    torn: int  # lines skipped: torn, not JSON, not an object, a malformed record
+    task: str = ""
+    source: str = ""  # the ``src`` of its first line that decoded ("" if none did)
+
+
+def parse_chunk(data: bytes) -> Chunk:
+    """Parse complete lines (``data`` ends with a newline, or is empty) the way
+    :meth:`Timeline.load` does (:func:`~faultdrill.timeline.reader._read_files`)."""
+    cols = _StepColumns()
+    records: list[dict[str, Any]] = []
+    lines: list[bytes] = []
+    torn = 0
+    task = ""
+    source = ""
+    for line in data.splitlines(keepends=True):
+        m = _probe_step_line(line)
+        if m is not None:
+            cols.add_matched(m.groups())
+            task = task or json.loads(b'"' + m.group(1) + b'"')
+            source = source or "probe"
+            continue
+        raw = _parse_line(line)
+        if raw is None:
+            torn += 1
+            continue
+        source = source or str(raw.get("src", ""))
+        if raw.get("src") == "probe" and raw.get("kind") == "step":
+            if not cols.add(raw):
+                torn += 1
+                continue
+        elif malformed(raw) is None:
+            records.append(raw)
+            lines.append(line)
+        else:
+            torn += 1
+            continue
+        task = task or str(raw.get("task", ""))
+    chunks = cols.chunks()
+    steps = [np.concatenate(c) if len(c) > 1 else c[0] for c in chunks] if chunks[0] else None
+    return Chunk(records, lines, steps, torn + cols.bad, task, source)
+
+
+@dataclass
+class _Source:
+    covered: int = 0
+    tail: bytes = b""
+    bad: int = 0  # lines skipped (all complete: a torn last line is never covered)
+    src: str = ""
+
+
+@dataclass
+class StepStoreWriter:
+    """Appends what the harness reads of the probe files to the store of one events dir.
+    Not thread-safe: one tailer writes it."""
+
+    events_dir: Path
+    rows: int = 0
+    ranges: int = 0
+    torn: int = 0
+    task: str = ""
+    _sources: dict[str, _Source] = field(default_factory=dict)
+    _cols: dict[str, IO[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.dir = self.events_dir / STORE_DIR
+        (self.dir / "lines").mkdir(parents=True, exist_ok=True)
+        for name, dtype, _per_range in COLUMNS:
+            self._cols[name] = open(self.dir / _file(name, dtype), "wb")  # noqa: SIM115
+
+    def add(self, source: str, data: bytes, offset: int) -> Chunk:
+        """Take the complete lines ``data`` of probe file ``source``, which start at byte
+        ``offset`` of it (where the store's coverage of it ends); returns what they hold."""
+        src = self._sources.setdefault(source, _Source())
+        if offset != src.covered:
+            raise ValueError(f"{source}: store covers {src.covered} bytes, not {offset}")
+        chunk = parse_chunk(data)
+        if chunk.steps is not None:
+            for (name, dtype, _r), col in zip(COLUMNS, chunk.steps, strict=True):
+                self._cols[name].write(np.ascontiguousarray(col, dtype=dtype).tobytes())
+            self.rows += int(chunk.steps[0].shape[0])
+            self.ranges += int(chunk.steps[6].shape[0])
+        if chunk.lines:  # few (run_start, saves...): opened per write, not held (4,096 ranks)
+            with open(self.dir / "lines" / source, "ab") as f:
+                f.write(b"".join(chunk.lines))
+        self.torn += chunk.torn
+        src.bad += chunk.torn
+        src.src = src.src or chunk.source
+        self.task = self.task or chunk.task
+        src.covered += len(data)
+        src.tail = (src.tail + data)[-_TAIL:]
+        return chunk
+
+    def sync(self) -> None:
+        """Make what was added so far visible to readers (columns first, then the
+        manifest, replaced atomically)."""
+        for f in self._cols.values():
+            f.flush()
+        manifest = {
+            "format": FORMAT,
+            "rows": self.rows,
+            "ranges": self.ranges,
+            "torn": self.torn,
+            "task": self.task,
+            "sources": {
+                name: {"bytes": s.covered, "tail": s.tail.hex(), "bad": s.bad, "src": s.src}
+                for name, s in sorted(self._sources.items())
+            },
+        }
+        tmp = self.dir / "manifest.json.tmp"
+        tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+        os.replace(tmp, self.dir / "manifest.json")
+
+    def close(self) -> None:
+        self.sync()
+        for f in self._cols.values():
+            f.close()
+
+
+def write_table(events_dir: Path, st: StepTable, task: str) -> None:
+    """Write a whole step table as the store of ``events_dir``, covering no source file:
+    for step events that never were JSON lines (the benchmark's synthetic drills)."""
+    writer = StepStoreWriter(events_dir)
+    counts = np.ones(len(st), dtype=I4) if st.one_range_each else np.diff(st.rng_off)
+    cols = (st.mono, st.rank, st.pid, st.step, st.loss, counts, st.rng_start, st.rng_end)
+    for (name, dtype, _r), col in zip(COLUMNS, cols, strict=True):
+        for a in range(0, col.shape[0], 1 << 22):
+            writer._cols[name].write(np.ascontiguousarray(col[a : a + (1 << 22)], dtype).tobytes())
+    writer.rows, writer.ranges, writer.task = len(st), int(st.rng_start.shape[0]), task
+    writer.close()
+
+
+@dataclass
+class Stored:
+    """What the store of an events dir holds, checked against the files it covers."""
+
+    task: str
+    events: dict[str, list[Event]]  # per covered source: its other lines, in file order
+    columns: list[np.ndarray]  # COLUMNS order
+    torn: int
+    covered: dict[str, int]  # source file name -> bytes covered
+    #: Source file name -> (lines of its covered part skipped, its source), every one.
+    bad: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def bad_lines(self, rest: dict[str, tuple[int, str]]) -> dict[str, tuple[int, str]]:
+        """``Timeline.bad_lines`` of the store's part and ``rest``'s (what the JSON lines
+        after the covered bytes gave): the counts added, the source of the first line."""
+        out = {name: n for name, n in self.bad.items() if n[0]}
+        for name, (n, src) in rest.items():
+            m, first = self.bad.get(name, (0, ""))
+            out[name] = (m + n, first or src)
+        return out
+
+
+def read_store(events_dir: Path) -> Stored | None:
+    """The store of ``events_dir``, or None if there is none or it does not match the
+    files it covers (then everything is read from the JSON lines)."""
+    root = events_dir / STORE_DIR
+    try:
+        manifest = json.loads((root / "manifest.json").read_text())
+        if manifest.get("format") != FORMAT:
+            return None
+        rows, ranges = int(manifest["rows"]), int(manifest["ranges"])
+        sources = {str(k): v for k, v in manifest["sources"].items()}
+        for name, info in sources.items():
+            if not _covers(events_dir / name, int(info["bytes"]), bytes.fromhex(info["tail"])):
+                return None
+        columns = []
+        for name, dtype, per_range in COLUMNS:
+            n = ranges if per_range else rows
+            col = np.fromfile(root / _file(name, dtype), dtype=dtype, count=n)
+            if col.shape[0] != n:
+                return None
+            columns.append(col.astype(_native(dtype), copy=False))
+        if int(columns[5].sum()) != ranges:
+            return None
+        events = _lines(root / "lines", sources)
+        covered = {name: int(info["bytes"]) for name, info in sources.items()}
+        bad = {name: (int(info["bad"]), str(info["src"])) for name, info in sources.items()}
+        torn = int(manifest["torn"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # unreadable or not ours: read the JSON lines instead
+    if events is None:
+        return None
+    return Stored(str(manifest.get("task", "")), events, columns, torn, covered, bad)
+
+
+def _native(dtype: Any) -> Any:
+    return {"f": np.float64, "i": I4 if dtype.itemsize == 4 else I8}[dtype.kind]
+
+
+def _covers(path: Path, covered: int, tail: bytes) -> bool:
+    """Whether ``path`` still starts with what the store covered: at least as long, and
+    the same bytes where the coverage ends."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size < covered:
+                return False
+            f.seek(covered - len(tail))
+            return f.read(len(tail)) == tail
+    except OSError:
+        return False
+
+
+def _lines(folder: Path, sources: dict[str, Any]) -> dict[str, list[Event]] | None:
+    """The other lines of every covered source, as events, per source."""
+    out: dict[str, list[Event]] = {}
+    for name in sorted(sources):
+        path = folder / name
+        if not path.exists():
+            continue
+        events = out.setdefault(name, [])
+        with open(path, "rb") as f:
+            for line in f:
+                raw = _parse_line(line)
+                if raw is None:
+                    return None  # the store wrote only lines that parsed: not ours
+                events.append(Event.from_json(raw))
+    return out
