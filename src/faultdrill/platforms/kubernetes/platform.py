@@ -100,6 +100,11 @@ def _undo_cordon(data: dict[str, Any]) -> None:
             raise
 
 
+#: The variants ``variant_for`` picks, by name; each registers itself on import (its
+#: module imports this one: naming it here would close an import circle).
+VARIANTS: dict[str, type[Platform]] = {}
+
+
 @register
 class KubernetesPlatform(Platform):
     """The job on a cluster given by kubeconfig (see the module docstring)."""
@@ -136,9 +141,7 @@ class KubernetesPlatform(Platform):
     def abilities_for(cls, resources: Resources) -> frozenset[Ability]:
         k8s = resources.kubernetes
         if k8s is not None and k8s.test_cluster:
-            from faultdrill.platforms.kubernetes.testplatform import TEST_CLUSTER_ABILITIES
-
-            return TEST_CLUSTER_ABILITIES
+            return VARIANTS["test-cluster"].abilities_for(resources)
         return API_ABILITIES
 
     @classmethod
@@ -148,9 +151,7 @@ class KubernetesPlatform(Platform):
     @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
         if resources.kubernetes is not None and resources.kubernetes.test_cluster:
-            from faultdrill.platforms.kubernetes.testplatform import TestClusterPlatform
-
-            return TestClusterPlatform
+            return VARIANTS["test-cluster"]
         return cls
 
     @classmethod

@@ -52,7 +52,7 @@ from faultdrill.ledger import Ledger, undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import CONTROL_PLANE_PEER, Ability, Change, JobSpec, Note, Replica
 from faultdrill.platforms.kubernetes.job import ENV_POD_UID
-from faultdrill.platforms.kubernetes.platform import API_ABILITIES, KubernetesPlatform
+from faultdrill.platforms.kubernetes.platform import API_ABILITIES, VARIANTS, KubernetesPlatform
 from faultdrill.platforms.kubernetes.testcluster import (
     APISERVER_PORT,
     CONTROL,
@@ -177,6 +177,10 @@ class TestClusterPlatform(HostStorage, KubernetesPlatform):
 
     __test__ = False  # not a pytest test class
     test_cluster: ClassVar[bool] = True
+
+    @classmethod
+    def abilities_for(cls, resources: Resources) -> frozenset[Ability]:
+        return TEST_CLUSTER_ABILITIES
 
     def __init__(self, resources: Resources, work_dir: Path, ledger: Ledger, sink: Any) -> None:
         super().__init__(resources, work_dir, ledger, sink)
@@ -480,3 +484,6 @@ class TestClusterPlatform(HostStorage, KubernetesPlatform):
                 after_undo=restart,
             )
         ]
+
+
+VARIANTS["test-cluster"] = TestClusterPlatform

@@ -32,7 +32,7 @@ from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Replica
 from faultdrill.platforms.local import procfs
 from faultdrill.platforms.ray.embedded import MARKER_ENV, RayTuning, ray_missing
-from faultdrill.platforms.ray.platform import _LM, _SCRUB, RayPlatform, _Announcements
+from faultdrill.platforms.ray.platform import _LM, _SCRUB, VARIANTS, RayPlatform, _Announcements
 
 __all__ = ["RayAddressPlatform"]
 
@@ -234,3 +234,6 @@ def _descendants_and(roots: set[int]) -> list[int]:
             out.append(pid)
             todo.extend(children.get(pid, ()))
     return out
+
+
+VARIANTS["address"] = RayAddressPlatform

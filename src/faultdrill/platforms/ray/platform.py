@@ -168,6 +168,11 @@ class _Announcements:
             self.dead.append(str(ev["node"]))
 
 
+#: The variants ``variant_for`` picks, by name; each registers itself on import (its
+#: module imports this one: naming it here would close an import circle).
+VARIANTS: dict[str, type[Platform]] = {}
+
+
 @register
 class RayPlatform(HostStorage, Platform):
     """A Ray Train job on an embedded Ray cluster (see the module)."""
@@ -233,9 +238,7 @@ class RayPlatform(HostStorage, Platform):
     @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
         if not settings_of(resources).is_embedded:
-            from faultdrill.platforms.ray.address import RayAddressPlatform
-
-            return RayAddressPlatform
+            return VARIANTS["address"]
         return cls
 
     # --- the contract ----------------------------------------------------------------

@@ -55,7 +55,7 @@ from faultdrill.platforms.slurm.embedded import (
     slurm_cluster,
     slurm_missing,
 )
-from faultdrill.platforms.slurm.platform import SlurmPlatform
+from faultdrill.platforms.slurm.platform import VARIANTS, SlurmPlatform
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -341,3 +341,6 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
 
     def start_network_track(self, hz: float) -> None:
         self.cluster.start_network_track(hz)
+
+
+VARIANTS["embedded"] = EmbeddedSlurmPlatform

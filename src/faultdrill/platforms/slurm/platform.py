@@ -174,6 +174,11 @@ def settings_of(resources: Resources) -> SlurmSettings:
     return resources.slurm
 
 
+#: The variants ``variant_for`` picks, by name; each registers itself on import (its
+#: module imports this one: naming it here would close an import circle).
+VARIANTS: dict[str, type[Platform]] = {}
+
+
 @register
 class SlurmPlatform(Platform):
     """A torchrun job under sbatch/srun on the cluster ``sbatch`` reaches (see the module
@@ -228,9 +233,7 @@ class SlurmPlatform(Platform):
     @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
         if resources.slurm is not None and resources.slurm.embedded:
-            from faultdrill.platforms.slurm.embedded_platform import EmbeddedSlurmPlatform
-
-            return EmbeddedSlurmPlatform
+            return VARIANTS["embedded"]
         return cls
 
     # --- the contract -------------------------------------------------------------------

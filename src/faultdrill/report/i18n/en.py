@@ -1019,7 +1019,7 @@ CATALOG: dict[str, str] = {
     "resources.no-stale-replica.replica-on": "the replica on {node}",
     "resources.no-stale-replica.the-platform": "the platform",
     "resources.no-stale-replica.wrote-after-lost": "{who} (node {node}, pids [{pids}]) was declared lost by {source} and its replacement started {repl_s:.1f} s later, yet it wrote {n} step(s) past the {grace_s:g} s grace, the last {after_s:.1f} s after its replacement started (split brain; first: rank {rank} step {step})",
-    "resources.no-stale-replica.stale-checkpoint": "incarnation {inc} resumed from checkpoint {ckpt} (step {step}), written by incarnation {writer} after incarnation {newer} had replaced it (a stale replica's checkpoint)",
+    "resources.no-stale-replica.stale-checkpoint": "incarnation {inc} resumed from checkpoint '{ckpt}' (step {step}), written by incarnation {writer} after incarnation {newer} had replaced it (a stale replica's checkpoint)",
     "note.outlived-job": "old replica pid(s) [{pids}] still alive when the job ended (stopped only by the drill's clean-up)",
     "note.lost-by.deciders-silent": "{first}; the platform's own deciders ({deciders}) decided nothing",
     "note.lost-by.noticed-first": "{by}; first noticed by {first}, {s} s earlier",
