@@ -44,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.ledger import PATHS, undoer
 from faultdrill.platforms.kubernetes import procs
@@ -244,7 +245,7 @@ class TestCluster:
         )
 
     def _log(self, name: str) -> Path:
-        return self.dir / "logs" / f"{name}.log"
+        return rundir.logs_dir(self.dir) / f"{name}.log"
 
     def start_daemon(self, name: str, argv: list[str], node: str | None = None) -> procs.Daemon:
         """Start ``argv`` as daemon ``name`` on ``node`` (default: the control-plane host),

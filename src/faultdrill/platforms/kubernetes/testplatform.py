@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from faultdrill import rundir
 from faultdrill.errors import FaultError, PlatformError
 from faultdrill.events import EventSink
 from faultdrill.ledger import Ledger, undoer
@@ -120,9 +121,9 @@ _SCOPES: list[_Shared] = []
 @contextlib.contextmanager
 def _scope(resources: Resources, run_dir: Path) -> Iterator[None]:
     d = run_dir / "kubernetes"
-    ledger = Ledger(d / "ledger.jsonl", run_id=f"k8s-cluster-{uuid.uuid4().hex[:8]}")
+    ledger = Ledger(rundir.ledger_path(d), run_id=f"k8s-cluster-{uuid.uuid4().hex[:8]}")
     ledger.activate()
-    shared = _Shared(resources, d, ledger, EventSink(d / "events", "kubernetes"))
+    shared = _Shared(resources, d, ledger, EventSink(rundir.events_dir(d), "kubernetes"))
     _SCOPES.append(shared)
     try:
         yield

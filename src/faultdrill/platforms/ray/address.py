@@ -28,6 +28,7 @@ import time
 import uuid
 from typing import Any
 
+from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Replica
 from faultdrill.platforms.local import procfs
@@ -83,7 +84,7 @@ class RayAddressPlatform(RayPlatform):
             {"node": "this host", "role": "observer", "marker": marker, "argv": argv},
             "GCS observer on this host",
         )
-        with open(job.work_dir / "logs" / "ray-observer.log", "ab") as log:
+        with open(rundir.logs_dir(job.work_dir) / "ray-observer.log", "ab") as log:
             proc = subprocess.Popen(
                 argv,
                 env={**os.environ, MARKER_ENV: marker},
@@ -103,7 +104,7 @@ class RayAddressPlatform(RayPlatform):
             argv = ["-m", "faultdrill.workloads.lm_ray", *argv[2:]]
             argv += [f"--workers={workers}", f"--max-failures={job.max_restarts}"]
         self._seen = _Announcements(job.events_dir, time.monotonic())
-        (job.work_dir / "logs").mkdir(parents=True, exist_ok=True)
+        rundir.logs_dir(job.work_dir).mkdir(parents=True, exist_ok=True)
         self._start_observer(job)
         env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
         env.update(job.env)
@@ -119,7 +120,7 @@ class RayAddressPlatform(RayPlatform):
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        with open(job.work_dir / "logs" / "ray-driver.log", "ab") as log:
+        with open(rundir.logs_dir(job.work_dir) / "ray-driver.log", "ab") as log:
             try:
                 self.driver = subprocess.Popen(
                     [sys.executable, *argv],

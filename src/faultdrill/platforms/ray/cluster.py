@@ -35,6 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from faultdrill import rundir
 from faultdrill.errors import PlatformError
 from faultdrill.events import EventSink
 from faultdrill.ledger import Ledger
@@ -165,8 +166,8 @@ def shared_cluster(resources: Resources, run_dir: Path) -> Iterator[None]:
         return
     work = run_dir / "ray-cluster"
     work.mkdir(parents=True, exist_ok=True)
-    ledger = Ledger(work / "ledger.jsonl", run_id=f"ray-{uuid.uuid4().hex[:12]}")
-    sink = EventSink(work / "events", "ray-cluster")
+    ledger = Ledger(rundir.ledger_path(work), run_id=f"ray-{uuid.uuid4().hex[:12]}")
+    sink = EventSink(rundir.events_dir(work), "ray-cluster")
     ledger.activate()
     cluster = RayCluster(resources, work, ledger, sink)
     token = _SHARED.set(cluster)

@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, PlatformError
 from faultdrill.ledger import SECONDS, undoer
 from faultdrill.platforms.local import owned, procfs
@@ -504,7 +505,7 @@ class EmbeddedRay:
         cgroup: bool = True,
     ) -> Daemon:
         """Record, then start, one daemon; the ledger entry gets its pid and start time."""
-        log_path = self.work_dir / "logs" / f"ray-{role}-{node}.log"
+        log_path = rundir.logs_dir(self.work_dir) / f"ray-{role}-{node}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         eid = self.ledger.record(
             "ray-daemon",
@@ -822,7 +823,7 @@ class EmbeddedRay:
         if self.temp_root is None or not self._temp_removable:
             return
         for node in self.node_names:
-            logs = self.temp_dir(node) / "session_latest" / "logs"
+            logs = self.temp_dir(node) / Path("session_latest", "logs")
             if logs.is_dir():
                 with contextlib.suppress(OSError, shutil.Error):
                     shutil.copytree(

@@ -41,6 +41,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError
 from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.lineage import Lineage
@@ -317,7 +318,7 @@ class RayPlatform(HostStorage, Platform):
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        log_path = job.work_dir / "logs" / "ray-driver.log"
+        log_path = rundir.logs_dir(job.work_dir) / "ray-driver.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             self.driver = rc.nodes.launch(

@@ -37,6 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
@@ -283,7 +284,7 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
     def replica_copy(self, replica: Replica) -> Change:
         """A copy of a task's worker on its node (its command line, environment and working
         directory), outside Slurm: what a step Slurm failed to stop leaves running."""
-        return copy_change(self.cluster, replica, self.work_dir / "logs", self._copies)
+        return copy_change(self.cluster, replica, rundir.logs_dir(self.work_dir), self._copies)
 
     # --- actions: the controller (ControlPlaneActions) ----------------------------------------
 
