@@ -88,7 +88,7 @@ def test_no_stale_replica_reports_both_a_live_and_a_stepping_old_replica(judge: 
 def test_no_stale_replica_retests_without_sampler_data(judge: Judge) -> None:
     assert judge.one(NS, restart().drop("sampler")) == (
         R,
-        "the process table was not sampled: no worker seen",
+        "the process table was not sampled (no worker seen)",
     )
 
 

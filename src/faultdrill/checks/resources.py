@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
+from faultdrill.timeline import Incarnation
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -38,60 +39,7 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
     out = list(superseded)
     pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
     for inc in tl.incarnations:
-        older = {o.index for o in tl.incarnations if o is not inc and inc.supersedes(o)}
-        t = inc.first_step_mono
-        if t is None or not older:
-            continue
-        stale = []
-        for p in workers:
-            owner = pid_inc.get(p.pid)
-            old = owner in older if owner is not None else p.seen_mono < inc.started_mono
-            if old and p.last_seen_mono >= t:
-                stale.append(p)
-        if stale:
-            desc = [
-                Msg(
-                    "resources.no-stale-replica.process",
-                    pid=p.pid,
-                    rank=p.rank,
-                    node=p.node,
-                    after_s=p.last_seen_mono - t,
-                )
-                for p in stale[:4]
-            ]
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "resources.no-stale-replica.alive",
-                        n=len(stale),
-                        inc=inc.index,
-                        processes=desc,
-                    ),
-                    inc=inc.index,
-                    pids=[p.pid for p in stale],
-                )
-            )
-        st = tl.steps
-        late = np.isin(st.inc, sorted(older)) & (st.mono > t)
-        if late.any():
-            i = int(np.flatnonzero(late)[0])
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "resources.no-stale-replica.split-brain",
-                        n=int(late.sum()),
-                        inc=inc.index,
-                        pid=int(st.pid[i]),
-                        rank=int(st.rank[i]),
-                        step=int(st.step[i]),
-                    ),
-                    inc=inc.index,
-                )
-            )
+        out += _outlived_successor(ctx, name, inc, workers, pid_inc)
     out += _stale_checkpoints_loaded(ctx, pid_inc)
     if not out:
         n = len(tl.incarnations) - 1
@@ -102,6 +50,69 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
                 Msg("resources.no-stale-replica.all-gone", n=n)
                 if n
                 else Msg("resources.no-stale-replica.no-restart"),
+            )
+        )
+    return out
+
+
+def _outlived_successor(
+    ctx: CheckContext, name: str, inc: Incarnation, workers: list[Any], pid_inc: dict[int, int]
+) -> list[Finding]:
+    """Processes of generations ``inc`` superseded still alive, and their steps, after
+    ``inc`` made progress."""
+    tl, out = ctx.timeline, []
+    older = {o.index for o in tl.incarnations if o is not inc and inc.supersedes(o)}
+    t = inc.first_step_mono
+    if t is None or not older:
+        return []
+    stale = []
+    for p in workers:
+        owner = pid_inc.get(p.pid)
+        old = owner in older if owner is not None else p.seen_mono < inc.started_mono
+        if old and p.last_seen_mono >= t:
+            stale.append(p)
+    if stale:
+        desc = [
+            Msg(
+                "resources.no-stale-replica.process",
+                pid=p.pid,
+                rank=p.rank,
+                node=p.node,
+                after_s=p.last_seen_mono - t,
+            )
+            for p in stale[:4]
+        ]
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                Msg(
+                    "resources.no-stale-replica.alive",
+                    n=len(stale),
+                    inc=inc.index,
+                    processes=desc,
+                ),
+                inc=inc.index,
+                pids=[p.pid for p in stale],
+            )
+        )
+    st = tl.steps
+    late = np.isin(st.inc, sorted(older)) & (st.mono > t)
+    if late.any():
+        i = int(np.flatnonzero(late)[0])
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                Msg(
+                    "resources.no-stale-replica.split-brain",
+                    n=int(late.sum()),
+                    inc=inc.index,
+                    pid=int(st.pid[i]),
+                    rank=int(st.rank[i]),
+                    step=int(st.step[i]),
+                ),
+                inc=inc.index,
             )
         )
     return out
