@@ -1023,4 +1023,7 @@ CATALOG: dict[str, str] = {
     "note.outlived-job": "old replica pid(s) [{pids}] still alive when the job ended (stopped only by the drill's clean-up)",
     "note.lost-by.deciders-silent": "{first}; the platform's own deciders ({deciders}) decided nothing",
     "note.lost-by.noticed-first": "{by}; first noticed by {first}, {s} s earlier",
+    "expectation.target.control-plane": "the control plane (rendezvous store)",
+    "expectation.target.checkpoint-dir": "the checkpoint directory",
+    "expectation.target.latest": "the checkpoint `latest` names",
 }

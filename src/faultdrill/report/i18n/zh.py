@@ -1025,4 +1025,7 @@ CATALOG: dict[str, str] = {
     "note.outlived-job": "旧副本 pid {pids} 在任务结束时仍存活（仅由演练的清理停止）",
     "note.lost-by.deciders-silent": "{first}；平台自身的判定者（{deciders}）没有作出判定",
     "note.lost-by.noticed-first": "{by}；最先由 {first} 发现，早 {s} 秒",
+    "expectation.target.control-plane": "控制面（rendezvous 存储）",
+    "expectation.target.checkpoint-dir": "检查点目录",
+    "expectation.target.latest": "`latest` 所指的检查点",
 }
