@@ -98,6 +98,21 @@ def test_a_platform_that_cannot_see_the_processes_says_why(judge: Judge) -> None
     for check in (NS, "resources.no-duplicate-rank", "resources.children-released"):
         [f] = judge.run(check, tl)
         assert f.verdict is R and why in f.message and f.data == {"unobservable": True}
+    # The platform's reason by message id: said in the report's language.
+    said = (
+        restart()
+        .drop("sampler")
+        .platform(
+            "unobservable",
+            0.0,
+            what="processes",
+            why=why,
+            why_id="resources.unobservable.kubeconfig",
+        )
+    )
+    [f] = judge.run(NS, said)
+    assert f.message_id == "resources.unobservable" and "kubeconfig" in f.message
+    assert f.params["why"]["message_id"] == "resources.unobservable.kubeconfig"
 
 
 def test_no_stale_replica_ignores_agents(judge: Judge) -> None:
