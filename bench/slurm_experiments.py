@@ -8,7 +8,7 @@ Run as root, one experiment at a time (each 40-120 s on a busy 2-core machine)::
 Scenarios: none, kill-worker, node-down, slurmd-kill, link-cut, drain, ctld-pause,
 ctld-restart, ctld-cut, node-freeze. The cluster is 2 nodes + 1 spare, the job the
 reference workload (1 process per node, checkpoint every 10 steps, 0.25 s per step), the
-action goes through the draft adapter (``SlurmPlatform``) when the run reaches
+action goes through the adapter (``EmbeddedSlurmPlatform``) when the run reaches
 ``--at-step``, and is undone ``--restore-s`` later. A job that Slurm holds is released by
 the "operator" (``scontrol release`` + ``State=RESUME``) 20 s after the restore.
 
@@ -27,74 +27,66 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from faultdrill import faults as _faults  # noqa: F401  (undoers of link-down, freeze, signal)
 from faultdrill.events import EventSink
 from faultdrill.ledger import Ledger
-from faultdrill.plan import Resources
-from faultdrill.platforms.api import JobSpec
+from faultdrill.plan import Resources, SlurmSettings
+from faultdrill.platforms.api import Change, JobSpec
 from faultdrill.platforms.slurm import jobs
-from faultdrill.platforms.slurm.platform import Change, SlurmPlatform
+from faultdrill.platforms.slurm.embedded_platform import EmbeddedSlurmPlatform
 
 
 def _nothing() -> None:
     return None
 
 
-def act(p: SlurmPlatform, changes: list[Change]) -> list[str]:
-    """Record, apply and mark each change; returns the ids of those to undo later."""
-    undo = []
+def act(p: EmbeddedSlurmPlatform, changes: list[Change]) -> Callable[[], None]:
+    """What a fault does with an action's changes: record, apply, mark (close at once if
+    irreversible); returns the undo of the reversible ones (newest first)."""
+    undo: list[tuple[str, Change]] = []
     for ch in changes:
         eid = p.ledger.record(ch.kind, ch.data, ch.label)
-        ch.apply()
+        ch.apply(partial(p.ledger.update, eid))
         p.ledger.mark_applied(eid)
         if ch.reversible:
-            undo.append(eid)
+            undo.append((eid, ch))
         else:
             p.ledger.revert(eid)
-    return undo
+
+    def back() -> None:
+        for eid, ch in reversed(undo):
+            p.ledger.revert(eid)
+            if ch.after_undo is not None:
+                ch.after_undo()
+
+    return back
 
 
-def inject(p: SlurmPlatform, scenario: str, victim: str) -> Callable[[], None]:
-    """Apply the scenario's action; returns its restore."""
+def inject(p: EmbeddedSlurmPlatform, scenario: str, victim: str) -> Callable[[], None]:
+    """Apply the scenario's action through the adapter; returns its restore."""
     if scenario == "kill-worker":
-        (rep,) = p.worker_pids(node=victim)[:1]
-        act(p, p.signal_rank(rep.rank or 0))
-        return _nothing
+        return act(p, [p.signal_replica(p.rank_replica(node=victim), "SIGKILL")])
     if scenario == "slurmd-kill":
         os.kill(p.slurm.daemons[f"slurmd-{victim}"].proc.pid, signal.SIGKILL)
-        return lambda: p.node_restore(victim)
-    if scenario == "node-down":
-        cut = act(p, p.node_down(victim))
-
-        def back() -> None:
-            for eid in cut:
-                p.ledger.revert(eid)
-            p.node_restore(victim)
-
-        return back
-    if scenario == "ctld-restart":
-        act(p, p.control_plane_stop())
-        return p.control_plane_start
+        return lambda: p.restore_node(victim)
     actions: dict[str, Callable[[], list[Change]]] = {
+        "node-down": lambda: p.node_down(victim),
+        "ctld-restart": p.control_plane_stop,
         "link-cut": lambda: p.link_cut(victim),
         "drain": lambda: p.node_drain(victim),
         "ctld-pause": p.control_plane_pause,
         "ctld-cut": p.control_plane_cut,
         "node-freeze": lambda: p.node_freeze(victim),
     }
-    ids = act(p, actions[scenario]())
-
-    def undo() -> None:
-        for eid in reversed(ids):
-            p.ledger.revert(eid)
-
-    return undo
+    return act(p, actions[scenario]())
 
 
-def sample_processes(p: SlurmPlatform, log: list[tuple[float, str]], stop: threading.Event) -> None:
+def sample_processes(
+    p: EmbeddedSlurmPlatform, log: list[tuple[float, str]], stop: threading.Event
+) -> None:
     prev: set[tuple[str, int, str, int | None]] = set()
     while not stop.is_set():
         cur = {(r.node, r.pid, r.role, r.rank) for r in p.replicas()}
@@ -160,14 +152,16 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     run_id = f"x-slurm-{uuid.uuid4().hex[:8]}"
     ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
-    res = Resources(platform="slurm", isolation="netns", nodes=2, spares=1)
-    p = SlurmPlatform(
-        res,
-        work,
-        ledger,
-        EventSink(work / "events", "x"),
-        options=jobs.RecoveryOptions(max_restarts=args.max_restarts),
+    res = Resources(
+        platform="slurm",
+        isolation="netns",
+        nodes=2,
+        spares=1,
+        min_nodes=args.min_nodes,
+        max_restarts=args.max_restarts,
+        slurm=SlurmSettings(embedded=True),
     )
+    p = EmbeddedSlurmPlatform(res, work, ledger, EventSink(work / "events", "x"))
     cfg = work / "lm.json"
     cfg.write_text(
         json.dumps(
@@ -210,7 +204,7 @@ def main() -> None:
 
 
 def run(
-    p: SlurmPlatform, args: argparse.Namespace, work: Path, marks: list[tuple[float, str]]
+    p: EmbeddedSlurmPlatform, args: argparse.Namespace, work: Path, marks: list[tuple[float, str]]
 ) -> None:
     def last_step() -> int:
         steps = [
@@ -250,7 +244,7 @@ def run(
         ):
             marks.append((time.monotonic(), "OPERATOR scontrol release + RESUME"))
             p.slurm.client(["scontrol", "release", p.job_id or ""], check=False)
-            for n in p.cluster.workers():
+            for n in p.cluster.nodes():
                 p.slurm.client(["scontrol", "update", f"NodeName={n}", "State=RESUME"], check=False)
             time.sleep(2)
         time.sleep(0.25)

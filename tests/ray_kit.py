@@ -20,13 +20,10 @@ import pytest
 
 from faultdrill.events import EventSink
 from faultdrill.ledger import Ledger
-from faultdrill.plan import Resources
 from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.cluster import NodeCluster
 from faultdrill.platforms.local.linux import netns_exists, netns_unavailable
-from faultdrill.platforms.local.netns import NetnsPlatform
-from faultdrill.platforms.local.platform import LocalPlatform
 from faultdrill.platforms.ray.embedded import MARKER_ENV, EmbeddedRay, ray_missing
-from faultdrill.platforms.ray.nodes import NetnsNodes
 from tests.test_netns_kit import ledger_records
 
 needs_ray = pytest.mark.skipif(
@@ -55,15 +52,13 @@ if sys.argv[1:] == ["hold"]:
 """
 
 
-def make_cluster(work: Path, run_id: str | None = None) -> tuple[NetnsPlatform, EmbeddedRay]:
+def make_cluster(work: Path, run_id: str | None = None) -> tuple[NodeCluster, EmbeddedRay]:
     """Two nodes (n1 head, n2 worker), one CPU each, recorded in ``work/ledger.jsonl``."""
     run_id = run_id or f"t-ray-{uuid.uuid4().hex[:10]}"
     ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
     sink = EventSink(work / "events", "t")
-    res = Resources(isolation="netns", nodes=2, spares=0)
-    platform = LocalPlatform.variant_for(res)(res, work, ledger, sink)
-    assert isinstance(platform, NetnsPlatform)
-    return platform, EmbeddedRay(NetnsNodes(platform), ledger, sink, work, node_names=["n1", "n2"])
+    nodes = NodeCluster(ledger, sink, ["n1", "n2"], netns=True)
+    return nodes, EmbeddedRay(nodes, ledger, sink, work, head="n1", members=["n1", "n2"])
 
 
 def ray_leftovers(ledger_path: Path, run_id: str) -> list[str]:
@@ -94,9 +89,9 @@ def ray_leftovers(ledger_path: Path, run_id: str) -> list[str]:
 
 def _main(work: str, run_id: str) -> None:
     """The harness a test SIGKILLs: cluster up, a driver holding a task, then wait."""
-    platform, ray = make_cluster(Path(work), run_id)
-    platform.ledger.activate()
-    platform.prepare()
+    nodes, ray = make_cluster(Path(work), run_id)
+    nodes.ledger.activate()
+    nodes.prepare()
     ray.start()
     env = {**os.environ, **ray.driver_env("n1"), "FAULTDRILL_RUN_ID": run_id}
     with open(Path(work) / "driver.log", "ab") as log:

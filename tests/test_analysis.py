@@ -54,9 +54,11 @@ def test_answers_carry_wall_clock_times() -> None:
     assert list(q) == [
         "worker_lost_at",
         "worker_lost_by",
+        "worker_lost_source",
         "old_replica_stopped_at",
         "old_replica_note",
         "new_replicas_ready_at",
+        "resources_ready_at",
         "first_step_after_at",
         "resumed_from",
         "note",
@@ -215,3 +217,53 @@ def test_a_fault_not_ridden_out_keeps_its_detection() -> None:
     a = answer_questions(tl.job("failed", 7.0).build())
     assert (a.worker_lost_at, a.detect_s) == (6.0, 0.5)
     assert a.note == "no new incarnation started after the fault"
+
+
+# --- a platform with deciders of its own (Kubernetes) -------------------------------------
+
+
+def _node_down_on_kubernetes() -> TL:
+    """The stock restart as a node-down on Kubernetes (times compressed): the torchrun
+    agent on n0 notices the dead peer at 6.0 (its own symptom), the node controller deems n1
+    lost at 6.3, the pod is evicted at 6.6 and its replacement runs at 6.7 on n2; the new
+    incarnation announces itself at 7.0."""
+    tl = restart().drop("platform", "worker_group_failed")
+    tl.platform("deciders", 0.0, sources=["node-lifecycle-controller", "kube-apiserver"])
+    tl.platform("dead_node", 6.0, node="n0", source="torchrun-agent")
+    tl.platform("node_lost", 6.3, node="n1", source="node-lifecycle-controller", ready="Unknown")
+    tl.platform("replica_lost", 6.6, node="n1", pod="job-x", source="kube-apiserver")
+    tl.platform("replica_started", 6.7, node="n2", pod="job-y", source="kubelet")
+    return tl
+
+
+def test_the_platforms_own_decider_answers_and_the_first_noticer_is_said() -> None:
+    a = answer_questions(_node_down_on_kubernetes().build())
+    assert (a.worker_lost_at, a.worker_lost_source) == (6.3, "node-lifecycle-controller")
+    assert a.worker_lost_by == (
+        "node_lost on n1 (node-lifecycle-controller); first noticed by dead_node on n0 "
+        "(torchrun-agent), 0.3 s earlier"
+    )
+    assert a.detect_s == 0.8
+    assert a.resources_ready_at == 6.7
+    assert a.questions_json()["resources_ready_at"]["since_injection_s"] == 1.2
+
+
+def test_without_deciders_the_first_decision_answers_as_before() -> None:
+    tl = _node_down_on_kubernetes().drop("platform", "deciders")
+    a = answer_questions(tl.build())
+    assert (a.worker_lost_at, a.worker_lost_source) == (6.0, "torchrun-agent")
+    assert a.worker_lost_by == "dead_node on n0 (torchrun-agent)"
+
+
+def test_deciders_that_decided_nothing_are_said() -> None:
+    tl = _node_down_on_kubernetes().drop("platform", "node_lost").drop("platform", "replica_lost")
+    a = answer_questions(tl.build())
+    assert a.worker_lost_at == 6.0
+    assert a.worker_lost_by == (
+        "dead_node on n0 (torchrun-agent); the platform's own deciders (kube-apiserver, "
+        "node-lifecycle-controller) decided nothing"
+    )
+
+
+def test_no_replacement_started_means_no_resources_ready_time() -> None:
+    assert answer_questions(restart().build()).resources_ready_at is None

@@ -92,10 +92,96 @@ def test_no_stale_replica_retests_without_sampler_data(judge: Judge) -> None:
     )
 
 
+def test_a_platform_that_cannot_see_the_processes_says_why(judge: Judge) -> None:
+    why = "the pods run on the cluster's machines"
+    tl = restart().drop("sampler").platform("unobservable", 0.0, what="processes", why=why)
+    for check in (NS, "resources.no-duplicate-rank", "resources.children-released"):
+        [f] = judge.run(check, tl)
+        assert f.verdict is R and why in f.message and f.data == {"unobservable": True}
+    # The platform's reason by message id: said in the report's language.
+    said = (
+        restart()
+        .drop("sampler")
+        .platform(
+            "unobservable",
+            0.0,
+            what="processes",
+            why=why,
+            why_id="resources.unobservable.kubeconfig",
+        )
+    )
+    [f] = judge.run(NS, said)
+    assert f.message_id == "resources.unobservable" and "kubeconfig" in f.message
+    assert f.params["why"]["message_id"] == "resources.unobservable.kubeconfig"
+
+
 def test_no_stale_replica_ignores_agents(judge: Judge) -> None:
     tl = restart().proc(90, None, 0.0, 11.0, role="agent")
     assert judge.one(NS, tl)[0] is P
     assert judge.one(NS, TL().proc(90, None, 0.0, 11.0, role="agent"))[0] is R
+
+
+def _evicted_but_writing(last_old_step: int) -> TL:
+    """The split brain of a node cut off its control plane only (Kubernetes, measured on
+    the test cluster): one incarnation (ranks 0, 1 on n0, n1), n1's kubelet loses the
+    apiserver at 5.5, the node is lost at 15.5, rank 1's pod evicted at 26.0 (grace 5 s)
+    and its replacement running on n2 at 26.1; but the evicted pod's worker still trains
+    with rank 0 until step ``last_old_step`` (one step a second), and the replacement never
+    gets a rank: only one process ever holds rank 1, and no second incarnation starts."""
+    tl = TL().job("running", 0.0)
+    for rank, pid in enumerate(OLD):
+        tl.run_start(rank, pid, "10.0.0.1:29500", 0.0).scratch(rank, pid, 0.1)
+        tl.proc(pid, rank, 0.05, last_old_step + 1.5, node=f"n{rank}")
+    tl.steps(OLD[0], 0, range(1, 41), t0=1.0).steps(OLD[1], 1, range(1, last_old_step + 1), 1.0)
+    tl.inject(5.5, fault="partition", target="node n1 <-> control-plane", at_step=5)
+    tl.platform("node_lost", 15.5, node="n1", source="node-lifecycle-controller")
+    tl.platform(
+        "replica_lost",
+        26.0,
+        node="n1",
+        pod="job-b",
+        uid="u1",
+        pids=[OLD[1]],
+        grace_s=5,
+        source="kube-apiserver",
+    )
+    return tl.platform("replica_started", 26.1, node="n2", pod="job-c", uid="u2")
+
+
+def test_a_replica_declared_lost_that_keeps_writing_beside_its_replacement_is_stale(
+    judge: Judge,
+) -> None:
+    found = judge.run(NS, _evicted_but_writing(40))
+    assert [f.verdict for f in found] == [F]
+    assert found[0].message == (
+        "job-b (node n1, pids [101]) was declared lost by kube-apiserver and its "
+        "replacement started 0.1 s later, yet it wrote 7 step(s) past the 5 s grace, the "
+        "last 13.9 s after its replacement started (split brain; first: rank 1 step 34)"
+    )
+    # Only one process ever held rank 1: the duplicate-rank check cannot see this.
+    assert judge.verdicts("resources.no-duplicate-rank", _evicted_but_writing(40)) == [P]
+
+
+def test_a_lost_replica_stopped_within_its_grace_is_not_stale(judge: Judge) -> None:
+    # steps up to 33 (t=33.0 < 26.1 + 5 s grace + 2 s for the kill itself)
+    assert judge.verdicts(NS, _evicted_but_writing(33)) == [P]
+
+
+def test_a_lost_replica_is_found_by_its_node_when_the_platform_names_no_pids(
+    judge: Judge,
+) -> None:
+    tl = _evicted_but_writing(40).edit("platform", "replica_lost", lambda r: True, pids=None)
+    found = judge.run(NS, tl)
+    assert [f.verdict for f in found] == [F] and found[0].data["pids"] == [OLD[1]]
+
+
+def test_a_deleted_pod_whose_worker_steps_past_the_kill_slack_is_stale(judge: Judge) -> None:
+    # kill-worker by pod deletion (grace 0): replacement at 5.7; an old step at 7.8 is
+    # 2.1 s after it (the older-incarnation rule looks only from 8.0, the new first step)
+    tl = restart().platform("replica_lost", 5.6, node="n1", pids=[OLD[1]], grace_s=0)
+    tl.platform("replica_started", 5.7, node="n2")
+    assert judge.verdicts(NS, tl) == [P]
+    assert judge.verdicts(NS, tl.step(OLD[1], 1, 6, 7.8, [ids(6, 1)])) == [F]
 
 
 # --- resources.no-duplicate-rank --------------------------------------------------------

@@ -333,3 +333,23 @@ def test_the_run_sums_the_scenarios_dependencies(
         "owner": "platform",
         "items": ["kill-worker"],
     }
+
+
+def test_a_class_lowered_only_by_what_the_platform_cannot_observe_is_not_a_failure() -> None:
+    """A real cluster's processes: their checks retest everywhere; the recovery class the
+    plan expected is then unknown (retest), not missed (fail)."""
+    from faultdrill.checks import Finding
+    from faultdrill.judge.evaluate import _unobservable_only
+
+    def ev(data: dict[str, bool]) -> dict[str, EvidenceResult]:
+        out = _evidence()
+        out["resources"] = EvidenceResult(
+            "resources", [Finding("resources.no-stale-replica", Verdict.RETEST, "", data)]
+        )
+        return out
+
+    cls = RecoveryClass.MANUAL_CONFIRMATION
+    assert _unobservable_only(ev({"unobservable": True}), cls, confirm=False)
+    assert not _unobservable_only(ev({}), cls, confirm=False)
+    assert not _unobservable_only(ev({"unobservable": True}), cls, confirm=True)
+    assert not _unobservable_only(_evidence(), cls, confirm=False)

@@ -433,3 +433,25 @@ def test_a_third_language_is_one_file(tmp_path: Path, monkeypatch: pytest.Monkey
         i18n.discover()
     with pytest.raises(DrillError):
         translator("xx")
+
+
+def test_who_deemed_the_worker_lost_is_said_in_chinese_around_the_recorded_decisions() -> None:
+    """The judge's answers of a platform with deciders (judge/analysis.py) are English
+    sentences around event kinds and sources: the sentence is said again, the decisions
+    stay as recorded; an answer of no known shape is shown as recorded."""
+    from faultdrill.report import words
+
+    t = translator("zh")
+    noticed = (
+        "node_lost on n2 (node-lifecycle-controller: NodeStatusUnknown); first noticed by "
+        "dead_node on n1 (torchrun-agent), 6.6 s earlier"
+    )
+    said = words.lost_by_text(t, noticed)
+    assert "first noticed" not in said and "6.6" in said and "dead_node on n1" in said
+    silent = "replica_lost on n2 (x); the platform's own deciders (gcs, raylet) decided nothing"
+    assert "decided nothing" not in words.lost_by_text(t, silent)
+    assert words.lost_by_text(t, "replica_lost on n2 (kube-apiserver)") == (
+        "replica_lost on n2 (kube-apiserver)"
+    )
+    note = "old replica pid(s) [16711] still alive when the job ended (stopped only by the drill's clean-up)"
+    assert CJK.search(words.note_text(t, note)) and "16711" in words.note_text(t, note)

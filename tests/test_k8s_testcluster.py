@@ -1,8 +1,10 @@
-"""The Kubernetes test cluster for real: etcd, kube-apiserver, kube-controller-manager and
-kube-scheduler v1.20.2 in a control-plane namespace, a process kubelet per node.
+"""The Kubernetes test cluster on its own (``slow``: the drills of test_k8s_drills.py bring
+it up and down in the default run): etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler v1.20.2 on the control-plane host, a process kubelet per node.
 
-* up, a 1-node Job of ``python -c 'print(1)'`` succeeds through the process kubelet, and
-  the tear-down leaves no process, namespace, cgroup or secret file;
+* up, a 1-node Job of ``python -c 'print(1)'`` succeeds through the process kubelet (its
+  events go to the directory the cluster names), and the tear-down leaves no process,
+  namespace, cgroup or secret file;
 * a harness SIGKILLed while a pod runs, then ``python -m faultdrill.cli cleanup RUN_DIR``:
   nothing is left either (daemons, kubelet, the pod's process, namespaces, cgroups, files).
 
@@ -52,6 +54,7 @@ _WHY = _unavailable()
 pytestmark = [
     pytest.mark.drill,
     pytest.mark.root,
+    pytest.mark.slow,
     pytest.mark.skipif(_WHY is not None, reason=f"no Kubernetes test cluster here: {_WHY}"),
 ]
 
@@ -62,7 +65,10 @@ def _cluster(work: Path, *, activate: bool = False) -> TestCluster:
     if activate:
         ledger.activate()
     (work / "events").mkdir(parents=True, exist_ok=True)
-    return TestCluster(work, ledger, EventSink(work / "events", run_id), workers=1)
+    cluster = TestCluster(work / "k8s", ledger, EventSink(work / "events", run_id), workers=1)
+    (work / "k8s").mkdir(parents=True, exist_ok=True)
+    cluster.events_to(work / "events", run_id)
+    return cluster
 
 
 def _job(name: str, argv: list[str]) -> dict[str, Any]:
@@ -192,72 +198,3 @@ def _harness(work: Path) -> None:
 
 if __name__ == "__main__":
     _harness(Path(sys.argv[1]))
-
-
-@pytest.mark.slow
-def test_deleted_pod_is_replaced_and_training_resumes_from_a_checkpoint(tmp_path: Path) -> None:
-    """The draft adapter end to end (~70 s): a 2-node Job of the reference workload; the
-    rank-1 pod is deleted at step 12; a replacement pod is bound, and every rank resumes
-    from the step-10 checkpoint; the Job completes; nothing is left."""
-    from faultdrill.events import read_jsonl
-    from faultdrill.plan import Resources
-    from faultdrill.platforms.api import JobSpec, JobState
-    from faultdrill.platforms.kubernetes.job import write_lm_config
-    from faultdrill.platforms.kubernetes.platform import KubernetesPlatform, apply_change
-
-    run_id = f"t-k8s-{uuid.uuid4().hex[:10]}"
-    ledger = Ledger(tmp_path / "ledger.jsonl", run_id=run_id)
-    (tmp_path / "events").mkdir()
-    sink = EventSink(tmp_path / "events", run_id)
-    p = KubernetesPlatform(
-        Resources(platform="kubernetes", nodes=2, spares=1), tmp_path, ledger, sink
-    )
-    cfg = write_lm_config(
-        tmp_path / "lm.json",
-        tmp_path / "ckpt",
-        steps=30,
-        ckpt_every=10,
-        step_sleep_s=0.3,
-        gloo_timeout_s=10.0,
-    )
-    job = JobSpec(
-        run_id=run_id,
-        task_id=run_id,
-        argv=["-m", "faultdrill.workloads.lm", f"--workload-config={cfg}"],
-        env={},
-        nodes=["n1", "n2"],
-        procs_per_node=1,
-        min_nodes=1,
-        max_nodes=2,
-        max_restarts=3,
-        work_dir=tmp_path,
-        events_dir=tmp_path / "events",
-    )
-
-    def evs() -> list[dict[str, Any]]:
-        return [e for f in (tmp_path / "events").glob("*.jsonl") for e in read_jsonl(f)]
-
-    try:
-        p.prepare()
-        p.submit(job)
-        deadline = time.monotonic() + 180
-        while not any(e["kind"] == "step" and e["step"] >= 12 for e in evs()):
-            assert time.monotonic() < deadline, "no step 12 within 180 s"
-            time.sleep(0.2)
-        _, old_node = p.pod_of_rank(1)
-        for change in p.delete_pod(1):
-            apply_change(ledger, change)
-        assert p.wait_job(240) == JobState.SUCCEEDED
-    finally:
-        p.stop(grace_s=5)
-        p.teardown()
-    events = evs()
-    lost = [e for e in events if e["kind"] == "replica_lost"]
-    assert lost and lost[0]["node"] == old_node
-    bound = [e for e in events if e["kind"] == "pod_bound" and e["mono"] > lost[0]["mono"]]
-    assert bound, "no replacement pod was bound"
-    loads = [e for e in events if e["kind"] == "ckpt_load"]
-    assert {e["rank"] for e in loads} == {0, 1} and {e["step"] for e in loads} == {10}
-    assert max(e["step"] for e in events if e["kind"] == "step") == 30
-    assert not ledger.pending(), [e.label for e in ledger.pending()]
-    assert leftovers(tmp_path, run_id) == []

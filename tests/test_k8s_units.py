@@ -1,5 +1,5 @@
-"""The Kubernetes platform's pure parts, without a cluster: ``$(VAR)`` expansion, the Job
-manifest, the follower's flat events, and the binaries' cache (a damaged tarball is
+"""The Kubernetes platform's pure parts, without a cluster: ``$(VAR)`` expansion, the
+built-in Job, the follower's flat events, and the binaries' cache (a damaged tarball is
 skipped and named, a verified one is unpacked and used)."""
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ import pytest
 
 from faultdrill.errors import EnvironmentPrepError
 from faultdrill.events import EventSink
+from faultdrill.platforms.api import JobSpec
 from faultdrill.platforms.kubernetes import binaries
-from faultdrill.platforms.kubernetes.job import TrainingJob
+from faultdrill.platforms.kubernetes import manifest as mf
+from faultdrill.platforms.kubernetes.job import builtin_template, template_values
 from faultdrill.platforms.kubernetes.kubelet import expand
 
 
@@ -27,34 +29,52 @@ def test_expand_follows_kubernetes_rules() -> None:
     assert expand("$(A)-$(B)-$$-$(MISSING)-$A", env) == "1-x y-$-$(MISSING)-$A"
 
 
-def _job() -> TrainingJob:
-    return TrainingJob(
-        name="train",
+def job_spec(**kw: Any) -> JobSpec:
+    base: dict[str, Any] = dict(
         run_id="r1",
         task_id="t1",
-        nodes=2,
-        rdzv="10.77.0.4:29400",
-        events_dir=Path("/ev"),
-        work_dir=Path("/w"),
         argv=["-m", "faultdrill.workloads.lm", "--workload-config=/w/lm.json"],
+        env={},
+        nodes=["n1", "n2"],
+        procs_per_node=1,
+        min_nodes=1,
+        max_nodes=2,
+        max_restarts=3,
+        work_dir=Path("/w"),
+        events_dir=Path("/ev"),
+    )
+    return JobSpec(**{**base, **kw})
+
+
+def values(spec: JobSpec | None = None) -> dict[str, Any]:
+    return template_values(
+        spec or job_spec(),
+        name="train-ab12",
+        namespace="default",
+        rdzv_endpoint="10.77.0.4:29400",
+        python="/venv/bin/python",
+        rdzv="join_timeout=60,is_host=0",
     )
 
 
-def test_job_manifest_one_agent_per_node_ranks_from_the_rendezvous() -> None:
-    m = _job().manifest()
+def test_builtin_job_one_agent_per_node_ranks_from_the_rendezvous() -> None:
+    m: dict[str, Any] = mf.render(builtin_template(5, 0.1), values())
     spec = m["spec"]
     assert spec["parallelism"] == 2 and "completions" not in spec  # work-queue Job
     pod = spec["template"]["spec"]
-    assert pod["restartPolicy"] == "Never"
+    assert pod["restartPolicy"] == "Never" and pod["terminationGracePeriodSeconds"] == 5
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
-    args = pod["containers"][0]["args"]
+    assert anti[0]["labelSelector"]["matchLabels"] == {"faultdrill.io/job": "train-ab12"}
+    c = pod["containers"][0]
+    assert c["command"] == ["/venv/bin/python", "-m", "faultdrill.platforms.local.agent"]
+    args = c["args"]
     assert "--rdzv-endpoint=10.77.0.4:29400" in args and "--local-addr=$(POD_IP)" in args
-    assert any(a.startswith("--rdzv-conf=") and a.endswith("is_host=0") for a in args)
-    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert "--nnodes=1:2" in args and "--rdzv-conf=join_timeout=60,is_host=0" in args
+    assert args[-3:] == ["-m", "faultdrill.workloads.lm", "--workload-config=/w/lm.json"]
+    env = {e["name"]: e for e in c["env"]}
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]["value"] == "1"
-    assert m["metadata"]["labels"] == spec["template"]["metadata"]["labels"]
 
 
 def _node(

@@ -191,7 +191,7 @@ def test_run_ledger_names_only_what_it_created(cluster: NetnsPlatform) -> None:
         if r["kind"] in ("netns", "netns-link")
     }
     assert all(str(n).startswith(cluster.prefix) for n in names)
-    head, first = (json.loads(x) for x in cluster.ledger.path.read_text().splitlines()[:2])
-    assert head["op"] == "run" and head["run_id"] == cluster.ledger.run_id
+    head, first = (json.loads(ln) for ln in cluster.ledger.path.read_text().splitlines()[:2])
+    assert (head["op"], head["run_id"]) == ("run", cluster.ledger.run_id)  # whose file it is
     assert first["op"] == "record"
     assert procfs.Cgroup.available()

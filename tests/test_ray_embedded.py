@@ -20,18 +20,19 @@ from tests.drillkit import ROOT
 from tests.ray_kit import DRIVER, make_cluster, needs_ray, ray_leftovers
 from tests.test_netns_kit import ledger_records
 
-pytestmark = [pytest.mark.drill, pytest.mark.root, needs_ray]
+# Beyond the one every-family drill of the default run (test_ray_drills.py): slow.
+pytestmark = [pytest.mark.drill, pytest.mark.root, pytest.mark.slow, needs_ray]
 
 
 def test_bring_up_one_task_per_node_and_tear_down_leaves_nothing(tmp_path: Path) -> None:
-    platform, ray = make_cluster(tmp_path)
-    run_id = platform.ledger.run_id
+    nodes, ray = make_cluster(tmp_path)
+    run_id = nodes.ledger.run_id
     try:
-        platform.prepare()
+        nodes.prepare()
         ray.start()
         # Every daemon was recorded, then got its pid; each process carrying its marker
         # lives in its node's cgroup and network namespace.
-        daemons = [r for r in ledger_records(platform.ledger.path) if r["kind"] == "ray-daemon"]
+        daemons = [r for r in ledger_records(nodes.ledger.path) if r["kind"] == "ray-daemon"]
         assert [(r["data"]["role"], r["data"]["node"]) for r in daemons] == [
             ("head", "n1"),
             ("worker", "n2"),
@@ -41,13 +42,13 @@ def test_bring_up_one_task_per_node_and_tear_down_leaves_nothing(tmp_path: Path)
             pids = procfs.pids_with_env(MARKER_ENV, rec["data"]["marker"])
             assert ray.raylet_pid(node) in pids and len(pids) >= 2, pids  # ray start, raylet...
             assert set(pids) <= set(ray.node_pids(node))
-            ns_inode = os.stat(f"/run/netns/{platform.link(node).ns}").st_ino
+            ns_inode = os.stat(f"/run/netns/{nodes.link(node).ns}").st_ino
             assert {os.stat(f"/proc/{p}/ns/net").st_ino for p in pids} == {ns_inode}
         assert ray.gcs_pid() in ray.node_pids("n1")
         # A real task on each node, from a driver inside n1.
         env = {**os.environ, **ray.driver_env("n1"), "FAULTDRILL_RUN_ID": run_id}
         done = subprocess.run(
-            [*platform.launch_prefix("n1"), sys.executable, "-c", DRIVER],
+            [*nodes.launch_prefix("n1"), sys.executable, "-c", DRIVER],
             env=env,
             capture_output=True,
             text=True,
@@ -59,11 +60,11 @@ def test_bring_up_one_task_per_node_and_tear_down_leaves_nothing(tmp_path: Path)
     finally:
         ray.stop()
         ray.stop()  # idempotent
-        platform.teardown()
-        errors = platform.ledger.revert_all()
+        nodes.teardown()
+        errors = nodes.ledger.revert_all()
     assert errors == []
-    assert ray_leftovers(platform.ledger.path, run_id) == []
-    assert all(r["reverted"] for r in ledger_records(platform.ledger.path))
+    assert ray_leftovers(nodes.ledger.path, run_id) == []
+    assert all(r["reverted"] for r in ledger_records(nodes.ledger.path))
 
 
 def test_harness_sigkill_then_cleanup_leaves_no_ray_process(tmp_path: Path) -> None:

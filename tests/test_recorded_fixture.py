@@ -85,9 +85,19 @@ def test_check_gives_the_same_verdicts_classes_and_resume_points(run: Path) -> N
     # fields added since the fixture was recorded (e.g. controls_note) may join; none change
     recorded = before.summary.to_json()
     assert {k: v for k, v in after.summary.to_json().items() if k in recorded} == recorded
-    for s in before.scenarios:  # the timeline is the same, so are the times
+    for s in before.scenarios:  # the timeline is the same, so are the times...
         again = after.item(s.id)
-        assert again is not None and again.times.to_json() == s.times.to_json()
+        assert again is not None
+        now, then = again.times.to_json(), s.times.to_json()
+        assert now.keys() == then.keys()
+        # ...except that the questions are now measured from the injection's start (its
+        # inject_start: a platform may react before the injection's own record is written),
+        # which this recording had ~30 ms before its inject event: each time that far longer.
+        for key, value in then.items():
+            if isinstance(value, float) and key.endswith("_s"):
+                assert now[key] == pytest.approx(value, abs=0.1), key
+            else:
+                assert now[key] == value, key
 
 
 def test_every_renderer_works_on_it(run: Path, tmp_path: Path) -> None:

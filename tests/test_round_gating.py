@@ -105,6 +105,28 @@ def test_a_failed_baseline_runs_no_scenario_but_every_control(
     }
 
 
+@pytest.mark.parametrize(("unobservable", "runs"), [(True, True), (False, False)])
+def test_a_baseline_that_retests_only_what_its_platform_cannot_see_lets_the_rounds_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unobservable: bool, runs: bool
+) -> None:
+    """A real cluster's processes are out of reach: the process-table checks retest for
+    every item alike, and the reference does not depend on them. Any other retest blocks."""
+    from faultdrill.checks import EvidenceResult, Finding
+    from faultdrill.judge.evaluate import ItemResult
+
+    data = {"unobservable": True} if unobservable else {}
+    base = ItemResult.__new__(ItemResult)
+    base.aborted = None
+    base.evidence = {
+        "progress": EvidenceResult("progress", [Finding("progress.completed", Verdict.PASS, "")]),
+        "resources": EvidenceResult(
+            "resources", [Finding("resources.no-stale-replica", Verdict.RETEST, "", data)]
+        ),
+    }
+    assert base.verdict is Verdict.RETEST
+    assert runner._only_unobservable(base) is runs
+
+
 def test_checks_and_report_are_timed_into_every_item_that_ran(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

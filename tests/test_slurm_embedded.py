@@ -1,18 +1,14 @@
 """The embedded Slurm cluster, for real: bring-up, a job on two nodes, tear-down, and a
-harness SIGKILL followed by ``faultdrill cleanup``; nothing may be left behind.
+harness SIGKILLed during a Slurm drill followed by ``faultdrill cleanup``; nothing may be
+left behind.
 
-Needs root, the namespace cluster's tools and Debian's Slurm packages::
-
-    apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge
-
-``python -m tests.test_slurm_embedded RUN_DIR`` is the harness the crash test kills: it
-brings the cluster up, submits a job that sleeps, prints ``READY <job id>`` and waits.
+Needs root, the namespace cluster's tools and Debian's Slurm packages
+(``scripts/setup-slurm.sh``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -24,24 +20,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from faultdrill.errors import EnvironmentPrepError
 from faultdrill.events import EventSink
 from faultdrill.ledger import Ledger
-from faultdrill.plan import Resources
 from faultdrill.platforms.local import procfs
+from faultdrill.platforms.local.cluster import NodeCluster
 from faultdrill.platforms.local.linux import netns_exists, netns_unavailable, run_in_netns
-from faultdrill.platforms.slurm.embedded import EmbeddedSlurm, slurm_missing
+from faultdrill.platforms.slurm.embedded import EmbeddedSlurm, slurm_cluster, slurm_missing
 from faultdrill.platforms.slurm.jobs import SlurmWatch
-from faultdrill.platforms.slurm.nodes import SlurmNodes
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.drillkit import ROOT, cli_env, kill_task, task_pids, wait_for
+from tests.round3kit import _RUN_ONE, injected
+from tests.slurmkit import example_raw, shrunk
 
 _WHY = netns_unavailable() or slurm_missing()
 needs_slurm = pytest.mark.skipif(_WHY is not None, reason=f"no embedded Slurm here: {_WHY}")
-pytestmark = [pytest.mark.drill, pytest.mark.root, needs_slurm]
+# Beyond the one every-family drill of the default run (test_slurm_drills.py): slow.
+pytestmark = [pytest.mark.drill, pytest.mark.root, pytest.mark.slow, needs_slurm]
 
-RES = Resources(isolation="netns", nodes=2, spares=1)
 # Where Slurm and munge put files by default: none of them may gain a file.
 DEFAULT_PLACES = [
     Path(p)
@@ -63,12 +60,12 @@ DEFAULT_PLACES = [
 ]
 
 
-def make(work: Path) -> tuple[SlurmNodes, EmbeddedSlurm]:
-    """A cluster of :data:`RES` in ``work``, not brought up yet (unique run id)."""
+def make(work: Path) -> tuple[NodeCluster, EmbeddedSlurm]:
+    """Two nodes and a spare in ``work``, not brought up yet (unique run id)."""
     run_id = f"t-slurm-{uuid.uuid4().hex[:10]}"
     ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
     sink = EventSink(work / "events", "t")
-    nodes = SlurmNodes(RES, work, ledger, sink)
+    nodes = slurm_cluster(ledger, sink, ["n1", "n2"], ["n3"])
     return nodes, EmbeddedSlurm(nodes, work / "slurm")
 
 
@@ -114,7 +111,7 @@ def leftovers(ledger: Path) -> list[str]:
 
 
 @pytest.fixture()
-def cluster(tmp_path: Path) -> Iterator[tuple[SlurmNodes, EmbeddedSlurm]]:
+def cluster(tmp_path: Path) -> Iterator[tuple[NodeCluster, EmbeddedSlurm]]:
     nodes, slurm = make(tmp_path)
     try:
         yield nodes, slurm
@@ -127,7 +124,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[SlurmNodes, EmbeddedSlurm]]:
 
 
 def test_bring_up_run_a_job_on_two_nodes_tear_down_leaves_nothing(
-    tmp_path: Path, cluster: tuple[SlurmNodes, EmbeddedSlurm]
+    tmp_path: Path, cluster: tuple[NodeCluster, EmbeddedSlurm]
 ) -> None:
     nodes, slurm = cluster
     before = snapshot()
@@ -182,7 +179,7 @@ def test_bring_up_run_a_job_on_two_nodes_tear_down_leaves_nothing(
 
 
 def test_a_slurmd_that_cannot_start_is_named_with_its_log(
-    cluster: tuple[SlurmNodes, EmbeddedSlurm],
+    cluster: tuple[NodeCluster, EmbeddedSlurm],
 ) -> None:
     """Bring-up fails at once, naming the node, its slurmd's exit and its log's tail, when a
     slurmd cannot start (here: its port is taken inside its node), and never hangs."""
@@ -195,7 +192,7 @@ def test_a_slurmd_that_cannot_start_is_named_with_its_log(
         s.listen()
         return s
 
-    blocker = run_in_netns(nodes.cluster.link("n2").ns, occupy)
+    blocker = run_in_netns(nodes.link("n2").ns, occupy)
     try:
         t0 = time.monotonic()
         with pytest.raises(EnvironmentPrepError) as err:
@@ -208,54 +205,46 @@ def test_a_slurmd_that_cannot_start_is_named_with_its_log(
     assert "Address already in use" in text, text
 
 
-def _harness(work: Path) -> None:
-    """Bring the cluster up, submit a job that sleeps, print READY, wait to be killed."""
-    nodes, slurm = make(work)
-    nodes.ledger.activate()
-    nodes.prepare()
-    slurm.up()
-    script = work / "sleep.sh"
-    script.write_text("#!/bin/bash\nsrun --ntasks-per-node=1 sleep 600\n")
-    job_id = slurm.client(
-        ["sbatch", "--parsable", "--nodes=2", f"--output={work}/sleep.out", str(script)],
-        env={"FAULTDRILL_RUN_ID": nodes.ledger.run_id},
-    ).stdout.strip()
-    print(f"READY {job_id} {nodes.ledger.run_id}", flush=True)
-    time.sleep(600)
+_DRILL = {
+    "id": "cut-n2",
+    "fault": {"kind": "partition", "target": {"node": "n2"}, "for_s": 300},
+    "trigger": {"at_step": 6},
+}
 
 
-def test_harness_sigkill_then_cleanup_leaves_nothing(tmp_path: Path) -> None:
-    work, state = tmp_path / "run", tmp_path / "state"
-    work.mkdir()
-    env = {**os.environ, "FAULTDRILL_STATE_DIR": str(state)}
+def test_harness_sigkill_during_a_slurm_drill_then_cleanup_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A Slurm drill (no baseline) whose fault is in place, its harness SIGKILLed: the
+    cluster, the job and the fault's rules outlive it; ``faultdrill cleanup`` removes them
+    all (daemons, namespaces, cgroups, the job's processes), and no file appears outside
+    the run directory."""
+    raw = shrunk(example_raw(), steps=200)
+    raw["rounds"] = [{"round": 1, "scenarios": [_DRILL]}]
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(raw, sort_keys=False))
+    work = tmp_path / "run" / "scenarios" / "cut-n2"
+    env = cli_env(tmp_path / "state")
     before = snapshot()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.test_slurm_embedded", str(work)],
+        [sys.executable, "-c", _RUN_ONE, str(plan), str(tmp_path / "run")],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("READY"), line + proc.stdout.read()
-        _, _, run_id = line.split()
-        deadline = time.monotonic() + 30
-        while (
-            time.monotonic() < deadline
-            and len(procfs.pids_with_env("FAULTDRILL_RUN_ID", run_id)) < 2
-        ):
-            time.sleep(0.2)
-        tasks = procfs.pids_with_env("FAULTDRILL_RUN_ID", run_id)
-        assert len(tasks) >= 2, "the job's tasks should be running on two nodes"
+        wait_for(lambda: injected(work) is not None, 240, "the partition to be applied")
+        rules = [r for r in records(work / "ledger.jsonl") if r["kind"] == "iptables-rule"]
+        assert len(rules) == 2 and all(not r["reverted"] for r in rules)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        # What makes this test mean something: the cluster outlived its harness.
-        assert len(leftovers(work / "ledger.jsonl")) >= 10
+        # What makes this test mean something: the cluster and the job outlived the harness.
+        left = leftovers(work / "ledger.jsonl")
+        assert sum(x.startswith("daemon ") for x in left) == 5, left
+        assert task_pids(raw["task"]["id"]), "the job should still run"
         done = subprocess.run(
-            [sys.executable, "-m", "faultdrill.cli", "cleanup", str(work)],
+            [sys.executable, "-m", "faultdrill.cli", "cleanup", str(tmp_path / "run")],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -266,17 +255,20 @@ def test_harness_sigkill_then_cleanup_leaves_nothing(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stdout + done.stderr
         assert "undone" in done.stdout
         assert leftovers(work / "ledger.jsonl") == []
-        assert procfs.pids_with_env("FAULTDRILL_RUN_ID", run_id) == []
+        assert task_pids(raw["task"]["id"]) == []
+        for r in rules:  # gone with their namespace, and never left in another
+            assert not netns_exists(r["data"]["ns"])
+        (run_id,) = {
+            r["data"]["run_id"]
+            for r in records(work / "ledger.jsonl")
+            if r["kind"] == "run-processes"
+        }
         assert not (procfs.FREEZER_ROOT / "faultdrill" / run_id).exists()
         assert snapshot() == before, "a file appeared outside the run directory"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        kill_task(raw["task"]["id"])
         if (work / "ledger.jsonl").exists() and leftovers(work / "ledger.jsonl"):
-            ledger = Ledger(work / "ledger.jsonl", run_id="cleanup")
-            ledger.revert_all()
-
-
-if __name__ == "__main__":
-    _harness(Path(sys.argv[1]))
+            Ledger(work / "ledger.jsonl", run_id="cleanup").revert_all()

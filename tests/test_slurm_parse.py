@@ -128,6 +128,7 @@ class Replay:
     def __init__(self, polls: list[dict[str, str | None]]) -> None:
         self.polls = polls
         self.i = 0
+        self.asked: list[list[str]] = []
 
     def client(
         self,
@@ -138,14 +139,15 @@ class Replay:
         env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         what = argv[2]
+        self.asked.append(argv[2:])
         if what == "node":  # the first command of a poll
             self.i += 1
         poll = self.polls[min(self.i - 1, len(self.polls) - 1)]
         text = poll.get(what, "")
         if text is None:
             return subprocess.CompletedProcess(argv, 1, "", "Unable to contact slurm controller")
-        if what == "step" and not text:
-            return subprocess.CompletedProcess(argv, 0, "No job steps in the system\n", "")
+        if what == "step" and not text:  # Slurm 22.05 asked for the steps of a job without any
+            return subprocess.CompletedProcess(argv, 1, "", "Job step 1. not found\n")
         return subprocess.CompletedProcess(argv, 0, text, "")
 
 
@@ -210,6 +212,28 @@ def test_a_node_loss_with_requeue_gives_the_four_answers_in_order() -> None:
     assert kinds.index("job_requeued") < kinds.index("step_gone") < len(kinds) - 1
     started = [f for k, f in events if k == "step_started"]
     assert [s["incarnation"] for s in started] == [0, 1]
+    # the generic decisions the four questions read, each once, from the scheduler
+    (lost,) = [f for k, f in events if k == "node_lost"]
+    assert (lost["node"], lost["layer"], lost["source"]) == ("n2", "scheduler", "slurmctld")
+    assert lost["reason"] == "Not responding" and lost["job_nodes"] == ["n1", "n2"]
+    (gone,) = [f for k, f in events if k == "replica_lost"]
+    assert (gone["restart_count"], gone["previous_nodes"]) == (1, ["n1", "n2"])
+    assert kinds.index("node_lost") < kinds.index("replica_lost")
+    assert "controller_unreachable" not in kinds  # "Job step 1. not found" is an answer
+
+
+def test_on_a_real_cluster_only_the_jobs_nodes_are_polled() -> None:
+    polls: list[dict[str, str | None]] = [
+        {"node": nodes_text("MIXED"), "job": job("RUNNING", 0, "n[1-2]"), "step": ""},
+    ]
+    replay = Replay(polls)
+    watch = SlurmWatch(replay, lambda kind, **f: None, job_id="1", all_nodes=False)
+    for _ in range(3):
+        watch.tick()
+    # nothing allocated yet at the first poll: the job first, no node; then the job's nodes
+    assert replay.asked[:2] == [["job", "1", "-o"], ["step", "1", "-o"]], replay.asked
+    nodes_asked = [a for a in replay.asked if a[0] == "node"]
+    assert nodes_asked == [["node", "n1,n2", "-o"]] * 2, replay.asked
 
 
 def test_a_held_job_and_an_unreachable_controller_are_said() -> None:

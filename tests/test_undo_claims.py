@@ -10,7 +10,7 @@ tmpfs, a process; as root where the kernel needs it), replays the entry through 
 :class:`~faultdrill.ledger.Ledger` (what ``faultdrill cleanup`` does) and checks that the
 entry was refused and the decoy is as it was. Kinds whose undo acts on nothing (a signal
 delivered, a pod evicted) are shown to leave their decoy alone. The live clusters some
-undos look up by run id are stand-ins here (``_FakeK8s``, ``_FakeRay``): they only record
+undos look up by run id are stand-ins here (``_FakeRay``): they only record
 calls.
 """
 
@@ -31,15 +31,15 @@ from typing import Any
 
 import pytest
 
+import faultdrill.platforms.kubernetes.platform  # noqa: F401  (registers its undo kinds)
 from faultdrill import faults as _faults  # noqa: F401  (registers the fault kinds)
 from faultdrill import platforms as _platforms  # noqa: F401  (registers the platforms)
 from faultdrill.ledger import OWNS, UNDOERS, Ledger
-from faultdrill.platforms.kubernetes import platform as k8s_platform
 from faultdrill.platforms.local import procfs
 from faultdrill.platforms.local.linux import link_exists, netns_exists, ns_run
 from faultdrill.platforms.local.mounts import mounts_at
 from faultdrill.platforms.local.owned import net_prefix, run_tmp_dir
-from faultdrill.platforms.ray import platform as ray_platform
+from faultdrill.platforms.ray import cluster as ray_cluster
 
 IS_ROOT = os.geteuid() == 0
 TAG = uuid.uuid4().hex[:6]
@@ -60,24 +60,6 @@ def _sleeper(env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return proc
 
 
-class _FakeK8s:
-    """Stand-in for a live Kubernetes test cluster of ANOTHER run (records calls only)."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.daemons: dict[str, Any] = {}
-
-    def start_kubelet(self, node: str) -> None:
-        self.calls.append(f"start_kubelet {node}")
-
-    def restart_apiserver(self) -> None:
-        self.calls.append("restart_apiserver")
-
-    def api(self) -> Any:
-        self.calls.append("api")
-        raise RuntimeError("the fake has no API")
-
-
 class _FakeRay:
     """Stand-in for a live Ray cluster of ANOTHER run (records calls only)."""
 
@@ -89,7 +71,7 @@ class _FakeRay:
     def running(self, node: str, role: str) -> bool:
         return False
 
-    def stop_node(self, node: str, role: str) -> None:
+    def stop_node(self, node: str, role: str, grace_s: float | None = None) -> None:
         self.calls.append(f"stop_node {node}")
 
     def start_node(self, node: str) -> None:
@@ -411,6 +393,24 @@ TABLE: dict[str, list[Case]] = {
         _netns_case("foreign namespace", "ns", lambda ns, dev: {"ns": ns, "dev": dev}),
         _netns_case("another run's", "other_ns", lambda ns, dev: {"ns": ns, "dev": dev}),
     ],
+    "k8s-cordon": [
+        _netns_case(
+            "foreign namespace",
+            "ns",
+            lambda ns, dev: {"netns": ns, "kubeconfig": "/nonexistent", "node": "n1"},
+        ),
+    ],
+    "k8s-objects": [
+        _files(
+            "another run's selector",
+            lambda d: {
+                "selector": "faultdrill.io/run=fd-0123456789abcdef",
+                "namespace": "default",
+                "kinds": [["v1", "ConfigMap"]],
+                "kubeconfig": str(d.file),
+            },
+        ),
+    ],
     "k8s-link-down": [
         _netns_case("foreign namespace", "ns", lambda ns, dev: {"ns": ns, "dev": dev}),
     ],
@@ -549,6 +549,20 @@ TABLE: dict[str, list[Case]] = {
         _files("relative", lambda d: {"path": "../elsewhere/precious.txt"}),
     ],
     "ckpt-damage": [_tree("outside the run", lambda d: {"ckpt_dir": str(d.dir), "ckpt_id": "s"})],
+    "ckpt-pointer": [
+        _files(
+            "outside the run",
+            lambda d: {"path": str(d.file), "before": "evil\n", "after": "keep me\n"},
+        )
+    ],
+    "ckpt-hide": [
+        _tree("hidden outside", lambda d: {"ckpt_dir": str(d.run / "ckpt"), "hidden": str(d.dir)}),
+        _tree("restored outside", lambda d: {"ckpt_dir": str(d.dir), "hidden": str(d.run)}),
+    ],
+    "replica-copy": [
+        _pid_case("foreign process", "foreign", {"run_id": RUN_ID}),
+        _pid_case("another run's process", "other_runs", {"run_id": OTHER_RUN}),
+    ],
     "k8s-files": [
         _tree("outside the run", lambda d: {"paths": [str(d.run / "pki"), str(d.dir)]}),
         _tree("through a swapped-in link", lambda d: {"paths": [str(d.link)]}),
@@ -576,15 +590,17 @@ TABLE: dict[str, list[Case]] = {
         _tree("a directory outside", lambda d: {"path": str(d.dir), "remove": True}),
     ],
     # --- undos that find a live cluster by run id -------------------------------------------------
-    "k8s-kubelet-down": [_other_run("another run's id", _FakeK8s, k8s_platform._LIVE)],
-    "k8s-apiserver-down": [_other_run("another run's id", _FakeK8s, k8s_platform._LIVE)],
-    "k8s-cordon": [_other_run("another run's id", _FakeK8s, k8s_platform._LIVE)],
-    "ray-head-stopped": [_other_run("another run's id", _FakeRay, ray_platform._LIVE)],
+    "ray-head-stopped": [_other_run("another run's id", _FakeRay, ray_cluster.LIVE)],
     # --- undos that act on nothing -------------------------------------------------------------------
     "node-kill": [_inert("a foreign pid and path")],
     "signal": [_inert("a foreign pid")],
     "k8s-done": [_inert("a foreign pid")],
+    "k8s-request": [_inert("a foreign pid")],
+    "k8s-kubelet-down": [_inert("a foreign pid")],
+    "k8s-apiserver-down": [_inert("a foreign pid")],
+    "k8s-daemon-stop": [_inert("a foreign pid")],
     "ray-signal": [_inert("a foreign pid")],
+    "slurmctld-stop": [_inert("a foreign pid")],
     "fake-change": [_inert("a platform of no live fake")],
 }
 

@@ -120,6 +120,20 @@ def test_config_errors_name_file_and_field(tmp_path: Path, raw: object, expected
     assert expected in str(err.value)
 
 
+def test_every_number_of_the_config_has_both_bounds() -> None:
+    """A full config (what Ray Train hands each worker: every field) is read back; a field
+    without an upper bound failed with a KeyError instead."""
+    import dataclasses
+
+    from faultdrill.workloads import lm_config
+
+    ints = lm_config._INT_FIELDS
+    assert set(lm_config._MIN_INT) == ints and set(lm_config._MAX_INT) == ints
+    assert set(lm_config._MAX_FLOAT) == lm_config._FLOAT_FIELDS
+    full = dataclasses.asdict(lm_config.LMConfig(ckpt_dir="/x"))
+    assert lm_config.config_from_dict(full) == lm_config.LMConfig(ckpt_dir="/x")
+
+
 def test_config_file_errors(tmp_path: Path) -> None:
     with pytest.raises(lm.ConfigError, match="cannot read"):
         lm.load_config(tmp_path / "missing.json")

@@ -15,6 +15,12 @@ harness    the drill engine: scenario start/end, stop conditions, operator actio
 =========  ====================================================================
 
 Writers append to ``<run>/events/<name>.jsonl``; readers tolerate a torn last line.
+
+A job whose processes run on other hosts than the harness (a real Slurm cluster) writes
+its events into the shared run directory with ``mono`` on the harness's clock: the
+platform exports ``FAULTDRILL_CLOCK_OFFSET`` (the harness's ``time.time() -
+time.monotonic()``), and every writer there stamps ``mono = time.time() - offset``
+(wall clocks kept in step by NTP; their skew is the timeline's error).
 """
 
 from __future__ import annotations
@@ -216,9 +222,12 @@ class EventSink:
     so a crash loses at most that line.
     """
 
-    def __init__(self, events_dir: Path, task_id: str) -> None:
+    def __init__(self, events_dir: Path, task_id: str, *, mono_offset: float | None = None) -> None:
+        """``mono_offset``: stamp ``mono`` as ``time.time() - mono_offset`` (a writer on
+        another host than the harness: :func:`faultdrill.probe.clock_offset`)."""
         self.events_dir = events_dir
         self.task_id = task_id
+        self.mono_offset = mono_offset
         events_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._fds: dict[str, int] = {}
@@ -234,10 +243,14 @@ class EventSink:
     ) -> Event:
         """Append one event, stamped now, or at ``at_mono`` (a ``time.monotonic()``
         reading of when it happened, taken by whoever saw it: an exit the kernel stamped, a
-        fault's change). The wall time of ``at_mono`` is derived from the clocks' offset now."""
+        fault's change). The wall time of ``at_mono`` is derived from the clocks' offset now.
+        A sink with a ``mono_offset`` (another host's writer) stamps ``mono`` from the wall
+        clock instead."""
         ts, mono = time.time(), time.monotonic()
         if at_mono is not None:
             ts, mono = ts - (mono - at_mono), at_mono
+        elif self.mono_offset is not None:
+            mono = ts - self.mono_offset
         ev = Event(ts, mono, src, kind, self.task_id, fields)
         line = (json.dumps(ev.to_json(), separators=(",", ":"), default=str) + "\n").encode()
         name = stream or src

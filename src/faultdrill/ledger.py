@@ -41,7 +41,7 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,22 +164,40 @@ def undoer(kind: str, *, owns: Mapping[str, Claim]) -> Callable[[Undo], Undo]:
     return wrap
 
 
-def refusal(kind: str, data: Mapping[str, Any], run: RunScope) -> str | None:
+def refusal(
+    kind: str, data: Mapping[str, Any], run: RunScope, shared: Sequence[str] = ()
+) -> str | None:
     """Why an entry of ``kind`` with ``data`` names something this run could not have made
-    (None when every claim of the kind holds). A kind with no stated rule is refused."""
+    (None when every claim of the kind holds). A kind with no stated rule is refused.
+    ``shared``: run ids of scopes this run acts within (a cluster shared by a run's items,
+    :meth:`Ledger.share`); a claim holds when it holds for this run or for one of them."""
     claims = OWNS.get(kind)
     if claims is None:
         return f"ledger kind {kind!r} states no rule of what its entries may name"
+    runs = [run, *(RunScope(r, run.run_dir) for r in shared if r != run.run_id)]
     for key, claim in claims.items():
         value = data.get(key)
         if value is None:
             continue
-        try:
-            claim(value, data, run)
-        except NotOursError as exc:
-            return f"{key}: {exc}"
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            return f"{key}: malformed ({type(exc).__name__}: {exc})"
+        why = None
+        for scope in runs:
+            why = _claim_refusal(claim, key, value, data, scope)
+            if why is None:
+                break
+        if why is not None:
+            return why
+    return None
+
+
+def _claim_refusal(
+    claim: Claim, key: str, value: Any, data: Mapping[str, Any], run: RunScope
+) -> str | None:
+    try:
+        claim(value, data, run)
+    except NotOursError as exc:
+        return f"{key}: {exc}"
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return f"{key}: malformed ({type(exc).__name__}: {exc})"
     return None
 
 
@@ -300,6 +318,8 @@ class Ledger:
         self.notes: list[str] = []
         #: Entries refused before any undo: they name what this run could not have made.
         self.refused: list[str] = []
+        #: Run ids of the scopes this run acts within (:meth:`share`).
+        self.shared: list[str] = []
         #: A new file starts with a header naming its run (written with the first record).
         self._header = not os.path.lexists(path)
         if not self._header:
@@ -397,6 +417,12 @@ class Ledger:
                 else:
                     self.problems.append(f"line {n}: a run header without a valid run id")
                 continue
+            if op == "shares":
+                if isinstance(rec.get("run_id"), str) and _RUN_ID.fullmatch(rec["run_id"]):
+                    self.shared.append(rec["run_id"])
+                else:
+                    self.problems.append(f"line {n}: a shared scope without a valid run id")
+                continue
             if not isinstance(eid, str):
                 self.problems.append(f"line {n}: no entry id")
                 continue
@@ -423,6 +449,17 @@ class Ledger:
                     entry.refused = str(rec.get("reason", "refused"))
                 elif op == "revert_failed":
                     entry.errors.append(rec.get("error", ""))
+
+    def share(self, run_id: str) -> None:
+        """This run acts within the scope of run ``run_id`` too (a cluster brought up once
+        for all the items of a run, with a ledger of its own): its entries may name what
+        that run made (its namespaces, cgroups, processes, live cluster), and the claims
+        accept either run. Recorded before any entry that needs it; idempotent."""
+        with self._lock:
+            if check_run_id(run_id) in self.shared or run_id == self.run_id:
+                return
+            self._append({"op": "shares", "run_id": run_id, "ts": time.time()})
+            self.shared.append(run_id)
 
     def record(self, kind: str, data: dict[str, Any], label: str = "") -> str:
         """Write the intent to change something; returns the entry id. Call BEFORE acting."""
@@ -472,7 +509,7 @@ class Ledger:
             entry = self.entries[entry_id]
             if entry.reverted:
                 return
-            why = refusal(entry.kind, entry.data, self.scope)
+            why = refusal(entry.kind, entry.data, self.scope, self.shared)
             if why is not None:
                 self.refused.append(f"{entry.kind} {entry.label}".strip() + f": {why}")
                 entry.reverted, entry.refused = True, why

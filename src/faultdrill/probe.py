@@ -12,13 +12,21 @@ Contract
   same rank appends after it. A torn last line is terminated before the first new event,
   so readers only ever lose that one line.
 * Every event carries ``ts`` (wall clock), ``mono`` (``time.monotonic()``, shared by all
-  processes of one host and the drill's ordering clock), ``src`` = ``"probe"``, ``kind``,
+  processes of one host and the drill's ordering clock; on another host than the harness's,
+  ``FAULTDRILL_CLOCK_OFFSET=<offset>`` (the harness's ``time.time() - time.monotonic()``,
+  set by the platform) makes it ``ts - offset``, the harness's monotonic clock as far as
+  the hosts' wall clocks agree: :func:`mono_clock`; ``pid`` is the process id, with the host
+  name folded in where containers number their own: :func:`own_pid`), ``src`` = ``"probe"``,
+  ``kind``,
   ``task``, ``rank`` and ``pid``. Kinds and their extra fields:
 
   ============  ===============================================================
   run_start     world_size, local_rank, node, host, restart_count, master,
                 config_digest, uid, user (the identity the process runs as: the
-                data access identity)  (call after the process group is initialised)
+                data access identity)  (call after the process group is initialised);
+                under a scheduler that restarts whole jobs, also sched_job_id and
+                sched_incarnation (from ``FAULTDRILL_SCHED_JOB_ID`` /
+                ``FAULTDRILL_SCHED_INCARNATION``, which the platform exports)
   step          step, loss (``null``: not reported this step), samples:
                 ``[[start, end), ...]`` global sample ids
   ckpt_save     id, step, path, sha256, bytes, data_position  (after it is durable);
@@ -41,19 +49,72 @@ Contract
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["ENV_EVENTS_DIR", "Probe", "SampleIds", "fold_ranges", "probe_from_env"]
+__all__ = [
+    "ENV_CLOCK_OFFSET",
+    "ENV_EVENTS_DIR",
+    "ENV_PID_PER_HOST",
+    "Probe",
+    "SampleIds",
+    "clock_offset",
+    "fold_ranges",
+    "mono_clock",
+    "own_pid",
+    "probe_from_env",
+]
 
 ENV_EVENTS_DIR = "FAULTDRILL_EVENTS_DIR"
+#: Set by a platform whose jobs run on other hosts than the harness (a real Slurm or
+#: Kubernetes cluster): the harness's ``time.time() - time.monotonic()`` when it submitted
+#: the job. Every writer there stamps ``mono = time.time() - offset`` (:func:`mono_clock`).
+ENV_CLOCK_OFFSET = "FAULTDRILL_CLOCK_OFFSET"
+#: Set by a platform whose replicas have pid namespaces of their own (containers: every pod
+#: numbers its processes from 1): ``pid`` then also carries the host name (:func:`own_pid`).
+ENV_PID_PER_HOST = "FAULTDRILL_PID_PER_HOST"
 ENV_TASK_ID = "FAULTDRILL_TASK_ID"
 ENV_NODE = "FAULTDRILL_NODE"
+ENV_SCHED_JOB = "FAULTDRILL_SCHED_JOB_ID"
+ENV_SCHED_INCARNATION = "FAULTDRILL_SCHED_INCARNATION"
 
 SampleIds = Sequence[int] | Sequence[Sequence[int]] | range
+
+
+def clock_offset() -> float | None:
+    """The harness's wall-minus-monotonic offset from :data:`ENV_CLOCK_OFFSET`, or None
+    (unset or not a finite number: this host's ``time.monotonic()`` is the drill's clock)."""
+    try:
+        offset = float(os.environ.get(ENV_CLOCK_OFFSET, ""))
+    except ValueError:
+        return None
+    return offset if math.isfinite(offset) else None
+
+
+def mono_clock() -> Callable[[], float]:
+    """The events' ``mono`` clock: ``time.monotonic`` on the harness's host; with
+    :data:`ENV_CLOCK_OFFSET` set, the wall clock minus the harness's offset (so events of
+    every host fall on the harness's clock, within the hosts' clock sync)."""
+    offset = clock_offset()
+    if offset is None:
+        return time.monotonic
+    return lambda: time.time() - offset
+
+
+def own_pid() -> int:
+    """This process's ``pid`` in events: ``os.getpid()``; with :data:`ENV_PID_PER_HOST`
+    set, the pid in its low 22 bits (Linux's largest pid_max) and 15 bits of the host
+    name's CRC-32 above, so that processes of different containers stay apart."""
+    pid = os.getpid()
+    if not os.environ.get(ENV_PID_PER_HOST):
+        return pid
+    import zlib
+
+    return ((zlib.crc32(socket.gethostname().encode()) & 0x7FFF) << 22) | pid
 
 
 def fold_ranges(ids: SampleIds) -> list[list[int]]:
@@ -97,8 +158,9 @@ class Probe:
     ) -> None:
         self.rank = rank
         self.task_id = task_id
-        self.pid = os.getpid()
+        self.pid = own_pid()
         self._fd: int | None = None
+        self._mono = mono_clock()
         if events_dir is None:
             return
         os.makedirs(events_dir, exist_ok=True)
@@ -129,7 +191,7 @@ class Probe:
             return
         body = json.dumps(fields, separators=(",", ":"))
         line = (
-            f'{self._head},"ts":{time.time()!r},"mono":{time.monotonic()!r},'
+            f'{self._head},"ts":{time.time()!r},"mono":{self._mono()!r},'
             f'"kind":"{kind}"' + ("," + body[1:] if len(body) > 2 else "}") + "\n"
         )
         os.write(self._fd, line.encode())
@@ -153,6 +215,14 @@ class Probe:
         master = None
         if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
             master = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+        # The scheduler's incarnation of the whole job (a Slurm requeue keeps the job id and
+        # counts up): the timeline keys generations by it, so an old task that still runs
+        # on a cut-off node is told from the requeued job's.
+        sched = env.get(ENV_SCHED_INCARNATION, "")
+        if env.get(ENV_SCHED_JOB):
+            extra.setdefault("sched_job_id", env[ENV_SCHED_JOB])
+        if sched.isdigit():
+            extra.setdefault("sched_incarnation", int(sched))
         self.emit(
             "run_start",
             world_size=world_size,

@@ -121,6 +121,23 @@ class CheckContext:
             return Finding.of(check, verdict, message, data)
         return Finding(check, verdict, message, data)
 
+    def unsampled(self, check: str, not_sampled: Msg) -> Finding:
+        """The retest of a check that needs the process table, which was not sampled
+        (``not_sampled`` says so); on a platform that declared it cannot observe the job's
+        processes (a ``platform``/``unobservable`` event, ``what: processes``), its reason
+        (``why_id``: a message id of it; else ``why`` as recorded), and ``unobservable``."""
+        for e in self.timeline.of("platform", "unobservable"):
+            if e.get("what") == "processes":
+                why_id = e.get("why_id")
+                why: Msg | str = Msg(str(why_id)) if why_id else str(e.get("why"))
+                return self.finding(
+                    check,
+                    Verdict.RETEST,
+                    Msg("resources.unobservable", why=why),
+                    unobservable=True,
+                )
+        return self.finding(check, Verdict.RETEST, not_sampled)
+
 
 CheckFn = Callable[[CheckContext], list[Finding]]
 

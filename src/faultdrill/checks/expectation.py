@@ -38,11 +38,25 @@ def fault_applied(ctx: CheckContext) -> list[Finding]:
             Msg(
                 "expectation.fault-applied.injected",
                 fault=e.get("fault"),
-                target=e.get("target"),
+                target=_target_said(e.get("target")),
                 step=e.get("at_step"),
             ),
         )
     ]
+
+
+#: The targets a fault names in fixed words (``Fault.target_label``), said in the report's
+#: language; a node, rank or link is named as recorded.
+_TARGET_WORDS = {
+    "the control plane (rendezvous store)": "expectation.target.control-plane",
+    "the checkpoint directory": "expectation.target.checkpoint-dir",
+    "the checkpoint `latest` names": "expectation.target.latest",
+}
+
+
+def _target_said(target: object) -> object:
+    key = _TARGET_WORDS.get(str(target))
+    return Msg(key) if key else target
 
 
 @check("expectation.no-stop-condition", "expectation")

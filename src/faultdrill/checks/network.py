@@ -299,7 +299,7 @@ def lost_node_isolated(ctx: CheckContext) -> list[Finding]:
     t0 = inj[0].mono
     node = str(item.fault.target.node)  # type: ignore[attr-defined]
     if not tl.procs:
-        return [ctx.finding(name, R, Msg("resources.lost-node-isolated.not-sampled"))]
+        return [ctx.unsampled(name, Msg("resources.lost-node-isolated.not-sampled"))]
     out = []
     mine = [p for p in tl.procs if p.node == node]
     limit = 5.0 if item.fault.kind == "node-down" else None

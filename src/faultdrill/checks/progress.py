@@ -8,6 +8,7 @@ import re
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
+from faultdrill.events import Event
 from faultdrill.intervals import describe, length, merge, overlaps, subtract
 from faultdrill.timeline import Incarnation, Timeline
 
@@ -122,60 +123,80 @@ def resume_point(ctx: CheckContext) -> list[Finding]:
                 )
             )
             continue
-        want_id, want_step = newest_valid_before(tl, inc.started_mono)
-        got_step = inc.resume_step or 0
-        got_id = ld.get("id") if ld.kind == "ckpt_load" else None
-        if got_step == want_step:
-            out.append(
-                ctx.finding(
-                    name,
-                    P,
-                    Msg(
-                        "progress.resume-point.newest-valid",
-                        inc=inc.index,
-                        ckpt=scratch_or(got_id),
-                        step=got_step,
-                    ),
-                    inc=inc.index,
-                    step=got_step,
-                )
-            )
-        elif got_step < want_step:
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "progress.resume-point.older-than-valid",
-                        inc=inc.index,
-                        step=got_step,
-                        ckpt=scratch_or(got_id),
-                        valid=want_id,
-                        valid_step=want_step,
-                    ),
-                    inc=inc.index,
-                    step=got_step,
-                    expected=want_step,
-                )
-            )
-        else:
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "progress.resume-point.newer-than-valid",
-                        inc=inc.index,
-                        step=got_step,
-                        ckpt=got_id,
-                        valid_step=want_step,
-                    ),
-                    inc=inc.index,
-                    step=got_step,
-                    expected=want_step,
-                )
-            )
+        out.append(_resumed_where(ctx, name, inc, ld))
     return out
+
+
+def _resumed_where(ctx: CheckContext, name: str, inc: Incarnation, ld: Event) -> Finding:
+    """Where restart ``inc`` (whose load decision is ``ld``) resumed, against the newest
+    valid checkpoint saved before it started."""
+    tl = ctx.timeline
+    want_id, want_step = newest_valid_before(tl, inc.started_mono)
+    got_step = inc.resume_step or 0
+    got_id = ld.get("id") if ld.kind == "ckpt_load" else None
+    handed = _handover(ld, want_id)
+    if got_step == want_step:
+        return ctx.finding(
+            name,
+            P,
+            Msg(
+                "progress.resume-point.newest-valid.handed"
+                if handed
+                else "progress.resume-point.newest-valid",
+                inc=inc.index,
+                ckpt=scratch_or(got_id),
+                step=got_step,
+                handed=handed,
+            ),
+            inc=inc.index,
+            step=got_step,
+        )
+    if got_step < want_step:
+        return ctx.finding(
+            name,
+            F,
+            Msg(
+                "progress.resume-point.older-than-valid.handed"
+                if handed
+                else "progress.resume-point.older-than-valid",
+                inc=inc.index,
+                step=got_step,
+                ckpt=scratch_or(got_id),
+                valid=want_id,
+                valid_step=want_step,
+                handed=handed,
+            ),
+            inc=inc.index,
+            step=got_step,
+            expected=want_step,
+        )
+    return ctx.finding(
+        name,
+        F,
+        Msg(
+            "progress.resume-point.newer-than-valid",
+            inc=inc.index,
+            step=got_step,
+            ckpt=got_id,
+            valid_step=want_step,
+        ),
+        inc=inc.index,
+        step=got_step,
+        expected=want_step,
+    )
+
+
+def _handover(load: Event, newest: str | None) -> Msg | None:
+    """What the platform handed over for this resume (``None`` when the platform does not
+    hand checkpoints over: the load event has no ``handed_over``)."""
+    if "handed_over" not in load.fields:
+        return None
+    handed = load.get("handed_over")
+    if handed is None:
+        return Msg("progress.resume-point.handed-none")
+    if handed == newest:
+        return Msg("progress.resume-point.handed-newest", ckpt=handed)
+    return Msg("progress.resume-point.handed-other", ckpt=handed, newest=newest)
 
 
 @check("progress.no-restart-from-zero", "progress")

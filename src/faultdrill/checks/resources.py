@@ -9,74 +9,38 @@ from typing import Any
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
+from faultdrill.timeline import Incarnation
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
 
+#: Seconds a replica the platform declared lost may still write after its replacement
+#: started, on top of the deletion's grace: the kill path itself (a kubelet's TERM/KILL).
+KILL_SLACK_S = 2.0
+
+
 @check("resources.no-stale-replica", "resources")
 def no_stale_replica(ctx: CheckContext) -> list[Finding]:
-    """Once a new incarnation has made progress, no process of an older one is alive and
-    no older replica emits steps."""
+    """Once a new incarnation has made progress, no process of one it superseded is alive
+    and no superseded replica emits steps; no incarnation resumed from a checkpoint a
+    superseded replica wrote after its successor started (a split brain's checkpoint); and
+    a replica the platform declared lost (``replica_lost``: its pod deleted or evicted)
+    emits no step once its replacement started, beyond the deletion's grace (a split brain
+    even when the replacement never got the rank). "Superseded" follows the scheduler's
+    incarnations where the replicas announced them
+    (:meth:`~faultdrill.timeline.Incarnation.supersedes`), else start order."""
     tl, name = ctx.timeline, "resources.no-stale-replica"
     workers = [p for p in tl.procs if p.role == "worker"]
+    superseded = _superseded_writers(ctx, name)
     if not workers:
-        return [ctx.finding(name, R, Msg("resources.not-sampled"))]
-    out = []
+        if superseded:
+            return superseded
+        return [ctx.unsampled(name, Msg("resources.not-sampled"))]
+    out = list(superseded)
     pid_inc = {pid: inc.index for inc in tl.incarnations for pid in inc.members}
-    for inc in tl.incarnations[1:]:
-        t = inc.first_step_mono
-        if t is None:
-            continue
-        stale = []
-        for p in workers:
-            owner = pid_inc.get(p.pid)
-            older = owner < inc.index if owner is not None else p.seen_mono < inc.started_mono
-            if older and p.last_seen_mono >= t:
-                stale.append(p)
-        if stale:
-            desc = [
-                Msg(
-                    "resources.no-stale-replica.process",
-                    pid=p.pid,
-                    rank=p.rank,
-                    node=p.node,
-                    after_s=p.last_seen_mono - t,
-                )
-                for p in stale[:4]
-            ]
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "resources.no-stale-replica.alive",
-                        n=len(stale),
-                        inc=inc.index,
-                        processes=desc,
-                    ),
-                    inc=inc.index,
-                    pids=[p.pid for p in stale],
-                )
-            )
-        st = tl.steps
-        late = (st.inc >= 0) & (st.inc < inc.index) & (st.mono > t)
-        if late.any():
-            i = int(np.flatnonzero(late)[0])
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "resources.no-stale-replica.split-brain",
-                        n=int(late.sum()),
-                        inc=inc.index,
-                        pid=int(st.pid[i]),
-                        rank=int(st.rank[i]),
-                        step=int(st.step[i]),
-                    ),
-                    inc=inc.index,
-                )
-            )
+    for inc in tl.incarnations:
+        out += _outlived_successor(ctx, name, inc, workers, pid_inc)
+    out += _stale_checkpoints_loaded(ctx, pid_inc)
     if not out:
         n = len(tl.incarnations) - 1
         out.append(
@@ -88,6 +52,183 @@ def no_stale_replica(ctx: CheckContext) -> list[Finding]:
                 else Msg("resources.no-stale-replica.no-restart"),
             )
         )
+    return out
+
+
+def _outlived_successor(
+    ctx: CheckContext, name: str, inc: Incarnation, workers: list[Any], pid_inc: dict[int, int]
+) -> list[Finding]:
+    """Processes of generations ``inc`` superseded still alive, and their steps, after
+    ``inc`` made progress."""
+    tl, out = ctx.timeline, []
+    older = {o.index for o in tl.incarnations if o is not inc and inc.supersedes(o)}
+    t = inc.first_step_mono
+    if t is None or not older:
+        return []
+    stale = []
+    for p in workers:
+        owner = pid_inc.get(p.pid)
+        old = owner in older if owner is not None else p.seen_mono < inc.started_mono
+        if old and p.last_seen_mono >= t:
+            stale.append(p)
+    if stale:
+        desc = [
+            Msg(
+                "resources.no-stale-replica.process",
+                pid=p.pid,
+                rank=p.rank,
+                node=p.node,
+                after_s=p.last_seen_mono - t,
+            )
+            for p in stale[:4]
+        ]
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                Msg(
+                    "resources.no-stale-replica.alive",
+                    n=len(stale),
+                    inc=inc.index,
+                    processes=desc,
+                ),
+                inc=inc.index,
+                pids=[p.pid for p in stale],
+            )
+        )
+    st = tl.steps
+    late = np.isin(st.inc, sorted(older)) & (st.mono > t)
+    if late.any():
+        i = int(np.flatnonzero(late)[0])
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                Msg(
+                    "resources.no-stale-replica.split-brain",
+                    n=int(late.sum()),
+                    inc=inc.index,
+                    pid=int(st.pid[i]),
+                    rank=int(st.rank[i]),
+                    step=int(st.step[i]),
+                ),
+                inc=inc.index,
+            )
+        )
+    return out
+
+
+def _superseded_writers(ctx: CheckContext, name: str) -> list[Finding]:
+    """Replicas the platform declared lost that kept writing steps after it started their
+    replacement (plus the deletion's grace and :data:`KILL_SLACK_S`)."""
+    tl = ctx.timeline
+    out = []
+    starts = tl.of("probe", "run_start")
+    st = tl.steps
+    for lost in tl.of("platform", "replica_lost"):
+        pids = _lost_pids(lost, starts)
+        repl = _replacement(tl, lost, pids)
+        if not pids or repl is None:
+            continue
+        grace = float(lost.get("grace_s") or 0.0)
+        deadline = repl.mono + grace + KILL_SLACK_S
+        late = np.isin(st.pid, list(pids)) & (st.mono > deadline)
+        if not late.any():
+            continue
+        rows = np.flatnonzero(late)
+        last = float(st.mono[rows[-1]])
+        who = lost.get("pod") or Msg("resources.no-stale-replica.replica-on", node=lost.get("node"))
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                Msg(
+                    "resources.no-stale-replica.wrote-after-lost",
+                    who=who,
+                    node=lost.get("node"),
+                    pids=sorted(pids),
+                    source=lost.get("source") or Msg("resources.no-stale-replica.the-platform"),
+                    repl_s=repl.mono - lost.mono,
+                    n=len(rows),
+                    grace_s=grace,
+                    after_s=last - repl.mono,
+                    rank=int(st.rank[rows[0]]),
+                    step=int(st.step[rows[0]]),
+                ),
+                pids=sorted(pids),
+                node=lost.get("node"),
+                after_s=round(last - repl.mono, 3),
+            )
+        )
+    return out
+
+
+def _lost_pids(lost: Any, starts: list[Any]) -> set[int]:
+    """The processes of a lost replica: as the platform named them, else those that had
+    announced themselves on its node before the decision."""
+    named = lost.get("pids")
+    if named:
+        return {int(p) for p in named}
+    node = lost.get("node")
+    return {int(e.get("pid", -1)) for e in starts if e.get("node") == node and e.mono < lost.mono}
+
+
+def _replacement(tl: Any, lost: Any, pids: set[int]) -> Any:
+    """The first sign, after ``lost``, that the platform started its replacement: a
+    ``replica_started`` of another pod (or node), else a replica announcing itself that is
+    not one of ``pids``."""
+    uid, node = lost.get("uid"), lost.get("node")
+
+    def other(e: Any) -> bool:  # a replica other than the lost one
+        return e.get("uid") not in (None, uid) if uid is not None else e.get("node") != node
+
+    for e in tl.events:
+        if e.mono <= lost.mono:
+            continue
+        started = e.src == "platform" and e.kind in ("replica_started", "spare_placed")
+        if started and other(e):
+            return e
+        if e.src == "probe" and e.kind == "run_start" and int(e.get("pid", -1)) not in pids:
+            return e
+    return None
+
+
+def _stale_checkpoints_loaded(ctx: CheckContext, pid_inc: dict[int, int]) -> list[Finding]:
+    """Loads of a checkpoint whose (last) save before the load came from a replica that
+    had already been superseded when it saved."""
+    tl, out = ctx.timeline, []
+    incs = tl.incarnations
+    saves = tl.of("probe", "ckpt_save")
+    for inc in incs:
+        loaded = {str(e.get("id")): e for e in inc.loads if e.kind == "ckpt_load"}
+        for ld in loaded.values():  # one finding per checkpoint, whichever ranks loaded it
+            before = [
+                e for e in saves if str(e.get("id")) == str(ld.get("id")) and e.mono < ld.mono
+            ]
+            if not before:
+                continue
+            save = before[-1]
+            writer = pid_inc.get(int(save.get("pid", -1)))
+            if writer is None:
+                continue
+            newer = [n for n in incs if n.supersedes(incs[writer]) and n.started_mono < save.mono]
+            if newer:
+                out.append(
+                    ctx.finding(
+                        "resources.no-stale-replica",
+                        F,
+                        Msg(
+                            "resources.no-stale-replica.stale-checkpoint",
+                            inc=inc.index,
+                            ckpt=ld.get("id"),
+                            step=ld.get("step"),
+                            writer=writer,
+                            newer=newer[0].index,
+                        ),
+                        inc=inc.index,
+                        checkpoint=ld.get("id"),
+                    )
+                )
     return out
 
 
@@ -116,13 +257,7 @@ def no_duplicate_rank(ctx: CheckContext) -> list[Finding]:
             )
     workers = [p for p in tl.procs if p.role == "worker" and p.rank is not None]
     if not workers and not out:
-        return [
-            ctx.finding(
-                name,
-                R,
-                Msg("resources.no-duplicate-rank.not-sampled"),
-            )
-        ]
+        return [ctx.unsampled(name, Msg("resources.no-duplicate-rank.not-sampled"))]
     step_times = tl.steps.mono  # the table is sorted by time
     by_rank: dict[int, list[Any]] = {}
     for p in workers:
@@ -172,7 +307,7 @@ def children_released(ctx: CheckContext) -> list[Finding]:
     tl, name = ctx.timeline, "resources.children-released"
     grace = float(ctx.plan.observation.child_grace_s)
     if not any(p.role == "worker" for p in tl.procs):
-        return [ctx.finding(name, R, Msg("resources.not-sampled"))]
+        return [ctx.unsampled(name, Msg("resources.not-sampled"))]
     lives = _lingering(tl.procs)
     if not lives:
         return [

@@ -101,6 +101,96 @@ def failed_save_not_published(ctx: CheckContext) -> list[Finding]:
     return [ctx.finding(name, P, msg, failed_saves=len(failed))]
 
 
+def _damage_tested(ctx: CheckContext, name: str, inj: Event) -> Finding:
+    """Whether the first load decision after ``inj`` damaged a checkpoint refused it."""
+    tl = ctx.timeline
+    cid = str(inj["ckpt_id"])
+    after = [
+        e for e in tl.of("probe") if e.kind in ("ckpt_load", "ckpt_none") and e.mono > inj.mono
+    ]
+    if not after:
+        return ctx.finding(
+            name,
+            R,
+            Msg(
+                "progress.damaged-checkpoint-refused.untested",
+                ckpt=cid,
+                damage=inj.get("damage"),
+            ),
+        )
+    first_inc = tl.inc_of_pid(int(after[0].get("pid", -1)))
+    decision = [e for e in after if tl.inc_of_pid(int(e.get("pid", -1))) == first_inc]
+    loaded = [e for e in decision if e.kind == "ckpt_load" and str(e.get("id")) == cid]
+    if loaded:
+        e = loaded[0]
+        return ctx.finding(
+            name,
+            F,
+            Msg(
+                "progress.damaged-checkpoint-refused.loaded",
+                rank=e.get("rank"),
+                ckpt=cid,
+                damage=inj.get("damage"),
+                verified=e.get("verified"),
+            ),
+            ckpt_id=cid,
+        )
+    said = [
+        r
+        for e in decision
+        for r in e.get("rejected") or []
+        if isinstance(r, dict) and str(r.get("id")) == cid
+    ]
+    chosen = next((e for e in decision if e.kind == "ckpt_load"), None)
+    fell_to = (
+        Msg("expectation.restart.ckpt", ckpt=chosen.get("id"), step=chosen.get("step"))
+        if chosen
+        else Msg("value.scratch")
+    )
+    if not said:
+        not_offered = _never_offered(ctx, name, decision, cid)
+        if not_offered is not None:
+            return not_offered
+        return ctx.finding(
+            name,
+            F,
+            Msg("progress.damaged-checkpoint-refused.silent", ckpt=cid, fell_to=fell_to),
+            ckpt_id=cid,
+        )
+    return ctx.finding(
+        name,
+        P,
+        Msg(
+            "progress.damaged-checkpoint-refused.refused",
+            ckpt=cid,
+            damage=inj.get("damage"),
+            reason=said[0].get("reason"),
+            fell_to=fell_to,
+        ),
+        ckpt_id=cid,
+        reason=said[0].get("reason"),
+        fell_back_to=chosen.get("id") if chosen else None,
+    )
+
+
+def _never_offered(ctx: CheckContext, name: str, decision: list[Event], cid: str) -> Finding | None:
+    """A platform that hands checkpoints over (Ray Train) never offered damaged ``cid`` (it
+    had not registered it yet): there was nothing to refuse, a retest; None otherwise."""
+    offered = [e for e in decision if "handed_over" in e.fields]
+    if not offered or any(str(e.get("handed_over")) == cid for e in offered):
+        return None
+    return ctx.finding(
+        name,
+        R,
+        Msg(
+            "progress.damaged-checkpoint-refused.not-offered",
+            handed=offered[0].get("handed_over"),
+            ckpt=cid,
+        ),
+        ckpt_id=cid,
+    )
+
+
 @check("progress.damaged-checkpoint-refused", "progress")
 def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
     """After a fault damaged a checkpoint, the next load refused it and said so."""
@@ -108,84 +198,7 @@ def damaged_checkpoint_refused(ctx: CheckContext) -> list[Finding]:
     damaged = [e for e in tl.of("fault", "injected") if e.get("ckpt_id")]
     if not damaged:
         return [ctx.finding(name, P, Msg("progress.damaged-checkpoint-refused.none"))]
-    out = []
-    for inj in damaged:
-        cid = str(inj["ckpt_id"])
-        after = [
-            e for e in tl.of("probe") if e.kind in ("ckpt_load", "ckpt_none") and e.mono > inj.mono
-        ]
-        if not after:
-            out.append(
-                ctx.finding(
-                    name,
-                    R,
-                    Msg(
-                        "progress.damaged-checkpoint-refused.untested",
-                        ckpt=cid,
-                        damage=inj.get("damage"),
-                    ),
-                )
-            )
-            continue
-        first_inc = tl.inc_of_pid(int(after[0].get("pid", -1)))
-        decision = [e for e in after if tl.inc_of_pid(int(e.get("pid", -1))) == first_inc]
-        loaded = [e for e in decision if e.kind == "ckpt_load" and str(e.get("id")) == cid]
-        if loaded:
-            e = loaded[0]
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "progress.damaged-checkpoint-refused.loaded",
-                        rank=e.get("rank"),
-                        ckpt=cid,
-                        damage=inj.get("damage"),
-                        verified=e.get("verified"),
-                    ),
-                    ckpt_id=cid,
-                )
-            )
-            continue
-        said = [
-            r
-            for e in decision
-            for r in e.get("rejected") or []
-            if isinstance(r, dict) and str(r.get("id")) == cid
-        ]
-        chosen = next((e for e in decision if e.kind == "ckpt_load"), None)
-        fell_to = (
-            Msg("expectation.restart.ckpt", ckpt=chosen.get("id"), step=chosen.get("step"))
-            if chosen
-            else Msg("value.scratch")
-        )
-        if not said:
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg("progress.damaged-checkpoint-refused.silent", ckpt=cid, fell_to=fell_to),
-                    ckpt_id=cid,
-                )
-            )
-            continue
-        out.append(
-            ctx.finding(
-                name,
-                P,
-                Msg(
-                    "progress.damaged-checkpoint-refused.refused",
-                    ckpt=cid,
-                    damage=inj.get("damage"),
-                    reason=said[0].get("reason"),
-                    fell_to=fell_to,
-                ),
-                ckpt_id=cid,
-                reason=said[0].get("reason"),
-                fell_back_to=chosen.get("id") if chosen else None,
-            )
-        )
-    return out
+    return [_damage_tested(ctx, name, inj) for inj in damaged]
 
 
 @check("expectation.outage-overlapped-save", "expectation")

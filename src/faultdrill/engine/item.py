@@ -404,6 +404,8 @@ def _watch_job(
                     action="resubmit",
                     operator=plan.responsibility.recovery_operator,
                     runbook=recovery.runbook or "resubmit the job unchanged",
+                    steps=platform.resubmit_steps(),
+                    at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 )
                 platform.resubmit()
                 continue

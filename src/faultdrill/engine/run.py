@@ -32,6 +32,7 @@ from faultdrill.errors import DrillError
 from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item
 from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, Scenario
+from faultdrill.platforms import PLATFORMS
 from faultdrill.report import write_reports
 from faultdrill.rundir import ItemKind
 from faultdrill.timeline import Timeline
@@ -99,8 +100,21 @@ def write_dossier(
         },
         "environment": environment_facts(),
     }
+    options = _platform_options(rundir.item_dir(run_dir, "baseline", "baseline"))
+    if options:
+        dossier["resources"]["platform_options"] = options
     path = rundir.dossier_path(run_dir)
     path.write_text(json.dumps(dossier, indent=2) + "\n")
+
+
+def _platform_options(work: Path) -> dict[str, object]:
+    """What the platform recorded of its own recovery-deciding options in the baseline
+    (its ``platform``/``dossier`` event: Slurm's requeue, timeouts...); {} if none."""
+    try:
+        events = Timeline.load(rundir.events_dir(work)).of("platform", "dossier")
+    except OSError:
+        return {}
+    return dict(events[-1].fields) if events else {}
 
 
 def machine_problems(plan: Plan, ids: Iterable[str]) -> dict[str, dict[str, str]]:
@@ -225,6 +239,42 @@ def run_plan(
     chosen = {"selected": selected, "no_controls": not controls}
     (run_dir / "selection.json").write_text(json.dumps(chosen, indent=2) + "\n")
     say = _Announcer(1 + len(selected), on_item, progress)
+    platform = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
+    # One scope around every item: an embedded cluster is brought up once per run.
+    with platform.run_scope(plan.resources, run_dir):
+        base, base_tl, reference, items, skipped, works = _execute(
+            plan, run_dir, only, controls, report, say
+        )
+    (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
+    amend_change_record(
+        plan,
+        rundir.dossier_path(run_dir),
+        {"baseline": base_tl, **{i.id: i.timeline for i in items}},
+    )
+    result = RunResult(
+        plan,
+        run_dir,
+        base,
+        reference,
+        items,
+        [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
+        controls_waived=not controls,
+    )
+    _write_reports_timed(result, works)
+    return result
+
+
+def _execute(
+    plan: Plan,
+    run_dir: Path,
+    only: set[str] | None,
+    controls: bool,
+    report: Reporter,
+    say: _Announcer,
+) -> tuple[ItemResult, Timeline, Reference, list[ItemResult], dict[str, str], list[Path]]:
+    """The baseline, the rounds in order and the controls, each executed and judged;
+    returns the baseline's result and timeline, its reference, the items' results, the
+    scenarios not run (id -> reason) and the items' directories."""
     skipped: dict[str, str] = {}
     data_before = snapshot_record(plan, "before the baseline")
     started = time.time()
@@ -241,7 +291,9 @@ def run_plan(
     works = [base_work]
     items: list[ItemResult] = []
     blocked_by: str | None = None
-    if base.verdict != Verdict.PASS:
+    if base.verdict != Verdict.PASS and not (
+        base.verdict == Verdict.RETEST and _only_unobservable(base)
+    ):
         blocked_by = "the baseline did not pass its own checks"
     for rnd in plan.rounds:
         round_ok = True
@@ -261,23 +313,18 @@ def run_plan(
         if only is not None and ctl.id not in only:
             continue
         items.append(_run_item(plan, "control", ctl, run_dir, report, reference, base, say, works))
-    (run_dir / "skipped.json").write_text(json.dumps(skipped, indent=2) + "\n")
-    amend_change_record(
-        plan,
-        rundir.dossier_path(run_dir),
-        {"baseline": base_tl, **{i.id: i.timeline for i in items}},
+    return base, base_tl, reference, items, skipped, works
+
+
+def _only_unobservable(res: ItemResult) -> bool:
+    """Whether every finding of ``res`` that did not pass is a retest of something its
+    platform declared it cannot observe (a real cluster's processes): such a baseline still
+    gives the reference, and every drill of the run would retest the same way."""
+    findings = [f for e in res.evidence.values() for f in e.findings]
+    return res.aborted is None and all(
+        f.verdict == Verdict.PASS or (f.verdict == Verdict.RETEST and f.data.get("unobservable"))
+        for f in findings
     )
-    result = RunResult(
-        plan,
-        run_dir,
-        base,
-        reference,
-        items,
-        [{"id": k, "kind": "scenario", "reason": v} for k, v in skipped.items()],
-        controls_waived=not controls,
-    )
-    _write_reports_timed(result, works)
-    return result
 
 
 def _run_item(

@@ -23,14 +23,20 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from faultdrill.engine.exits import Exit, ExitWatch
 from faultdrill.events import EventSink
 from faultdrill.platforms.api import Platform, Replica
 from faultdrill.platforms.local import procfs
 
-__all__ = ["ProcessSampler", "end_snapshot"]
+__all__ = ["HasReplicas", "ProcessSampler", "end_snapshot"]
+
+
+class HasReplicas(Protocol):
+    """What the sampler reads: a platform, or a node agent's view of its own processes."""
+
+    def replicas(self) -> list[Replica]: ...
 
 
 class ProcessSampler:
@@ -39,7 +45,7 @@ class ProcessSampler:
 
     def __init__(
         self,
-        platform: Platform,
+        platform: HasReplicas,
         sink: EventSink,
         hz: float,
         *,

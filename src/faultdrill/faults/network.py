@@ -10,7 +10,10 @@ cable, a congested port or a switch ACL would:
                 for ``for_s`` seconds
 ``link-flap``   the node's link set down and up ``count`` times
 ``partition``   every packet of the node dropped (or only those to and from one ``peer``),
-                for ``for_s`` seconds
+                for ``for_s`` seconds; ``peer: control-plane`` cuts the node off the
+                control plane only (its kubelet, slurmd or agent loses the controller while
+                the job's own traffic flows: the split brain of a node its scheduler
+                believes lost), where the platform can (``link-cut-control-plane``)
 ==============  ==========================================================================
 
 On the local platform with ``isolation: netns`` these are iptables ``statistic``/DROP
@@ -37,9 +40,10 @@ from faultdrill.faults.api import (
     register,
 )
 from faultdrill.frozen import Frozen
-from faultdrill.platforms.api import Ability, LinkActions
+from faultdrill.platforms.api import CONTROL_PLANE_PEER, Ability, LinkActions
 
 __all__ = [
+    "CONTROL_PLANE_PEER",
     "LinkFlapSpec",
     "LinkLossSpec",
     "LinkSlowSpec",
@@ -50,10 +54,11 @@ __all__ = [
 
 
 class LinkTarget(Frozen):
-    """Whose link: a node (``n2``), optionally only towards one ``peer`` (partition)."""
+    """Whose link: a node (``n2``), optionally only towards one ``peer`` (a node, or
+    ``control-plane`` for a partition from the control plane only)."""
 
     node: str = Field(pattern=r"^n\d{1,2}$")
-    peer: str | None = Field(None, pattern=r"^n\d{1,2}$")
+    peer: str | None = Field(None, pattern=r"^(n\d{1,2}|control-plane)$")
 
     def label(self) -> str:
         return f"node {self.node}" + (f" <-> {self.peer}" if self.peer else "")
@@ -122,16 +127,21 @@ def check_nodes(spec: Any, plan: Any) -> str | None:
     """A problem with the target nodes of ``spec`` in ``plan`` (unknown node), or None."""
     res = plan.resources
     known = {f"n{i}" for i in range(1, res.nodes + res.spares + 1)}
-    for role, node in (
-        ("target node", spec.target.node),
-        ("peer", getattr(spec.target, "peer", None)),
-    ):
+    peer = getattr(spec.target, "peer", None)
+    if peer == CONTROL_PLANE_PEER:
+        if spec.kind != "partition":
+            return (
+                f"{spec.kind}: peer {CONTROL_PLANE_PEER!r} is only for a partition; "
+                "name a node as peer, or use kind partition"
+            )
+        peer = None  # not a node of the layout: the platform's control plane
+    for role, node in (("target node", spec.target.node), ("peer", peer)):
         if node is not None and node not in known:
             return (
                 f"{spec.kind}: {role} {node!r} is not a node of this layout "
                 f"(nodes: {', '.join(sorted(known))})"
             )
-    if getattr(spec.target, "peer", None) == spec.target.node:
+    if peer == spec.target.node:
         return f"{spec.kind}: peer must differ from the target node"
     return None
 
@@ -190,6 +200,13 @@ class Partition(_LinkFault):
     kind = "partition"
     spec_model = PartitionSpec
     requires = frozenset({Ability.LINK_CUT})
+
+    @classmethod
+    def requires_for(cls, spec: FaultSpec) -> frozenset[Ability]:
+        assert isinstance(spec, PartitionSpec)
+        if spec.target.peer == CONTROL_PLANE_PEER:
+            return frozenset({Ability.LINK_CUT_CONTROL_PLANE})
+        return cls.requires
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec

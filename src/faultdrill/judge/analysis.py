@@ -6,9 +6,23 @@ position did training continue. From those: detection time, recovery time, recom
 steps. Times are monotonic seconds on the timeline's clock; :meth:`Answers.to_json` adds
 wall-clock ISO times and seconds since injection.
 
+Question 1 is answered by the platform's own decision (``platform`` events of
+:data:`LOST_KINDS`, e.g. torchrun's agent, Ray Train's controller or Ray's GCS): its
+``source`` and ``reason``, when the event names them, are part of the answer. Question 4
+says, besides the checkpoint loaded, which one the platform handed over when it hands
+checkpoints over (a load event's ``handed_over``, e.g. Ray Train's
+``get_checkpoint()``).
+
 Only platform decisions between the injection and the job's successful end count as "the
 worker deemed lost" (agents closing the rendezvous at a normal end say things that look
-like a loss). When no new incarnation started after the fault and the job ended well,
+like a loss). Each decision names its decider (``source``: ``torchrun-agent``,
+``node-lifecycle-controller``, ``kube-apiserver``...). A platform that declares its own
+deciders (a ``platform``/``deciders`` event: a scheduler's control plane) is answered by
+them: on Kubernetes the torchrun agents notice a dead peer within seconds, while the
+control plane decides NotReady ~10 s later and evicts ~10 s after that; the answer is the
+control plane's decision, and who noticed first (and how much earlier) is said beside it.
+"New resources ready" is when the platform started the replacement (``replica_started``:
+a pod Running; ``spare_placed``), when it says so. When no new incarnation started after the fault and the job ended well,
 nothing was lost: questions 1-3 and the times stay empty and :attr:`Answers.note` says
 so (:data:`RODE_OUT`).
 """
@@ -28,6 +42,7 @@ from faultdrill.timeline import Incarnation, Timeline
 __all__ = [
     "END_KINDS",
     "LOST_KINDS",
+    "READY_KINDS",
     "RODE_OUT",
     "Answers",
     "answer_questions",
@@ -37,9 +52,14 @@ __all__ = [
 ]
 
 #: Platform event kinds that mean "the platform has decided a replica is gone".
-#: Adapters for other schedulers emit the generic ``replica_lost``/``node_lost``. A worker's
-#: own symptoms (``peer_error``, ``timeout_fired``: a collective failing inside the job) are
-#: not the platform's decision and are reported separately (``disruption``).
+#: Adapters for other schedulers emit the generic ``replica_lost``/``node_lost``, with
+#: ``layer="scheduler"`` when the scheduler decided (Slurm's node DOWN and requeue) rather
+#: than the launcher inside the job (torchrun's agent): when the scheduler replaced the job
+#: (the new incarnation has another scheduler incarnation than the old), the scheduler's
+#: first decision answers "when was the worker deemed lost", even if the launcher noticed
+#: earlier. A worker's own symptoms (``peer_error``, ``timeout_fired``: a collective failing
+#: inside the job) are not the platform's decision and are reported separately
+#: (``disruption``).
 LOST_KINDS = frozenset(
     {
         "worker_group_failed",
@@ -57,6 +77,9 @@ LOST_KINDS = frozenset(
 #: platform says after them (e.g. ``rdzv_connection_error`` while the agents shut the
 #: rendezvous down) belongs to the normal end, not to a fault.
 END_KINDS = frozenset({"workers_succeeded", "exit_barrier"})
+#: Platform event kinds that mean "the platform started a replacement" (its resources are
+#: up: a pod Running, an agent placed on a spare), before any replica of it announced itself.
+READY_KINDS = frozenset({"replica_started", "spare_placed"})
 #: The note of a drill in which no new incarnation started and the job ended well.
 RODE_OUT = "no replica was lost: the job rode the fault out"
 
@@ -88,6 +111,10 @@ class Answers:
     #: Why questions 1-3 have no answer, when the drill had nothing to answer them with
     #: (:data:`RODE_OUT`, or no restart after the fault); "" otherwise.
     note: str = ""
+    #: Who decided the worker was lost (the event's ``source``; "" when it names none).
+    worker_lost_source: str = ""
+    #: When the platform said the replacement's resources were up (:data:`READY_KINDS`).
+    resources_ready_at: float | None = None
 
     @property
     def detect_s(self) -> float | None:
@@ -115,9 +142,11 @@ class Answers:
         return {
             "worker_lost_at": self.when(self.worker_lost_at),
             "worker_lost_by": self.worker_lost_by,
+            "worker_lost_source": self.worker_lost_source,
             "old_replica_stopped_at": self.when(self.old_replica_stopped_at),
             "old_replica_note": self.old_replica_note,
             "new_replicas_ready_at": self.when(self.new_replicas_ready_at),
+            "resources_ready_at": self.when(self.resources_ready_at),
             "first_step_after_at": self.when(self.first_step_after_at),
             "resumed_from": self.resumed_from,
             "note": self.note,
@@ -139,7 +168,7 @@ def _delta(a: float | None, b: float | None) -> float | None:
 def answer_questions(tl: Timeline) -> Answers:
     inj = injections(tl)
     offset = wall_offset(tl)
-    t0 = inj[0].mono if inj else None
+    t0 = _began(tl, inj[0]) if inj else None
     if t0 is None:
         return Answers(
             None,
@@ -176,14 +205,8 @@ def answer_questions(tl: Timeline) -> Answers:
             note=RODE_OUT,
         )
     done = job_done_mono(tl, t0)
-    lost = next(
-        (
-            e
-            for e in tl.events
-            if t0 <= e.mono < done and e.src == "platform" and e.kind in LOST_KINDS
-        ),
-        None,
-    )
+    rescheduled = old is not None and new is not None and _rescheduled(old, new)
+    lost, by = _deemed_lost(tl, t0, done, rescheduled)
     stopped, note = _old_stopped(tl, old)
     resumed = None
     if new is not None and new.load is not None:
@@ -197,6 +220,8 @@ def answer_questions(tl: Timeline) -> Answers:
             }
         else:
             resumed = {"checkpoint": None, "step": 0, "data_position": 0, "verified": None}
+        if "handed_over" in ld.fields:
+            resumed["handed_over"] = ld.get("handed_over")
     recomputed = None
     if old is not None and new is not None and new.resume_step is not None:
         # Only steps the old generation made before its successor started count: a stale
@@ -206,7 +231,14 @@ def answer_questions(tl: Timeline) -> Answers:
         if before.any():
             last = int(st.step.max(where=before, initial=np.iinfo(np.int64).min))
             recomputed = max(0, last - new.resume_step)
-    by = f"{lost.kind} on {lost.get('node', '?')}" if lost else "no platform event after injection"
+    ready = next(
+        (
+            e.mono
+            for e in tl.events
+            if t0 <= e.mono < done and e.src == "platform" and e.kind in READY_KINDS
+        ),
+        None,
+    )
     return Answers(
         injected_at=t0,
         worker_lost_at=lost.mono if lost else None,
@@ -221,7 +253,61 @@ def answer_questions(tl: Timeline) -> Answers:
         recomputed_steps=recomputed,
         offset=offset,
         note="" if new is not None else "no new incarnation started after the fault",
+        worker_lost_source=str(lost.get("source") or "") if lost else "",
+        resources_ready_at=ready,
     )
+
+
+def _rescheduled(old: Incarnation, new: Incarnation) -> bool:
+    """The scheduler, not the launcher, replaced the job: another scheduler incarnation."""
+    return old.sched is not None and new.sched is not None and new.sched != old.sched
+
+
+def _deemed_lost(
+    tl: Timeline, t0: float, done: float, rescheduled: bool
+) -> tuple[Event | None, str]:
+    """The decision that the worker was lost, and who made it, in words: the first
+    :data:`LOST_KINDS` event after the injection (when the scheduler replaced the whole job,
+    the first of its own layer's, ``layer: scheduler``); where the platform declared its
+    deciders, the first of theirs, with the first noticer beside it when that was someone
+    else."""
+    found = [
+        e for e in tl.events if t0 <= e.mono < done and e.src == "platform" and e.kind in LOST_KINDS
+    ]
+    if rescheduled:
+        found = [e for e in found if e.get("layer") == "scheduler"] or found
+    if not found:
+        return None, "no platform event after injection"
+    deciders = {str(s) for e in tl.of("platform", "deciders") for s in e.get("sources") or []}
+    first = found[0]
+    lost = next((e for e in found if e.get("source") in deciders), None) if deciders else first
+    if lost is None:
+        return first, (
+            f"{_said(first)}; the platform's own deciders ({', '.join(sorted(deciders))}) "
+            "decided nothing"
+        )
+    by = _said(lost)
+    if first is not lost:
+        by += f"; first noticed by {_said(first)}, {lost.mono - first.mono:.1f} s earlier"
+    return lost, by
+
+
+def _said(e: Event) -> str:
+    """``replica_lost on n1 (ray-train-controller: WorkerHealthCheckFailedError)``: the
+    decision, where, and who decided why when the event says."""
+    out = f"{e.kind} on {e.get('node', '?')}"
+    source, reason = e.get("source"), e.get("reason")
+    if source:
+        out += f" ({source}" + (f": {reason}" if reason else "") + ")"
+    return out
+
+
+def _began(tl: Timeline, injected: Event) -> float:
+    """When the harness began the injection (its ``inject_start``): a platform may react
+    before the injection's own record is written (a deleted pod's watch event arrives
+    within milliseconds of the API call)."""
+    start = [e.mono for e in tl.of("fault", "inject_start") if e.mono <= injected.mono]
+    return max(start) if start else injected.mono
 
 
 def job_done_mono(tl: Timeline, after: float) -> float:
@@ -259,6 +345,18 @@ def _old_stopped(tl: Timeline, old: Incarnation | None) -> tuple[float | None, s
     alive = [p.pid for p in lives if p.gone_mono is None]
     if alive:
         return None, f"old replica pid(s) {alive} still alive when observation ended"
+    end = tl.first("harness", "procs_final")
+    outlived = [
+        p.pid
+        for p in lives
+        if end is not None and p.gone_mono is not None and p.gone_mono > end.mono
+    ]
+    if outlived:
+        # Gone only once the drill stopped what was left: the platform never stopped them.
+        return None, (
+            f"old replica pid(s) {outlived} still alive when the job ended "
+            "(stopped only by the drill's clean-up)"
+        )
     missing = set(old.members) - {p.pid for p in lives}
     note = f"pids {sorted(missing)} never sampled" if missing else ""
     return max(p.gone_mono for p in lives if p.gone_mono is not None), note

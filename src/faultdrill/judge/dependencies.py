@@ -40,6 +40,16 @@ def _since(mono: float, t0: float | None) -> float | None:
     return None if t0 is None else round(mono - t0, 3)
 
 
+def _platform_steps(raw: Any) -> list[str]:
+    """The platform's own steps of a manual restart (``Platform.resubmit_steps``), as
+    "command (needs: permission)"; [] when the event has none."""
+    if not isinstance(raw, list):
+        return []
+    return [
+        f"{s.get('command')} (needs: {s.get('permission')})" for s in raw if isinstance(s, dict)
+    ]
+
+
 def _operator_actions(
     tl: Timeline, item: Scenario | Control | None, t0: float | None
 ) -> list[dict[str, Any]]:
@@ -58,6 +68,7 @@ def _operator_actions(
                 "runbook": e.get("runbook"),
                 "permission": getattr(recovery, "permission", "") or TO_BE_AGREED,
                 "steps": list(getattr(recovery, "steps", ()) or ())
+                or _platform_steps(e.get("steps"))
                 or ([str(e.get("runbook"))] if e.get("runbook") else []),
                 "at_s": _since(e.mono, t0),
                 "observed_s": None if next_step is None else round(next_step - e.mono, 3),

@@ -119,6 +119,20 @@ def class_and_why(
     return RecoveryClass.AUTOMATIC, Msg("class.why.automatic")
 
 
+def _unobservable_only(
+    evidence: dict[str, EvidenceResult], cls: RecoveryClass, confirm: bool
+) -> bool:
+    """The class is manual-confirmation only because of retests of what the platform
+    declared it cannot observe (``unobservable`` findings: a real cluster's processes)."""
+    if cls != RecoveryClass.MANUAL_CONFIRMATION or confirm:
+        return False
+    found = [f for c in ("progress", "resources", "results") for f in evidence[c].findings]
+    not_pass = [f for f in found if f.verdict != Verdict.PASS]
+    return bool(not_pass) and all(
+        f.verdict == Verdict.RETEST and f.data.get("unobservable") for f in not_pass
+    )
+
+
 @dataclass
 class ItemResult:
     id: str
@@ -495,14 +509,20 @@ def _aborted_is_retest(
     ]
 
 
-def _class_as_expected(item: Scenario, cls: RecoveryClass, why: Msg) -> Finding:
-    """``expectation.recovery-class``: the class against the plan's expected one."""
+def _class_as_expected(
+    item: Scenario, cls: RecoveryClass, why: Msg, unobservable_only: bool = False
+) -> Finding:
+    """``expectation.recovery-class``: the class against the plan's expected one. A class
+    worse than expected only because of what the platform cannot observe
+    (``unobservable_only``) is retest: whether it is the expected one is unknown."""
     name, want = "expectation.recovery-class", item.expected.recovery
     params = {"cls": cls.value, "expected": want.value}
     if cls == RecoveryClass.NOT_DETERMINED:
         return Finding.of(name, Verdict.RETEST, Msg(f"{name}.not-determined", **params, why=why))
     if cls == want:
         return Finding.of(name, Verdict.PASS, Msg(f"{name}.as-expected", **params))
+    if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want) and unobservable_only:
+        return Finding.of(name, Verdict.RETEST, Msg(f"{name}.unobservable", **params))
     if _CLASS_ORDER.index(cls) > _CLASS_ORDER.index(want):
         return Finding.of(name, Verdict.FAIL, Msg(f"{name}.worse", **params, why=why))
     return Finding.of(name, Verdict.RETEST, Msg(f"{name}.better", **params))
@@ -545,7 +565,9 @@ def evaluate_item(
         undetermined = no_probe
     cls, why = class_and_why(evidence, outcome, len(actions), confirm, aborted, undetermined)
     if isinstance(item, Scenario):
-        evidence["expectation"].findings.append(_class_as_expected(item, cls, why))
+        evidence["expectation"].findings.append(
+            _class_as_expected(item, cls, why, _unobservable_only(evidence, cls, confirm))
+        )
     _aborted_is_retest(tl, evidence, item)
     result = ItemResult(
         id=item_id,

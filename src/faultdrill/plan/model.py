@@ -283,7 +283,7 @@ class Plan(Frozen):
         """The reference workload's config, as each item will run it, is valid."""
         if self.task.entrypoint.module != REFERENCE_WORKLOAD:
             return []
-        from faultdrill.workloads.lm_config import ConfigError, config_from_dict
+        from faultdrill.workloads.lm_config import RAY_BAD_MODES, ConfigError, config_from_dict
 
         checks: list[tuple[str, str, Control | None]] = [("task.workload", "task.workload", None)]
         checks += [
@@ -293,7 +293,7 @@ class Plan(Frozen):
         problems = []
         for path, where, item in checks:
             try:
-                config_from_dict(self.workload_config(item, "<ckpt_dir>"), source=where)
+                cfg = config_from_dict(self.workload_config(item, "<ckpt_dir>"), source=where)
             except ConfigError as exc:
                 problems.append(
                     (
@@ -304,6 +304,15 @@ class Plan(Frozen):
                 )
                 if item is None:
                     break  # each control's config builds on it: they would repeat its problem
+                continue
+            if cfg.bad_mode in RAY_BAD_MODES and self.resources.platform != "ray":
+                problems.append(
+                    (
+                        f"{path}.bad_mode",
+                        f"{where}.bad_mode {cfg.bad_mode!r} is a Ray Train mode (a platform "
+                        "that hands checkpoints over); use it with resources.platform: ray",
+                    )
+                )
         return problems
 
     def workload_config(self, item: Scenario | Control | None, ckpt_dir: str) -> dict[str, Any]:

@@ -26,14 +26,17 @@ __all__ = [
     "Entrypoint",
     "Expected",
     "Frozen",
+    "KubernetesSettings",
     "Observation",
     "Owner",
     "Ownership",
     "PassCriteria",
+    "RaySettings",
     "Recovery",
     "RecoveryClass",
     "Resources",
     "Responsibility",
+    "SlurmSettings",
     "StopConditions",
     "StopOverrides",
     "Task",
@@ -177,6 +180,379 @@ class Timeouts(Frozen):
     monitor_interval_s: float = Field(0.1, ge=0.01, le=60)
 
 
+# --- platform: slurm ---------------------------------------------------------------------
+
+#: sbatch options faultdrill writes itself (the batch script's layout and its requeue).
+_SBATCH_OWN = (
+    "--nodes",
+    "-N",
+    "--ntasks-per-node",
+    "--cpus-per-task",
+    "--output",
+    "-o",
+    "--chdir",
+    "-D",
+    "--job-name",
+    "-J",
+    "--open-mode",
+    "--requeue",
+    "--no-requeue",
+    "--no-kill",
+    "-k",
+    "--parsable",
+)
+#: Settings of the embedded cluster's slurm.conf (a real cluster's own are read from it).
+_EMBEDDED_ONLY = (
+    "slurmd_timeout_s",
+    "message_timeout_s",
+    "kill_wait_s",
+    "cred_expire_s",
+    "return_to_service",
+    "sched_interval_s",
+)
+
+
+class SlurmSettings(Frozen):
+    """``resources.slurm`` (``platform: slurm``): which Slurm cluster, and the options that
+    decide how it recovers a job (all recorded in the resource dossier).
+
+    ``embedded: true`` brings a Slurm cluster up on this machine for each item (root,
+    ``isolation: netns``, Debian's ``slurmctld slurmd slurm-client munge``); otherwise the
+    job goes to the cluster that ``sbatch`` on PATH reaches, and ``shared_dir`` names a
+    directory that every node and this machine see at the same path: the run directory
+    (``--out``) must be below it, since the job writes its events and checkpoints there."""
+
+    embedded: bool = Field(
+        False, description="bring an embedded cluster up on this machine for each item"
+    )
+    shared_dir: str | None = Field(
+        None,
+        description="real cluster: a directory every node and this machine see at the same "
+        "path; run directories (--out) must be below it",
+    )
+    python: str | None = Field(
+        None,
+        description="real cluster: the interpreter on the nodes, with faultdrill and torch "
+        "(default: this machine's, which must then be on the shared file system)",
+    )
+    sbatch_options: tuple[str, ...] = Field(
+        (), description="extra sbatch options, e.g. --partition=gpu --account=a --time=30"
+    )
+    requeue: bool = Field(True, description="sbatch --requeue: requeue the job on a node failure")
+    no_kill: bool = Field(
+        False, description="sbatch --no-kill: keep the allocation when one of its nodes fails"
+    )
+    kill_on_bad_exit: bool = Field(
+        True, description="srun --kill-on-bad-exit: one task failing ends the step"
+    )
+    slurmd_timeout_s: int = Field(5, ge=1, le=3600, description="embedded: SlurmdTimeout")
+    message_timeout_s: int = Field(5, ge=1, le=100, description="embedded: MessageTimeout")
+    kill_wait_s: int = Field(5, ge=1, le=600, description="embedded: KillWait")
+    cred_expire_s: int = Field(
+        5,
+        ge=5,
+        le=3600,
+        description="embedded: munge cred_expire, also the hold-off before a requeued job "
+        "may start (Slurm's default is 120 s)",
+    )
+    return_to_service: int = Field(
+        2,
+        ge=0,
+        le=2,
+        description="embedded: ReturnToService (2: a node that registers again is usable)",
+    )
+    sched_interval_s: int = Field(2, ge=1, le=60, description="embedded: sched_interval")
+
+    @field_validator("sbatch_options")
+    @classmethod
+    def _own_options(cls, opts: tuple[str, ...]) -> tuple[str, ...]:
+        for i, opt in enumerate(opts):
+            name = opt.split("=", 1)[0]
+            if not opt.startswith("-") or any(c in opt for c in "\n\r\0"):
+                raise ValueError(
+                    f"[{i}] {opt!r} is not one sbatch option; write each as --name=value"
+                )
+            if name in _SBATCH_OWN:
+                raise ValueError(
+                    f"[{i}] {name} is set by faultdrill (from resources and slurm.requeue / "
+                    "no_kill); remove it"
+                )
+        return opts
+
+    @model_validator(mode="after")
+    def _which_cluster(self) -> SlurmSettings:
+        if self.embedded:
+            for name in ("shared_dir", "python"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name} is for a real cluster; the embedded cluster runs on this "
+                        f"machine: remove {name} or set embedded: false"
+                    )
+            return self
+        if self.shared_dir is None:
+            raise ValueError(
+                "a real Slurm cluster needs shared_dir (a directory every node and this "
+                "machine see at the same path); or set embedded: true to drill an embedded "
+                "cluster on this machine"
+            )
+        if not self.shared_dir.startswith("/"):
+            raise ValueError(f"shared_dir must be an absolute path (got {self.shared_dir!r})")
+        tuned = [n for n in _EMBEDDED_ONLY if n in self.model_fields_set]
+        if tuned:
+            raise ValueError(
+                f"{', '.join(tuned)} configure the embedded cluster only (a real cluster's are "
+                "its slurm.conf, recorded from `scontrol show config`); remove them"
+            )
+        return self
+
+
+def slurm_section_problem(res: Resources) -> str | None:
+    """What is wrong with ``resources.slurm`` for this platform and layout, or None."""
+    if res.platform != "slurm":
+        if res.slurm is not None:
+            return f"slurm applies only with platform: slurm (platform is {res.platform!r})"
+        return None
+    if res.slurm is None:
+        return (
+            "platform slurm needs a slurm section: slurm: {embedded: true} for an embedded "
+            "cluster on this machine, or slurm: {shared_dir: /shared/path} for the cluster "
+            "sbatch reaches"
+        )
+    if res.slurm.embedded and res.isolation != "netns":
+        return (
+            "the embedded Slurm cluster puts each node in a network namespace: set isolation: netns"
+        )
+    if not res.slurm.embedded and res.spares:
+        return (
+            f"spares ({res.spares}): on a real cluster, spares are the cluster's own idle "
+            "nodes, which Slurm picks; set spares: 0"
+        )
+    return None
+
+
+# --- platform: ray -----------------------------------------------------------------------
+
+
+class RaySettings(Frozen):
+    """``resources.ray``: where the Ray Train job runs, and Ray's detection settings.
+
+    ``embedded: true`` (the default): faultdrill brings a Ray cluster up on the namespace
+    cluster for the run (``isolation: netns``, as root) and down at its end: a head on a
+    node of its own (``head: own``, 0 CPUs: the control plane alone, Ray's recommended
+    layout) or on ``n1`` (``head: n1``, which then also runs Train workers), and a Ray
+    worker node on each of ``n1..nN`` (``procs_per_node`` CPUs each). The driver runs on
+    ``n1``. ``address: HOST:PORT`` instead submits to a running cluster of which this host
+    is a node (the driver attaches to this host's raylet; faultdrill then owns no node and
+    no link). The health-check and Train settings are set short for drills (Ray's defaults
+    in brackets) and recorded in the resource dossier."""
+
+    embedded: bool = True
+    address: str | None = Field(
+        None, description="HOST:PORT of a running Ray cluster's GCS (instead of embedded)"
+    )
+    head: Literal["own", "n1"] = Field(
+        "own", description="own: a head node of its own (0 CPUs); n1: the head on n1"
+    )
+    gcs_ft: Literal["none", "redis"] = Field(
+        "none",
+        description="GCS fault tolerance: redis = GCS tables in a redis-server (Debian) on "
+        "the head node, a GCS restart keeps the cluster; none = in memory, a restart loses it",
+    )
+    health_check_period_ms: int = Field(500, ge=50, le=600_000, description="GCS -> raylet [3000]")
+    health_check_timeout_ms: int = Field(500, ge=50, le=600_000, description="[10000]")
+    health_check_failure_threshold: int = Field(3, ge=1, le=1000, description="[5]")
+    gcs_reconnect_timeout_s: int = Field(
+        60, ge=5, le=3600, description="how long raylets and drivers wait for a lost GCS [60]"
+    )
+    train_health_check_interval_s: float = Field(
+        0.5, gt=0, le=600, description="Train controller poll interval [2]"
+    )
+    train_worker_health_check_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="a hung Train worker health check [600]"
+    )
+    train_worker_group_start_timeout_s: float = Field(
+        90.0, gt=0, le=3600, description="how long a new worker group may take to start [60]"
+    )
+    drain_deadline_s: float = Field(
+        5.0, gt=0, le=120, description="node-drain: how long a drained node keeps running [30]"
+    )
+    object_store_mb: int = Field(100, ge=75, le=1_000_000, description="each node's object store")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _embedded_or_address(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        address, embedded = data.get("address"), data.get("embedded")
+        if address is not None and embedded:
+            raise ValueError(
+                "set either embedded: true or address: HOST:PORT, not both (an address "
+                "names a running cluster, embedded brings one up)"
+            )
+        if address is None and embedded is False:
+            raise ValueError("embedded: false needs address: HOST:PORT of a running cluster")
+        if isinstance(address, str):
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(
+                    f"address {address!r} is not HOST:PORT (the GCS address, e.g. 10.0.0.1:6379)"
+                )
+        return {**data, "embedded": address is None}
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.embedded
+
+
+def ray_section_problem(res: Resources) -> str | None:
+    """What is wrong with ``resources.ray`` for this platform and layout, or None."""
+    if res.ray is not None and res.platform != "ray":
+        return (
+            f"ray: settings for platform ray, but platform is {res.platform!r}; "
+            "remove the ray section or set platform: ray"
+        )
+    if res.ray is not None and res.ray.is_embedded and res.isolation != "netns":
+        return (
+            "platform ray with an embedded cluster needs isolation: netns (each Ray "
+            "node its own network namespace, as root); set isolation: netns, or "
+            "ray.address to use a running cluster"
+        )
+    return None
+
+
+def kubernetes_section_problem(res: Resources) -> str | None:
+    """What is wrong with ``resources.kubernetes`` for this platform and layout, or None."""
+    k8s = res.kubernetes
+    if res.platform != "kubernetes":
+        if k8s is not None:
+            return (
+                f"kubernetes: is for platform kubernetes (platform is {res.platform!r}); remove it"
+            )
+        return None
+    if k8s is None:
+        return (
+            "platform kubernetes needs a kubernetes: section; set kubernetes: "
+            "{test_cluster: true} (the test cluster faultdrill starts) or kubernetes: "
+            "{kubeconfig: PATH, manifest: JOB.yaml} (a cluster that exists)"
+        )
+    if res.spares and not k8s.test_cluster:
+        return (
+            f"spares ({res.spares}) are nodes of the test cluster; a cluster given by "
+            "kubeconfig schedules on its own nodes: set spares: 0"
+        )
+    return None
+
+
+# --- resources ------------------------------------------------------------------------------
+
+
+# --- Kubernetes (resources.platform: kubernetes) ---------------------------------------
+
+
+def _plan_relative(value: str, info: ValidationInfo, what: str) -> str:
+    """``value`` as an absolute path (relative to the plan file's directory when the plan
+    was loaded from a file), which must be a file then; unchanged without a plan file."""
+    base = (info.context or {}).get("plan_dir")
+    path = Path(value).expanduser()
+    if base is None:
+        return value  # a recorded run's copy: resolved when it was loaded
+    if not path.is_absolute():
+        path = Path(base) / path
+    if not path.is_file():
+        raise ValueError(
+            f"{what} {value!r} not found (looked for {path}); give a path relative to the "
+            f"plan file's directory ({base}) or an absolute one"
+        )
+    return str(path.resolve())
+
+
+class KubernetesSettings(Frozen):
+    """Where and how the job runs on ``platform: kubernetes``
+    (:mod:`faultdrill.platforms.kubernetes`). Exactly one of ``test_cluster`` (the real
+    v1.20.2 control plane that faultdrill starts on this host, with process kubelets) or
+    ``kubeconfig`` (a cluster that exists)."""
+
+    test_cluster: bool = Field(
+        False,
+        description="start the test cluster for the run (root): real control plane, "
+        "emulated kubelets; torn down at the end of the run",
+    )
+    kubeconfig: str | None = Field(
+        None, description="a cluster that exists: its kubeconfig (relative to the plan file)"
+    )
+    context: str | None = Field(None, description="kubeconfig context (default: current)")
+    namespace: str = Field(
+        "default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="the job's"
+    )
+    manifest: str | None = Field(
+        None,
+        description="the job's manifest template (YAML, relative to the plan file): a "
+        "batch/v1 Job, PyTorchJob, JobSet or Volcano Job, plus any objects it needs, with "
+        "{{placeholders}} faultdrill fills (see docs/kubernetes.md); default on the test "
+        "cluster: a built-in batch/v1 Job of torchrun agents",
+    )
+    rendezvous: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9.-]+:\d{1,5}$",
+        description="host:port of the c10d rendezvous store the template's "
+        "{{rdzv_endpoint}} names (a real cluster; the test cluster has its own)",
+    )
+    kill_worker: Literal["delete-pod", "signal"] = Field(
+        "delete-pod",
+        description="kill-worker deletes the rank's pod (grace 0 for SIGKILL), or signals "
+        "its worker process (test cluster only)",
+    )
+    pod_grace_s: int = Field(
+        5, ge=0, le=300, description="terminationGracePeriodSeconds of the built-in job's pods"
+    )
+
+    @field_validator("kubeconfig")
+    @classmethod
+    def _kubeconfig_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else _plan_relative(value, info, "kubeconfig")
+
+    @field_validator("manifest")
+    @classmethod
+    def _manifest_valid(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        path = _plan_relative(value, info, "manifest")
+        if (info.context or {}).get("plan_dir") is not None:
+            from faultdrill.platforms.kubernetes.manifest import template_problem
+
+            problem = template_problem(Path(path))
+            if problem:
+                raise ValueError(problem)
+        return path
+
+    @model_validator(mode="after")
+    def _one_cluster(self) -> KubernetesSettings:
+        if self.test_cluster == (self.kubeconfig is not None):
+            raise ValueError(
+                "set exactly one of test_cluster: true (faultdrill starts a test cluster) "
+                "or kubeconfig: PATH (a cluster that exists)"
+            )
+        if self.kill_worker == "signal" and not self.test_cluster:
+            raise ValueError(
+                "kill_worker: signal needs the test cluster (faultdrill cannot reach a "
+                "real cluster's processes); use delete-pod"
+            )
+        if self.manifest and not self.test_cluster and self.rendezvous is None:
+            from faultdrill.platforms.kubernetes.manifest import uses_placeholder
+
+            if uses_placeholder(Path(self.manifest), "rdzv_endpoint"):
+                raise ValueError(
+                    "the manifest uses {{rdzv_endpoint}}: set rendezvous: HOST:PORT (the "
+                    "address of the job's c10d store in the cluster)"
+                )
+        if not self.manifest and not self.test_cluster:
+            raise ValueError(
+                "a cluster given by kubeconfig needs manifest: PATH (the job's template: "
+                "its image, volumes and rendezvous are the cluster's)"
+            )
+        return self
+
+
 class Resources(Frozen):
     platform: str = "local"
     isolation: Literal["none", "netns"] = "none"
@@ -187,6 +563,33 @@ class Resources(Frozen):
     max_restarts: int = Field(3, ge=0, le=1000)
     devices: str = "cpu"
     timeouts: Timeouts = Timeouts()
+    slurm: SlurmSettings | None = None
+    kubernetes: KubernetesSettings | None = Field(
+        None, description="platform kubernetes: the cluster, namespace and job template"
+    )
+    ray: RaySettings | None = Field(
+        None, description="platform ray: the cluster and Ray's settings (default: embedded)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ray_defaults(cls, data: Any) -> Any:
+        # A Ray plan without the section runs with its defaults, written out so that the
+        # resource dossier records every setting that decides detection.
+        if isinstance(data, dict) and data.get("platform") == "ray" and data.get("ray") is None:
+            return {**data, "ray": {}}
+        return data
+
+    @model_validator(mode="after")
+    def _platform_sections(self) -> Resources:
+        problem = (
+            slurm_section_problem(self)
+            or ray_section_problem(self)
+            or kubernetes_section_problem(self)
+        )
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _elastic_range(self) -> Resources:

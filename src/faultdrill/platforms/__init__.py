@@ -9,6 +9,6 @@ cluster), and ``fake`` (runs nothing, records the actions asked of it:
 
 from faultdrill.platforms import fake, kubernetes, local, slurm  # noqa: F401
 from faultdrill.platforms.api import PLATFORMS, Ability, JobSpec, JobState, Platform, Replica
-from faultdrill.platforms.ray import embedded, platform  # noqa: F401  (neither imports ray)
+from faultdrill.platforms.ray import address, embedded, platform  # noqa: F401  (none imports ray)
 
 __all__ = ["PLATFORMS", "Ability", "JobSpec", "JobState", "Platform", "Replica"]

@@ -40,6 +40,7 @@ group it cannot do.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from abc import ABC, abstractmethod
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from faultdrill.plan import Resources
 
 __all__ = [
+    "CONTROL_PLANE_PEER",
     "PLATFORMS",
     "Ability",
     "Change",
@@ -77,6 +79,11 @@ __all__ = [
     "StorageMode",
     "register",
 ]
+
+
+#: The ``peer`` of ``link_cut`` that names the control plane rather than a node: only the
+#: node's traffic with its controller is cut (ability ``link-cut-control-plane``).
+CONTROL_PLANE_PEER = "control-plane"
 
 
 class Ability(str, Enum):
@@ -100,6 +107,10 @@ class Ability(str, Enum):
     LINK_FLAP = "link-flap"
     #: Drop every packet of a node, or those to and from one peer (``LinkActions``).
     LINK_CUT = "link-cut"
+    #: Cut a node off the control plane only (``link_cut(node, peer="control-plane")``):
+    #: its agent, kubelet or slurmd loses its controller while the job's own traffic still
+    #: flows (``LinkActions``).
+    LINK_CUT_CONTROL_PLANE = "link-cut-control-plane"
     #: Stop the control plane's processes until the undo resumes them.
     CONTROL_PLANE_PAUSE = "control-plane-pause"
     #: Cut the control plane off the network until the undo.
@@ -297,6 +308,22 @@ class Platform(ABC):
         return None
 
     @classmethod
+    def run_scope(
+        cls, resources: Resources, run_dir: Path
+    ) -> contextlib.AbstractContextManager[None]:
+        r"""Held open around every item of one run (baseline, scenarios, controls): what
+        the items share. Default: nothing. An adapter whose cluster is costly to bring up
+        (an embedded Ray, Slurm or Kubernetes cluster) brings it up once per run while the
+        scope is open, in a ledger of its own under ``run_dir`` (recorded before each
+        change, listed for ``faultdrill cleanup`` like an item's), and takes it down when
+        the scope closes, whatever the reason (also on an error or a signal); an item's
+        platform constructed outside any scope brings up its own. Each item still starts
+        from a cluster in its planned state: the adapter restores it between items, and an
+        item's ledger :meth:`~faultdrill.ledger.Ledger.share`\ s the scope's run id (its
+        faults name the shared cluster's namespaces and processes)."""
+        return contextlib.nullcontext()
+
+    @classmethod
     def variant_for(cls, resources: Resources) -> type[Platform]:
         """The class that runs this layout (an adapter may pick a subclass, e.g. for
         ``isolation: netns``). Construct platforms through this."""
@@ -340,6 +367,12 @@ class Platform(ABC):
         self._state = JobState.PENDING
         self._submit(self.job)
         self._set_state(JobState.RUNNING)
+
+    def resubmit_steps(self) -> list[dict[str, str]]:
+        """What the recovery operator's manual restart is on this platform now, step by
+        step: each a ``command`` and the ``permission`` it needs (the runbook shows them).
+        Asked right before :meth:`resubmit`."""
+        return [{"command": "resubmit the job unchanged", "permission": "may submit the job"}]
 
     def poll(self) -> JobState:
         """The job's state now; records every change as a ``job_state`` event."""
@@ -495,8 +528,9 @@ class LinkActions(Protocol):
         ...
 
     def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
-        """Drop every packet of the node each way (or only those to and from ``peer``).
-        Apply results: ``rule``, ``dev``."""
+        """Drop every packet of the node each way (or only those to and from ``peer``;
+        ``peer="control-plane"``: only its traffic with the control plane, ability
+        ``link-cut-control-plane``). Apply results: ``rule``, ``dev``."""
         ...
 
 

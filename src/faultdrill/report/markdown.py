@@ -108,7 +108,7 @@ def _item_table(s: Item, t: Translator) -> list[str]:
 
 def _questions(s: Item, t: Translator) -> list[str]:
     q = s.questions
-    by, note2 = q.worker_lost_by, words.note_text(t, q.old_replica_note)
+    by, note2 = words.lost_by_text(t, q.worker_lost_by), words.note_text(t, q.old_replica_note)
     return [
         f"**{t('q.title')}**",
         "",

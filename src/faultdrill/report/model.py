@@ -363,10 +363,20 @@ class Expected(Record):
     state: str = ""
 
 
+class OperatorStep(Record):
+    """One step of a manual recovery on the platform: its command and the permission it
+    needs (Platform.resubmit_steps)."""
+
+    command: str | None = None
+    permission: str | None = None
+
+
 class OperatorAction(Record):
     action: str | None = None
     operator: str | None = None
     runbook: str | None = None
+    steps: list[OperatorStep] = []
+    at: str | None = None
 
 
 class When(Record):

@@ -56,6 +56,9 @@ _UNDO = {
     "netns": "ip netns del {name}",
     "netns-link": "ip -n {ns} link del {name}",
     "node-kill": "# killed processes cannot be revived; nothing to revert",
+    "slurm-drain": "scontrol update NodeName={node} State=RESUME",
+    "slurm-daemon": "kill -TERM {pid}  # {name} on {node}",
+    "slurmctld-stop": "slurmctld  # start the controller again (it keeps its saved state)",
 }
 
 
@@ -329,6 +332,13 @@ def _recovery(t: Translator, s: Item, plan: RecordedPlan) -> list[str]:
         lines.append("- " + t("manual.confirm", why=t("manual.confirm.plan")))
     if s.operator_actions:
         lines.append("- " + t("rb.recover.recorded", actions=words.actions(t, s.operator_actions)))
+    for a in s.operator_actions:
+        for step in a.steps:
+            at = a.at or "?"
+            lines.append(
+                "  - "
+                + t("rb.recover.step", command=step.command, permission=step.permission, at=at)
+            )
     return [*lines, ""]
 
 
@@ -343,7 +353,7 @@ def _observed(t: Translator, s: Item) -> list[str]:
         rel = at.since_injection_s if at else None
         val = t.seconds(rel) if rel is not None else t("when.none")
         if i == 1 and q.worker_lost_by:
-            val += f" ({q.worker_lost_by})"
+            val += f" ({words.lost_by_text(t, q.worker_lost_by)})"
         rf = q.resumed_from
         if i == 4 and rf is not None:
             val += "; " + (words.resumed(t, rf) if rf.checkpoint else t("resumed.scratch"))

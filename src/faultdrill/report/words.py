@@ -230,6 +230,27 @@ _NOTES = (
     (re.compile(r"no replica was lost: the job rode the fault out"), "note.rode-out"),
     (re.compile(r"no new incarnation started after the fault"), "note.no-restart"),
     (re.compile(r"pids \[(?P<pids>[0-9, ]*)\] never sampled"), "note.never-sampled"),
+    (
+        re.compile(
+            r"old replica pid\(s\) \[(?P<pids>[0-9, ]*)\] still alive when the job ended "
+            r"\(stopped only by the drill's clean-up\)"
+        ),
+        "note.outlived-job",
+    ),
+)
+
+#: Who deemed the worker lost, as the judge writes it (judge/analysis.py) -> message key.
+_LOST_BY = (
+    (
+        re.compile(
+            r"(?P<first>.+); the platform's own deciders \((?P<deciders>.*)\) decided nothing"
+        ),
+        "note.lost-by.deciders-silent",
+    ),
+    (
+        re.compile(r"(?P<by>.+); first noticed by (?P<first>.+), (?P<s>[0-9.]+) s earlier"),
+        "note.lost-by.noticed-first",
+    ),
 )
 
 
@@ -240,6 +261,16 @@ def note_text(t: Translator, note: str) -> str:
         if m is not None:
             return t(key, **m.groupdict())
     return note
+
+
+def lost_by_text(t: Translator, by: str) -> str:
+    """Who deemed the worker lost, in the report's language (the decisions themselves, event
+    kinds and sources, stay as recorded)."""
+    for pattern, key in _LOST_BY:
+        m = pattern.fullmatch(by)
+        if m is not None:
+            return t(key, **m.groupdict())
+    return by
 
 
 def item_title(t: Translator, s: Item) -> str:

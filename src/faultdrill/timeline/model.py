@@ -7,7 +7,14 @@ that checks over millions of steps stay vectorised. From these it derives:
 * *incarnations*: the generations of the job. Replicas that announced the same rendezvous
   endpoint (``MASTER_ADDR:MASTER_PORT``, unique per torchrun rendezvous round) form one
   incarnation; without an endpoint, a rank announcing itself twice starts a new one. We
-  count generations ourselves because ``TORCHELASTIC_RESTART_COUNT`` is per agent.
+  count generations ourselves because ``TORCHELASTIC_RESTART_COUNT`` is per agent. Under a
+  scheduler that restarts the whole job (a Slurm requeue), each replica also announces the
+  scheduler's job id and incarnation (``sched_job_id``, ``sched_incarnation`` in
+  ``run_start``): replicas of different scheduler incarnations never share a generation,
+  and a generation of a later scheduler incarnation supersedes every generation of an
+  earlier one, whenever either started (:meth:`Incarnation.supersedes`). A generation that
+  still made steps after a later scheduler incarnation started is *stale* (an old task on a
+  cut-off node that re-formed its own rendezvous): it is never anyone's successor.
 * process lives from the sampler (when each worker/agent pid was first seen, and when it
   ended: its exit event where the sampler followed it by event, else the first sample it
   was missing from);
@@ -49,6 +56,9 @@ class Incarnation:
 
     index: int
     master: str | None
+    #: The scheduler's incarnation of the job (Slurm's restart count) its replicas
+    #: announced; None when the launcher is not under such a scheduler.
+    sched: int | None = None
     members: dict[int, int] = field(default_factory=dict)  # pid -> rank
     starts: list[Event] = field(default_factory=list)
     loads: list[Event] = field(default_factory=list)  # ckpt_load / ckpt_none
@@ -61,6 +71,13 @@ class Incarnation:
     @property
     def started_mono(self) -> float:
         return min(e.mono for e in self.starts)
+
+    def supersedes(self, other: Incarnation) -> bool:
+        """Whether this generation replaced ``other``: a later scheduler incarnation, or,
+        within one (or without a scheduler), a later generation."""
+        if self.sched is not None and other.sched is not None and self.sched != other.sched:
+            return self.sched > other.sched
+        return self.index > other.index
 
     @property
     def ready_mono(self) -> float:
@@ -288,11 +305,30 @@ class Timeline:
         return None
 
     def incarnation_after(self, mono: float) -> Incarnation | None:
-        """The first generation that started after ``mono``."""
+        """The first generation that started after ``mono`` (a stale one is nobody's
+        successor: :meth:`stale_incarnations`)."""
+        stale = self.stale_incarnations()
         for inc in self.incarnations:
-            if inc.started_mono > mono:
+            if inc.started_mono > mono and inc.index not in stale:
                 return inc
         return None
+
+    def stale_incarnations(self) -> set[int]:
+        """Generations that made a step after a later scheduler incarnation had started
+        (old tasks that the scheduler could not stop, training on beside their successor)."""
+        out = set()
+        for old in self.incarnations:
+            if old.sched is None or old.last_step_mono is None:
+                continue
+            for new in self.incarnations:
+                if (
+                    new.sched is not None
+                    and new.sched > old.sched
+                    and old.last_step_mono > new.started_mono
+                ):
+                    out.add(old.index)
+                    break
+        return out
 
     def incarnation_at(self, mono: float) -> Incarnation | None:
         """The newest generation started at or before ``mono``."""
@@ -304,10 +340,12 @@ class Timeline:
 
     def final_incarnation(self) -> Incarnation | None:
         """The generation whose steps the run ended with (prefers one that ended ok)."""
-        finished = [i for i in self.incarnations if any(e.get("status") == "ok" for e in i.ends)]
+        stale = self.stale_incarnations()
+        live = [i for i in self.incarnations if i.index not in stale] or self.incarnations
+        finished = [i for i in live if any(e.get("status") == "ok" for e in i.ends)]
         if finished:
             return finished[-1]
-        stepped = [i for i in self.incarnations if i.first_step is not None]
+        stepped = [i for i in live if i.first_step is not None]
         return stepped[-1] if stepped else None
 
     def committed_chain(self) -> tuple[list[Segment], list[str]]:
@@ -384,20 +422,32 @@ class Timeline:
     def _derive_incarnations(self) -> None:
         starts = self.of("probe", "run_start")
         incs: list[Incarnation] = []
-        by_master: dict[str, Incarnation] = {}
+        by_master: dict[tuple[Any, Any, str], Incarnation] = {}
         current: Incarnation | None = None
         for ev in starts:
             master = ev.get("master")
             pid, rank = int(ev.get("pid", 0)), int(ev.get("rank", 0))
+            raw_sched = ev.get("sched_incarnation")
+            sched = (
+                int(raw_sched)
+                if isinstance(raw_sched, (int, str)) and str(raw_sched).isdigit()
+                else None
+            )
             if master:
-                inc = by_master.get(master)
+                key = (ev.get("sched_job_id"), sched, str(master))
+                inc = by_master.get(key)
                 if inc is None:
-                    inc = Incarnation(index=len(incs), master=master)
+                    inc = Incarnation(index=len(incs), master=master, sched=sched)
                     incs.append(inc)
-                    by_master[master] = inc
+                    by_master[key] = inc
             else:
-                if current is None or current.master or rank in current.members.values():
-                    current = Incarnation(index=len(incs), master=None)
+                if (
+                    current is None
+                    or current.master
+                    or rank in current.members.values()
+                    or current.sched != sched
+                ):
+                    current = Incarnation(index=len(incs), master=None, sched=sched)
                     incs.append(current)
                 inc = current
             inc.members[pid] = rank

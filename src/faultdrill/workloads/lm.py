@@ -67,6 +67,7 @@ stale-replica                  first incarnation's highest rank leaves an old re
 publish-before-durable         moves ``latest`` before ``state.pt`` is written and fsynced
 stale-eval-model               after a restore, evaluates a copy of the model as loaded, not
                                the model being trained (training and export stay correct)
+handover-stale                 Ray Train only (``lm_ray``): Ray is handed the previous checkpoint
 =============================  ==============================================================
 
 ``stale-replica`` starts its replica at most once per ``ckpt_dir`` (it claims the marker
@@ -109,6 +110,7 @@ from faultdrill.workloads._loader import StepBatches, make_loader
 from faultdrill.workloads.lm_config import (  # the config part needs no torch: plans use it
     BAD_MODES,
     DIGEST_FIELDS,
+    RAY_BAD_MODES,
     ConfigError,
     LMConfig,
     config_digest,
@@ -708,6 +710,11 @@ def run(cfg: LMConfig) -> None:
     whatever stopped training otherwise (no ``run_end`` then). The process group is
     destroyed before it returns or raises.
     """
+    if cfg.bad_mode in RAY_BAD_MODES:
+        raise ConfigError(
+            f"field 'bad_mode': {cfg.bad_mode!r} needs a platform that hands checkpoints "
+            "over (Ray Train: faultdrill.workloads.lm_ray)"
+        )
     _init_process_group(cfg)
     try:
         rank = dist.get_rank()

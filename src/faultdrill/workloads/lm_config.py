@@ -22,6 +22,7 @@ __all__ = [
     "BAD_MODES",
     "DIGEST_FIELDS",
     "LOADER_STARTS",
+    "RAY_BAD_MODES",
     "SAVE_ERRORS",
     "ConfigError",
     "LMConfig",
@@ -39,7 +40,13 @@ BAD_MODES = (
     "stale-replica",
     "publish-before-durable",
     "stale-eval-model",
+    "handover-stale",
 )
+#: Known-bad modes that only mean something under Ray Train (``workloads.lm_ray``): a
+#: platform that hands checkpoints over. ``handover-stale``: rank 0 hands Ray the previous
+#: checkpoint instead of the one just saved, so a retry is handed an older checkpoint than
+#: the newest valid one (as in ray-project/ray#36357, a retry restoring the wrong one).
+RAY_BAD_MODES = ("handover-stale",)
 SAVE_ERRORS = ("skip", "crash")
 LOADER_STARTS = ("fork", "spawn", "forkserver")
 
@@ -126,6 +133,7 @@ _MAX_INT = {
     "warmup_steps": 10**9,
     "seed": 2**63 - 1,
     "dataset_size": 1 << 40,
+    "eval_size": 1 << 40,
     "ckpt_every": 10**9,
     "ckpt_keep": 1000,
     "loader_workers": 256,

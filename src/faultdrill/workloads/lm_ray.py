@@ -30,8 +30,13 @@ Contract
   ``ckpt_load``/``ckpt_none`` carry ``handed_over`` (that id, or None) and ``handed_path``.
 * **publish-before-durable**: rank 0 hands the checkpoint to Ray (``report``) before its
   ``state.pt`` is written and fsynced.
+* **handover-stale** (Ray only): rank 0 reports the checkpoint before the one it just saved
+  (none at the first), so Ray holds, and a retry is handed, an older checkpoint than the
+  newest valid one: a retry restoring the wrong checkpoint (ray-project/ray#36357).
 * **Events**: every worker writes the probe events to the driver's
-  ``FAULTDRILL_EVENTS_DIR`` (same host, passed in the loop config). ``run_start`` carries
+  ``FAULTDRILL_EVENTS_DIR`` (same host, passed in the loop config), and exports it (with
+  the task id and ``RANK``) to its own environment, so that processes it starts
+  (DataLoader workers, helpers) find it as under torchrun. ``run_start`` carries
   ``master`` (``MASTER_ADDR:MASTER_PORT``, which Ray Train sets afresh for every worker
   group), ``group`` (a random id rank 0 draws and broadcasts: one per incarnation),
   ``node_rank`` and ``ray_node_ip``. Ray does not tell a worker which attempt it is:
@@ -66,10 +71,12 @@ PROG = "faultdrill.workloads.lm_ray"
 class RayCheckpoints(CheckpointBackend):
     """Checkpoints in Ray's experiment directory, handed over by Ray (see the module)."""
 
-    def __init__(self, ckpt_dir: str, rank: int) -> None:
+    def __init__(self, ckpt_dir: str, rank: int, *, stale: bool = False) -> None:
         super().__init__(ckpt_dir)
         self.rank = rank
+        self.stale = stale
         self._reported = False
+        self._previous: str | None = None  # handover-stale: what Ray is handed instead
 
     def load(self, verified: bool) -> tuple[_ckpt.LoadResult, dict[str, Any]]:
         import ray.train
@@ -99,7 +106,10 @@ class RayCheckpoints(CheckpointBackend):
 
     def after_save(self, rank: int, step: int, saved: _ckpt.Saved | None) -> None:
         if not self._reported:
-            self._report(step, os.path.dirname(saved.path) if saved is not None else None)
+            directory = os.path.dirname(saved.path) if saved is not None else None
+            if self.stale and directory is not None:  # known-bad: Ray gets the one before
+                directory, self._previous = self._previous, directory
+            self._report(step, directory)
         self._reported = False
 
     def _report(self, step: int, directory: str | None) -> None:
@@ -130,11 +140,16 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     cfg = config_from_dict(config["workload"], source=config["config_path"])
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
+    # What a process this worker starts (DataLoader workers, helpers) reads, as under
+    # torchrun: Ray starts workers from the raylet's environment, not the driver's.
+    os.environ.update({ENV_TASK_ID: config["task_id"], "RANK": str(rank)})
+    if config["events_dir"]:
+        os.environ[ENV_EVENTS_DIR] = config["events_dir"]
     probe = Probe(config["events_dir"], rank=rank, task_id=config["task_id"])
     trained = train_on_group(
         cfg,
         probe,
-        RayCheckpoints(cfg.ckpt_dir, rank),
+        RayCheckpoints(cfg.ckpt_dir, rank, stale=cfg.bad_mode == "handover-stale"),
         group=_group_id(rank),
         node_rank=ctx.get_node_rank(),
         ray_node_ip=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call,unused-ignore]

@@ -72,13 +72,16 @@ def _ns_pool_classes(netns: str) -> dict[str, Any]:
     }
 
 
-def api_client(kubeconfig: Path, netns: str | None = None) -> Any:
-    """A ``kubernetes.client.ApiClient`` for ``kubeconfig``; its connections are made in
-    network namespace ``netns`` when given. Raises EnvironmentPrepError."""
+def api_client(kubeconfig: Path, netns: str | None = None, *, context: str | None = None) -> Any:
+    """A ``kubernetes.client.ApiClient`` for ``kubeconfig`` (its ``context``, default the
+    current one); its connections are made in network namespace ``netns`` when given.
+    Raises EnvironmentPrepError."""
     k8s = kube()
     cfg = k8s.client.Configuration()
     try:
-        k8s.config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+        k8s.config.load_kube_config(
+            config_file=str(kubeconfig), context=context, client_configuration=cfg
+        )
     except (OSError, k8s.config.ConfigException) as exc:
         raise EnvironmentPrepError(f"{kubeconfig}: cannot load kubeconfig: {exc}") from exc
     cfg.retries = False  # a paused apiserver must show as an error, not as a slow call

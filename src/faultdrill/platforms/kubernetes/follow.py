@@ -14,7 +14,11 @@ object has one (``k8s_time``: epoch seconds; metav1.Time has whole seconds, Even
 ``k8s_pod``       a pod of the job changed: phase, node, deletion, ready, exit code,
                   restarts (``change`` names what changed)
 ``pod_bound``     a pod got its node (the scheduler's decision)
-``replica_lost``  a pod was marked for deletion (``deletion``: deleted/evicted) or failed
+``replica_started``  a pod of the job turned Running (its kubelet started it); ``k8s_time``
+                  is the pod's ``startTime``
+``replica_lost``  a pod was marked for deletion (``why``: deleted, which covers evictions)
+                  or failed; ``grace_s`` (deletion grace), ``pids`` (its processes when
+                  the platform can see them: the test cluster)
 ``pod_gone``      the pod object was removed
 ``k8s_event``     a core/v1 Event (reason, message, object, component)
 ================  ===============================================================
@@ -35,7 +39,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
 
-__all__ = ["Follower", "k8s_epoch", "node_view", "pod_view"]
+__all__ = ["DECIDERS", "Follower", "k8s_epoch", "node_view", "pod_view"]
+
+
+#: The sources of the control plane's decisions in these events (the platform emits them
+#: as its ``deciders``: judge.analysis prefers them to the agents' own symptoms).
+DECIDERS = ("node-lifecycle-controller", "kube-controller-manager", "kube-apiserver", "kubelet")
 
 
 def k8s_epoch(value: Any) -> float | None:
@@ -78,6 +87,8 @@ def pod_view(pod: Any) -> dict[str, Any]:
         "reason": (st.reason or "") if st else "",
         "exit_code": term.exit_code if term is not None else None,
         "restarts": cs.restart_count if cs is not None else 0,
+        "grace_s": pod.metadata.deletion_grace_period_seconds,
+        "started": k8s_epoch(st.start_time) if st else None,
         "k8s_time": k8s_epoch(pod.metadata.deletion_timestamp),
     }
 
@@ -93,11 +104,18 @@ class Follower:
     all namespaces) until :meth:`stop`. ``api`` returns the ``ApiClient`` to use."""
 
     def __init__(
-        self, api: Callable[[], Any], sink: EventSink, *, namespace: str, label_selector: str
+        self,
+        api: Callable[[], Any],
+        sink: EventSink,
+        *,
+        namespace: str,
+        label_selector: str,
+        pids_of: Callable[[str], list[int]] | None = None,
     ) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api())
+        self.pids_of = pids_of
         self.sink = sink
         self.namespace = namespace
         self.selector = label_selector
@@ -249,6 +267,16 @@ class Follower:
         self.sink.emit("platform", "k8s_pod", change=changed, initial=initial, **view)
         if view["node"] and (old is None or not old["node"]):
             self.sink.emit("platform", "pod_bound", pod=view["pod"], uid=uid, node=view["node"])
+        if view["phase"] == "Running" and (old is None or old["phase"] != "Running"):
+            self.sink.emit(
+                "platform",
+                "replica_started",
+                pod=view["pod"],
+                uid=uid,
+                node=view["node"],
+                source="kubelet",
+                k8s_time=view["started"],
+            )
         lost_now = view["deleting"] or view["phase"] == "Failed"
         lost_before = old is not None and (old["deleting"] or old["phase"] == "Failed")
         if lost_now and not lost_before:
@@ -260,7 +288,9 @@ class Follower:
                 node=view["node"],
                 why="deleted" if view["deleting"] else "failed",
                 exit_code=view["exit_code"],
-                source="kube-apiserver",
+                grace_s=view["grace_s"],
+                pids=self.pids_of(uid) if self.pids_of is not None else None,
+                source="kube-apiserver" if view["deleting"] else "kubelet",
                 k8s_time=view["k8s_time"],
             )
 

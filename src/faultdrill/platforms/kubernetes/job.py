@@ -1,38 +1,56 @@
-"""A distributed training job as a batch/v1 Job: one torchrun agent per pod, one pod per node.
+"""The training job's manifest: the built-in batch/v1 Job, and the values of a template.
 
 Kubernetes 1.20 has no Indexed Jobs (1.21) and no pod index anywhere, so ranks come from
 torchrun's c10d rendezvous, not from the pod: every pod runs the same command,
 ``torchrun --nnodes=MIN:N --rdzv-backend=c10d --rdzv-endpoint=<fixed address>
 --rdzv-conf=...,is_host=0 --local-addr=$(POD_IP) ...``, and the agents agree on ranks at
 each rendezvous round. The fixed address is a rendezvous store (a ``TCPStore`` server,
-:data:`STORE_MODULE`) outside the job's pods, on the control-plane host, so losing any pod
-or node leaves the rendezvous alive (with torchrun's own ``is_host`` store the pod hosting
-it is a single point of failure). It stands in for a Service in front of a store.
+:data:`STORE_MODULE`) outside the job's pods (on the test cluster: on the control-plane
+host), so losing any pod or node leaves the rendezvous alive (with torchrun's own
+``is_host`` store the pod hosting it is a single point of failure). It stands in for a
+Service in front of a store.
 
-The Job: ``parallelism = nodes`` and ``completions`` unset (the work-queue pattern: the
-Job is complete once one pod succeeded and none is active, and no pod is created after a
-success), ``restartPolicy: Never`` (a failed agent is replaced by the Job controller,
-counted against ``backoffLimit``), a required pod anti-affinity on the job's label (one
-pod per node), labels ``faultdrill.io/run`` and ``faultdrill.io/job`` on the Job and its
-pods (what faultdrill deletes at the end). Events and checkpoints go to host directories
-every pod sees (the test cluster's nodes share the host's filesystem), through the
-probe's ``FAULTDRILL_EVENTS_DIR``; they survive a pod's deletion.
+The built-in Job (:func:`builtin_template`, used on the test cluster when the plan gives no
+``manifest``): ``parallelism = nodes`` and ``completions`` unset (the work-queue pattern:
+the Job is complete once one pod succeeded and none is active, and no pod is created after
+a success), ``restartPolicy: Never`` (a failed agent is replaced by the Job controller,
+counted against ``backoffLimit``), a required pod anti-affinity (one pod per node). It is a
+template like any other (:mod:`.manifest`), filled by :func:`template_values`; events and
+checkpoints go to the run's directories, which every pod sees (the test cluster's nodes
+share the host's filesystem; a real cluster mounts the run directory from shared storage),
+so they survive a pod's deletion.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ENV_POD_UID", "LABEL_JOB", "LABEL_RUN", "STORE_MODULE", "TrainingJob", "store_argv"]
+if TYPE_CHECKING:
+    from faultdrill.plan.sections import Timeouts
+    from faultdrill.platforms.api import JobSpec
+    from faultdrill.platforms.kubernetes.manifest import Value
+
+__all__ = [
+    "AGENT_MODULE",
+    "ENV_POD_UID",
+    "LABEL_JOB",
+    "STORE_MODULE",
+    "builtin_template",
+    "job_name",
+    "rdzv_conf",
+    "store_argv",
+    "template_values",
+    "write_lm_config",
+]
 
 #: Set by the process kubelet in every pod process's environment (inherited by its
 #: descendants): how a pod's processes are found on the host.
 ENV_POD_UID = "FAULTDRILL_POD_UID"
-LABEL_RUN = "faultdrill.io/run"
 LABEL_JOB = "faultdrill.io/job"
 AGENT_MODULE = "faultdrill.platforms.local.agent"
 STORE_MODULE = "faultdrill.platforms.kubernetes.rdzv_store"
@@ -43,119 +61,121 @@ def store_argv(port: int) -> list[str]:
     return [sys.executable, "-m", STORE_MODULE, str(port)]
 
 
-@dataclass(frozen=True)
-class TrainingJob:
-    """Everything the manifest needs; :meth:`manifest` renders it."""
+def job_name(item_id: str, run_id: str) -> str:
+    """A DNS-1123 name for the item's job, unique per run id: ``<item>-<4 hex>``."""
+    base = re.sub(r"[^a-z0-9-]+", "-", item_id.lower()).strip("-")[:32] or "job"
+    return f"{base}-{hashlib.sha1(run_id.encode()).hexdigest()[:4]}"
 
-    name: str
-    run_id: str
-    task_id: str
-    nodes: int
-    rdzv: str  # host:port of the rendezvous store
-    events_dir: Path
-    work_dir: Path
-    argv: list[str]  # after the agent's options, e.g. ["-m", "faultdrill.workloads.lm", ...]
-    min_nodes: int = 1
-    procs_per_node: int = 1
-    max_restarts: int = 3
-    backoff_limit: int = 6
-    namespace: str = "default"
-    grace_s: int = 5
-    env: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def selector(self) -> str:
-        return f"{LABEL_JOB}={self.name}"
-
-    def labels(self) -> dict[str, str]:
-        return {LABEL_RUN: self.run_id, LABEL_JOB: self.name}
-
-    def agent_args(self) -> list[str]:
-        conf = ",".join(
-            [
-                "join_timeout=60",
-                "last_call_timeout=1",
-                "close_timeout=5",
-                "keep_alive_interval=1",
-                "keep_alive_max_attempt=3",
-                "read_timeout=10",
-                "is_host=0",
-            ]
-        )
-        return [
-            f"--nnodes={self.min_nodes}:{self.nodes}",
-            f"--nproc-per-node={self.procs_per_node}",
-            f"--max-restarts={self.max_restarts}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={self.rdzv}",
-            f"--rdzv-id={self.run_id}",
-            f"--rdzv-conf={conf}",
-            "--monitor-interval=0.1",
-            "--local-addr=$(POD_IP)",
-            *self.argv,
+def rdzv_conf(t: Timeouts) -> str:
+    """torchrun's ``--rdzv-conf`` from the plan's timeouts (the store is never the agent's)."""
+    return ",".join(
+        [
+            f"join_timeout={t.rdzv_join_s}",
+            f"last_call_timeout={t.rdzv_last_call_s}",
+            f"close_timeout={t.rdzv_close_s}",
+            f"keep_alive_interval={t.keep_alive_interval_s}",
+            f"keep_alive_max_attempt={t.keep_alive_max_attempt}",
+            f"read_timeout={t.rdzv_read_s}",
+            "is_host=0",
         ]
+    )
 
-    def pod_env(self) -> list[dict[str, Any]]:
-        plain = {
-            "FAULTDRILL_EVENTS_DIR": str(self.events_dir),
-            "FAULTDRILL_TASK_ID": self.task_id,
-            "FAULTDRILL_RUN_ID": self.run_id,
-            # restarted workers otherwise read the previous round's gloo addresses
-            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            "OMP_NUM_THREADS": "1",
-            "TMPDIR": str(self.work_dir / "tmp"),
-            "PYTHONUNBUFFERED": "1",
-            "LOGLEVEL": "INFO",
-            **self.env,
-        }
-        out: list[dict[str, Any]] = [
-            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        ]
-        return out + [{"name": k, "value": v} for k, v in plain.items()]
 
-    def manifest(self) -> dict[str, Any]:
-        """The batch/v1 Job object."""
-        affinity = {
-            "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "labelSelector": {"matchLabels": {LABEL_JOB: self.name}},
-                        "topologyKey": "kubernetes.io/hostname",
-                    }
-                ]
+def template_values(
+    job: JobSpec,
+    *,
+    name: str,
+    namespace: str,
+    rdzv_endpoint: str,
+    python: str,
+    rdzv: str,
+) -> dict[str, Value]:
+    """Every placeholder of :mod:`.manifest` for one drill item."""
+    return {
+        "run_id": job.run_id,
+        "job_name": name,
+        "namespace": namespace,
+        "task_id": job.task_id,
+        "entrypoint": list(job.argv),
+        "python": python,
+        "events_dir": str(job.events_dir),
+        "ckpt_dir": job.env.get("FAULTDRILL_CKPT_DIR", str(job.work_dir / "ckpt")),
+        "run_dir": str(job.work_dir),
+        "workload_config": str(job.work_dir / "workload.json"),
+        "nodes": len(job.nodes),
+        "min_nodes": job.min_nodes,
+        "procs_per_node": job.procs_per_node,
+        "max_restarts": job.max_restarts,
+        "rdzv_endpoint": rdzv_endpoint,
+        "rdzv_id": job.run_id,
+        "rdzv_conf": rdzv,
+    }
+
+
+def builtin_template(grace_s: int, monitor_s: float) -> dict[str, Any]:
+    """The built-in batch/v1 Job (see the module docstring), with placeholders."""
+    anti = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "labelSelector": {"matchLabels": {LABEL_JOB: "{{job_name}}"}},
+                "topologyKey": "kubernetes.io/hostname",
             }
-        }
-        container = {
-            "name": "trainer",
-            "image": "faultdrill/process-kubelet-runs-no-image",
-            "command": [sys.executable, "-m", AGENT_MODULE],
-            "args": self.agent_args(),
-            "env": self.pod_env(),
-            "workingDir": str(self.work_dir),
-        }
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": self.name, "labels": self.labels()},
-            "spec": {
-                # No completions: with completions = N, a pod evicted while its process
-                # finished the training (a partitioned kubelet) is not counted, and every
-                # replacement fails against the closed rendezvous: the Job never completes
-                # (measured, docs/kubernetes-notes.md).
-                "parallelism": self.nodes,
-                "backoffLimit": self.backoff_limit,
-                "template": {
-                    "metadata": {"labels": self.labels()},
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "terminationGracePeriodSeconds": self.grace_s,
-                        "affinity": affinity,
-                        "containers": [container],
-                    },
+        ]
+    }
+    plain = {
+        # restarted workers otherwise read the previous round's gloo addresses
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "LOGLEVEL": "INFO",
+    }
+    env: list[dict[str, Any]] = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    env += [{"name": k, "value": v} for k, v in plain.items()]
+    container = {
+        "name": "trainer",
+        "image": "faultdrill/process-kubelet-runs-no-image",
+        "command": ["{{python}}", "-m", AGENT_MODULE],
+        "args": [
+            "--nnodes={{min_nodes}}:{{nodes}}",
+            "--nproc-per-node={{procs_per_node}}",
+            "--max-restarts={{max_restarts}}",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint={{rdzv_endpoint}}",
+            "--rdzv-id={{rdzv_id}}",
+            "--rdzv-conf={{rdzv_conf}}",
+            f"--monitor-interval={monitor_s:g}",
+            "--local-addr=$(POD_IP)",
+            "{{entrypoint}}",
+        ],
+        "env": env,
+        "workingDir": "{{run_dir}}",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "{{job_name}}"},
+        "spec": {
+            # No completions: with completions = N, a pod evicted while its process
+            # finished the training (a partitioned kubelet) is not counted, and every
+            # replacement fails against the closed rendezvous: the Job never completes
+            # (measured, docs/kubernetes-notes.md).
+            "parallelism": "{{nodes}}",
+            "backoffLimit": 6,
+            "template": {
+                "metadata": {"labels": {LABEL_JOB: "{{job_name}}"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": grace_s,
+                    "affinity": {"podAntiAffinity": anti},
+                    "containers": [container],
                 },
             },
-        }
+        },
+    }
 
 
 def write_lm_config(path: Path, ckpt_dir: Path, **fields: Any) -> Path:

@@ -8,7 +8,8 @@ the apiserver for real. Run as ``python -m faultdrill.platforms.kubernetes.kubel
 What it does (the design of ``../shared/notes/kubernetes.md`` section 9):
 
 * **Node**: registers Node ``N`` (capacity cpu 4, memory 8Gi, pods 110; Ready=True and the
-  three pressure conditions False; InternalIP ``A``); renews Lease ``kube-node-lease/N``
+  three pressure conditions False; InternalIP ``A``; the ``--taint`` s given, as a real
+  kubelet's ``--register-with-taints``); renews Lease ``kube-node-lease/N``
   every 2 s and posts NodeStatus every 10 s (the node controller's 10 s grace needs both).
 * **Pods**: lists then watches pods with ``spec.nodeName=N`` (re-listed at least every
   30 s). A new pod's ``containers[0]`` ``command + args`` runs with its ``env``
@@ -36,8 +37,8 @@ Not emulated: images, volumes (no service-account token mounted), probes, init a
 sidecar containers (only ``containers[0]`` runs), resource limits, logs/exec (no kubelet
 API), adopting running pods after the kubelet itself restarted (it starts them again).
 
-Events (when ``--events-dir`` is given) go to ``<E>/kubelet-<N>.jsonl`` as ``platform``
-events on the host's clocks: ``kubelet_start``, ``kubelet_registered``, ``pod_started``,
+Events (when ``--events-dir`` is given, or the drill item named by ``--events-target``: see
+``_Events``) go to ``<E>/kubelet-<N>.jsonl`` as ``platform`` events on the host's clocks: ``kubelet_start``, ``kubelet_registered``, ``pod_started``,
 ``pod_exited``, ``pod_restart``, ``pod_killing``, ``pod_killed``, ``pod_deleted``,
 ``heartbeat_failed``, ``heartbeat_ok``, ``kubelet_paused``, ``kubelet_resumed``.
 """
@@ -112,19 +113,57 @@ class PodRun:
 
 
 class _Events:
-    def __init__(self, events_dir: str, task: str, node: str) -> None:
+    """The kubelet's events: to its log always, and to ``<events dir>/kubelet-<node>.jsonl``
+    of the drill item running now. The item is named by the file ``target`` (JSON
+    ``{"events_dir": ..., "task": ...}``, written by the harness when an item starts and
+    removed when it ends), re-read whenever it changes, so one kubelet serves every item
+    of a run; ``events_dir`` given alone is a fixed target."""
+
+    def __init__(self, events_dir: str, task: str, node: str, target: str = "") -> None:
+        self.node = node
+        self.target = target
         self.fd: int | None = None
+        self.stamp: tuple[float, int] | None = None
+        self.lock = threading.Lock()  # the heartbeat, sync and kill threads all emit
         self.base = {"src": "platform", "task": task, "node": node, "source": "process-kubelet"}
         if events_dir:
-            path = os.path.join(events_dir, f"kubelet-{node}.jsonl")
-            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._open(events_dir)
+
+    def _open(self, events_dir: str) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if events_dir:
+            path = os.path.join(events_dir, f"kubelet-{self.node}.jsonl")
+            with contextlib.suppress(OSError):  # the item's directory is gone: log only
+                self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _follow_target(self) -> None:
+        try:
+            st = os.stat(self.target)
+            stamp: tuple[float, int] | None = (st.st_mtime, st.st_size)
+        except OSError:
+            stamp = None
+        if stamp == self.stamp:
+            return
+        self.stamp = stamp
+        want: dict[str, Any] = {}
+        if stamp is not None:
+            with contextlib.suppress(OSError, ValueError):
+                want = json.loads(Path(self.target).read_text())
+        self.base["task"] = str(want.get("task", ""))
+        self._open(str(want.get("events_dir", "")))
 
     def emit(self, kind: str, **fields: Any) -> None:
-        line = {"ts": time.time(), "mono": time.monotonic(), **self.base, "kind": kind, **fields}
-        text = json.dumps(line, default=str)
-        print(text, flush=True)  # the kubelet's log
-        if self.fd is not None:
-            os.write(self.fd, (text + "\n").encode())
+        with self.lock:
+            if self.target:
+                self._follow_target()
+            line = {"ts": time.time(), "mono": time.monotonic(), **self.base, "kind": kind}
+            text = json.dumps({**line, **fields}, default=str)
+            print(text, flush=True)  # the kubelet's log
+            if self.fd is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self.fd, (text + "\n").encode())
 
 
 class ProcessKubelet:
@@ -140,9 +179,10 @@ class ProcessKubelet:
         self.ifname: str = args.ifname
         self.dir = Path(args.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.taints: list[str] = list(args.taint or [])
         self.lease_s: float = args.lease_s
         self.status_s: float = args.status_s
-        self.events = _Events(args.events_dir, args.task, self.node)
+        self.events = _Events(args.events_dir, args.task, self.node, args.events_target)
         api = api_client(Path(args.kubeconfig))
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
@@ -228,6 +268,7 @@ class ProcessKubelet:
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": self.node, "labels": labels},
+            "spec": {"taints": [_taint(t) for t in self.taints]},
             "status": self._node_status(),
         }
         try:
@@ -652,6 +693,15 @@ class ProcessKubelet:
         self.wake.set()
 
 
+def _taint(text: str) -> dict[str, str]:
+    """``KEY=VALUE:EFFECT`` (or ``KEY:EFFECT``) as a Node taint."""
+    pair, _, effect = text.rpartition(":")
+    key, _, value = pair.partition("=")
+    return (
+        {"key": key, "value": value, "effect": effect} if value else {"key": key, "effect": effect}
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m faultdrill.platforms.kubernetes.kubelet")
     ap.add_argument("--node", required=True)
@@ -661,6 +711,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", required=True)
     ap.add_argument("--events-dir", default=os.environ.get("FAULTDRILL_EVENTS_DIR", ""))
     ap.add_argument("--task", default=os.environ.get("FAULTDRILL_TASK_ID", ""))
+    ap.add_argument("--events-target", default="", help="file naming the item's events dir")
+    ap.add_argument(
+        "--taint",
+        action="append",
+        help="KEY=VALUE:EFFECT the Node is registered with (a kubelet's --register-with-taints)",
+    )
     ap.add_argument("--lease-s", type=float, default=2.0)
     ap.add_argument("--status-s", type=float, default=10.0)
     args = ap.parse_args(argv)

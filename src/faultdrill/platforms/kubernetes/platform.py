@@ -1,468 +1,573 @@
-"""DRAFT adapter: the job as a batch/v1 Job on the Kubernetes test cluster.
+"""``platform: kubernetes``: the job as a Kubernetes workload, followed through the API.
 
-Against the current ``platforms/api.py`` contract (``_prepare/_submit/_poll/_signal_all/
-_any_alive/_teardown``, ``replicas``, ``nodes``), with the actions of the platform-actions
-seam (issue 10) as plain methods returning :class:`Change` (a local mirror of the seam's
-dataclass until ``platforms/api.py`` has it). Apply one with :func:`apply_change`: recorded
-in the ledger first, then made. NOT registered in ``PLATFORMS`` yet: plans cannot name it.
+:class:`KubernetesPlatform` drives a cluster given by a kubeconfig
+(``resources.kubernetes.kubeconfig``); :class:`~.testplatform.TestClusterPlatform` (chosen
+by ``variant_for`` for ``test_cluster: true``) adds the test cluster faultdrill starts on
+this host, with the faults that need its machines. Both:
 
-======================  =====================================================================
-action                  on the test cluster
-======================  =====================================================================
-``delete_pod``          delete the rank's pod (grace as given; the kubelet TERMs, then KILLs)
-``signal_rank``         signal the rank's worker process directly (the platform notices later)
-``node_down``           cut the node's link, then SIGKILL everything in its cgroup (kubelet and
-                        pod processes): the node stops heart-beating; NotReady, taint, eviction
-                        follow. Undo: link up, kubelet started again (in process; cleanup only
-                        takes the link back)
-``node_drain``          cordon (``spec.unschedulable``) then evict each pod of the job on the node
-                        through the Eviction API. Undo: uncordon
-``partition``           pause the node's kubelet (no API calls) and cut its link: the control
-                        plane loses the node, its pod processes keep running (split brain). Undo:
-                        link up, kubelet resumed (it then kills what was evicted meanwhile)
-``control_plane_pause`` SIGSTOP kube-apiserver. Undo: SIGCONT
-``control_plane_stop``  SIGKILL kube-apiserver. Undo: start it again (in process only)
-======================  =====================================================================
+* **submit**: the plan's manifest template (or, on the test cluster, the built-in batch/v1
+  Job of torchrun agents), filled and labelled (:mod:`.manifest`), recorded in the ledger
+  (``k8s-objects``) BEFORE its first object is created, then created in order; a copy of
+  what was created is kept in the item's directory (``k8s-manifest.yaml``);
+* **observe**: watches on nodes, the job's pods and the cluster's events
+  (:class:`~.follow.Follower`) put the control plane's decisions on the timeline; the job's
+  state is its conditions (:func:`~.manifest.job_state`);
+* **stop and tear down**: the job deleted (its pods get their grace), then every object of
+  the recorded kinds carrying this item's ``faultdrill.io/run`` label, and the pods; the
+  ledger entry closed once nothing is left.
+
+The probe's events reach the harness through the run directory, which every pod sees at
+the same path (see ``docs/kubernetes.md``): on the test cluster the nodes share this
+host's filesystem; on a real cluster the template mounts shared storage (NFS, an RWX
+volume) that the harness mounts at the same path. Files on it survive a pod's deletion,
+unlike a pod's log.
+
+Actions through the API (any cluster): ``kill-worker`` deletes the rank's pod (grace 0 for
+SIGKILL, the pod's own for SIGTERM), ``node-drain`` cordons the node (undo: uncordon) and
+evicts the job's pods on it through the Eviction API. A real cluster's machines are out of
+reach: faults that need them are refused at plan validation (:meth:`why_not`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import signal as _signal
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import yaml
+
 from faultdrill.errors import FaultError, PlatformError
-from faultdrill.ledger import PATH, THIS_RUN, undoer
-from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Platform, Replica
-from faultdrill.platforms.kubernetes.job import ENV_POD_UID, LABEL_RUN, TrainingJob, store_argv
-from faultdrill.platforms.kubernetes.testcluster import TestCluster
-from faultdrill.platforms.local import owned, procfs
-from faultdrill.platforms.local.linux import ns_run
+from faultdrill.ledger import undoer
+from faultdrill.platforms.api import (
+    Ability,
+    Change,
+    JobSpec,
+    JobState,
+    NodeInfo,
+    Note,
+    Platform,
+    Replica,
+    register,
+)
+from faultdrill.platforms.kubernetes import manifest as mf
+from faultdrill.platforms.kubernetes.follow import DECIDERS
+from faultdrill.platforms.kubernetes.job import (
+    builtin_template,
+    job_name,
+    rdzv_conf,
+    template_values,
+)
+from faultdrill.platforms.kubernetes.objects import Objects, api_for, is_not_found
+from faultdrill.platforms.local import owned
+from faultdrill.probe import ENV_CLOCK_OFFSET, ENV_PID_PER_HOST
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
     from faultdrill.ledger import Ledger
     from faultdrill.plan import Resources
+    from faultdrill.plan.sections import KubernetesSettings
     from faultdrill.platforms.kubernetes.follow import Follower
 
-__all__ = ["Change", "KubernetesPlatform", "apply_change"]
+__all__ = ["KubernetesPlatform"]
 
-RDZV_PORT = 29400
-#: Live test clusters of this process by ledger run id: undos that need the cluster
-#: (start the apiserver or a kubelet again) find it here; in ``faultdrill cleanup`` there is
-#: none, and the cluster is being removed anyway.
-_LIVE: dict[str, TestCluster] = {}
-
-
-@dataclass(frozen=True)
-class Change:
-    """One change an action makes (mirror of the seam's ``Change``)."""
-
-    kind: str
-    data: dict[str, Any]
-    label: str
-    command: str
-    apply: Callable[[], dict[str, Any] | None]
-    reversible: bool = True
+#: What the API alone can do on any cluster.
+API_ABILITIES = frozenset({Ability.SIGNAL_RANK, Ability.NODE_DRAIN, Ability.CHECKPOINT_FILES})
+_NEEDS_MACHINES = (
+    "needs the cluster's machines, which faultdrill reaches only on the test cluster; "
+    "set resources.kubernetes: {test_cluster: true}"
+)
 
 
-def apply_change(ledger: Ledger, change: Change) -> dict[str, Any] | None:
-    """Record, apply, mark applied (an irreversible change is closed at once)."""
-    eid = ledger.record(change.kind, change.data, change.label)
-    out = change.apply()
-    ledger.mark_applied(eid)
-    if not change.reversible:
-        ledger.revert(eid)
-    return out
-
-
-# --- undos ------------------------------------------------------------------------------
-
-
-@undoer("k8s-done", owns={})  # acts on nothing
-def _undo_done(data: dict[str, Any]) -> None:
-    """A delivered signal, a deleted pod, an eviction: nothing to take back."""
-
-
-@undoer("k8s-link-down", owns={"ns": owned.NETNS, "dev": owned.IFACE})
-def _undo_link_down(data: dict[str, Any]) -> None:
-    """Set the recorded veth up again (gone with its namespace is fine)."""
-    ns, dev = str(data["ns"]), str(data["dev"])
-    if ns_run(ns, ["ip", "link", "show", "dev", dev], check=False).returncode == 0:
-        ns_run(ns, ["ip", "link", "set", "dev", dev, "up"])
-
-
-@undoer("k8s-kubelet-pause", owns={"file": PATH})
-def _undo_kubelet_pause(data: dict[str, Any]) -> None:
-    Path(str(data["file"])).unlink(missing_ok=True)
-
-
-@undoer("k8s-kubelet-down", owns={"run_id": THIS_RUN})
-def _undo_kubelet_down(data: dict[str, Any]) -> None:
-    """Start the node's kubelet again when its cluster lives in this process."""
-    cluster = _LIVE.get(str(data["run_id"]))
-    if cluster is not None and f"kubelet-{data['node']}" not in cluster.daemons:
-        cluster.start_kubelet(str(data["node"]))
-
-
-@undoer("k8s-apiserver-down", owns={"run_id": THIS_RUN})
-def _undo_apiserver_down(data: dict[str, Any]) -> None:
-    cluster = _LIVE.get(str(data["run_id"]))
-    if cluster is not None and "kube-apiserver" not in cluster.daemons:
-        cluster.restart_apiserver()
-
-
-@undoer("k8s-cordon", owns={"run_id": THIS_RUN})
+@undoer("k8s-cordon", owns={"netns": owned.NETNS})
 def _undo_cordon(data: dict[str, Any]) -> None:
-    cluster = _LIVE.get(str(data["run_id"]))
-    if cluster is None:
-        return  # cleanup: the cluster goes with its etcd data
+    """Uncordon the recorded node (gone with its test cluster, or gone: nothing to do)."""
+    api = api_for(data)
+    if api is None:
+        return
     from kubernetes import client
 
-    client.CoreV1Api(cluster.api()).patch_node(
-        str(data["node"]), {"spec": {"unschedulable": None}}, _request_timeout=10
-    )
+    try:
+        client.CoreV1Api(api).patch_node(
+            str(data["node"]), {"spec": {"unschedulable": None}}, _request_timeout=10
+        )
+    except Exception as exc:
+        if not is_not_found(exc):
+            raise
 
 
-# --- the adapter ------------------------------------------------------------------------
+#: The variants ``variant_for`` picks, by name; each registers itself on import (its
+#: module imports this one: naming it here would close an import circle).
+VARIANTS: dict[str, type[Platform]] = {}
 
 
+@register
 class KubernetesPlatform(Platform):
-    """The job as a batch/v1 Job on the test cluster (control plane real, kubelet emulated)."""
+    """The job on a cluster given by kubeconfig (see the module docstring)."""
 
     name: ClassVar[str] = "kubernetes"
+    test_cluster: ClassVar[bool] = False
 
     def __init__(
         self, resources: Resources, work_dir: Path, ledger: Ledger, sink: EventSink
     ) -> None:
         super().__init__(resources, work_dir, ledger, sink)
-        self.cluster = TestCluster(
-            work_dir, ledger, sink, workers=resources.nodes, spares=resources.spares
-        )
+        assert resources.kubernetes is not None  # the plan requires the section
+        self.settings: KubernetesSettings = resources.kubernetes
+        self.namespace = self.settings.namespace
+        self.label = mf.run_label(ledger.run_id)
+        self.selector = f"{mf.LABEL_RUN}={self.label}"
+        self.node_names = [f"n{i}" for i in range(1, resources.nodes + 1)]
+        self.spare_names = [
+            f"n{i}" for i in range(resources.nodes + 1, resources.nodes + resources.spares + 1)
+        ]
         self.follower: Follower | None = None
-        self.training: TrainingJob | None = None
-        self.namespace = "default"
+        self.docs: list[dict[str, Any]] = []
+        self._objects_entry: str | None = None
+        self._client: Any = None
+        self._pods: dict[tuple[int, int], str] = {}  # replica (pid, start) -> its pod's name
+        self._reader: threading.Thread | None = None
+        self._reading_done = threading.Event()
+        self._read: JobState | None = None
         self._submits = 0
+
+    # --- abilities ----------------------------------------------------------------------
+
+    @classmethod
+    def abilities_for(cls, resources: Resources) -> frozenset[Ability]:
+        k8s = resources.kubernetes
+        if k8s is not None and k8s.test_cluster:
+            return VARIANTS["test-cluster"].abilities_for(resources)
+        return API_ABILITIES
+
+    @classmethod
+    def why_not(cls, ability: Ability, resources: Resources) -> str:
+        return f"{ability.value} {_NEEDS_MACHINES}"
+
+    @classmethod
+    def variant_for(cls, resources: Resources) -> type[Platform]:
+        if resources.kubernetes is not None and resources.kubernetes.test_cluster:
+            return VARIANTS["test-cluster"]
+        return cls
+
+    @classmethod
+    def machine_lacks(cls, abilities: frozenset[Ability]) -> dict[Ability, str]:
+        from faultdrill.platforms.kubernetes.client import client_missing
+
+        why = client_missing()
+        return dict.fromkeys(abilities, why) if why else {}
+
+    # --- the API --------------------------------------------------------------------------
+
+    def api(self) -> Any:
+        """The harness's ``ApiClient`` for the cluster."""
+        if self._client is None:
+            from faultdrill.platforms.kubernetes.client import api_client
+
+            assert self.settings.kubeconfig is not None
+            self._client = api_client(Path(self.settings.kubeconfig), context=self.settings.context)
+        return self._client
+
+    def api_record(self) -> dict[str, Any]:
+        """What an undo needs to reach the API again (``objects.api_for``)."""
+        return {"kubeconfig": self.settings.kubeconfig, "context": self.settings.context}
+
+    def core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api())
+
+    def objects(self) -> Objects:
+        return Objects(self.api())
 
     # --- the contract -------------------------------------------------------------------
 
     def _prepare(self) -> None:
         from faultdrill.platforms.kubernetes.follow import Follower
 
-        _LIVE[self.ledger.run_id] = self.cluster
-        self.cluster.start()
-        self.cluster.start_daemon("rdzv-store", store_argv(RDZV_PORT))
+        self.sink.emit("platform", "deciders", sources=list(DECIDERS), platform=self.name)
+        self.declare_observability()
         self.follower = Follower(
-            self.cluster.api,
+            self.api,
             self.sink,
             namespace=self.namespace,
-            label_selector=f"{LABEL_RUN}={self.ledger.run_id}",
+            label_selector=self.selector,
+            pids_of=self.pod_pids_of,
         )
         self.follower.start()
 
-    def _batch(self) -> Any:
-        from kubernetes import client
+    def declare_observability(self) -> None:
+        """A real cluster's processes run on its machines: the checks that need the process
+        table say so (retest), and the run goes on past such a baseline."""
+        self.sink.emit(
+            "platform",
+            "unobservable",
+            what="processes",
+            why_id="resources.unobservable.kubeconfig",
+            why="the pods run on the machines of a cluster given by kubeconfig; only the "
+            "test cluster's processes are sampled",
+        )
 
-        return client.BatchV1Api(self.cluster.api())
+    def pod_pids_of(self, uid: str) -> list[int]:
+        """Live processes of the pod with ``uid`` (none known on a real cluster)."""
+        return []
 
-    def _core(self) -> Any:
-        from kubernetes import client
+    def template(self) -> list[dict[str, Any]]:
+        """The manifest's documents, placeholders unfilled."""
+        if self.settings.manifest is None:
+            t = self.resources.timeouts
+            return [builtin_template(self.settings.pod_grace_s, t.monitor_interval_s)]
+        try:
+            return mf.load_template(Path(self.settings.manifest))
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise PlatformError(f"manifest {self.settings.manifest}: {exc}") from exc
 
-        return client.CoreV1Api(self.cluster.api())
+    def rendezvous_endpoint(self) -> str:
+        return self.settings.rendezvous or ""
+
+    def python(self) -> str:
+        """``{{python}}``: the interpreter the pods run (a real cluster: its image's)."""
+        return "python3"
+
+    def pod_env(self, job: JobSpec) -> list[dict[str, Any]]:
+        """The probe's environment, put into every container of the job."""
+        plain = {
+            **job.env,
+            "FAULTDRILL_EVENTS_DIR": str(job.events_dir),
+            "FAULTDRILL_TASK_ID": job.task_id,
+            "FAULTDRILL_RUN_ID": job.run_id,
+            **self.clock_env(),
+        }
+        env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
+        node = {"fieldRef": {"fieldPath": "spec.nodeName"}}
+        return [*env, {"name": "FAULTDRILL_NODE", "valueFrom": node}]
+
+    def clock_env(self) -> dict[str, str]:
+        """The pods run on other hosts, in pid namespaces of their own: their events'
+        ``mono`` is put on the harness's clock through the wall clock (as good as the hosts'
+        sync) and their pids carry their host name (``probe.mono_clock``, ``own_pid``)."""
+        return {
+            ENV_CLOCK_OFFSET: f"{time.time() - time.monotonic():.6f}",
+            ENV_PID_PER_HOST: "1",  # each pod numbers its processes from 1
+        }
+
+    def render(self, job: JobSpec) -> list[dict[str, Any]]:
+        """The item's objects, filled, labelled and given the probe's environment."""
+        values = template_values(
+            job,
+            name=job_name(self.work_dir.name, f"{job.run_id}/{self._submits}"),
+            namespace=self.namespace,
+            rdzv_endpoint=self.rendezvous_endpoint(),
+            python=self.python(),
+            rdzv=rdzv_conf(self.resources.timeouts),
+        )
+        try:
+            docs = [mf.render(d, values) for d in self.template()]
+        except KeyError as exc:
+            raise PlatformError(f"manifest placeholder {exc} has no value") from exc
+        labels = {mf.LABEL_RUN: self.label, mf.LABEL_TASK: _label_safe(job.task_id)}
+        return mf.inject(docs, labels, self.pod_env(job))
 
     def _submit(self, job: JobSpec) -> None:
-        if self.training is not None:  # a resubmission: the old Job goes first
-            self._delete_job(grace_s=0)
+        if self.docs:  # a resubmission: the previous objects go first
+            self._delete_objects(grace_s=0)
+            self.wait_pods_gone(30.0)
+            self._read = None
         self._submits += 1
-        name = f"train-{self._submits}"
-        self.training = TrainingJob(
-            name=name,
-            run_id=self.ledger.run_id,
-            task_id=job.task_id,
-            nodes=len(job.nodes),
-            min_nodes=job.min_nodes,
-            procs_per_node=job.procs_per_node,
-            max_restarts=job.max_restarts,
-            rdzv=f"{self.cluster.address}:{RDZV_PORT}",
-            events_dir=job.events_dir,
-            work_dir=job.work_dir,
-            argv=list(job.argv),
-            env={k: v for k, v in job.env.items() if k not in ("FAULTDRILL_RUN_ID",)},
+        docs = self.render(job)
+        kinds = list(dict.fromkeys((str(d["apiVersion"]), str(d["kind"])) for d in docs))
+        data = {
+            **self.api_record(),
+            "namespace": self.namespace,
+            "selector": self.selector,
+            "kinds": [list(k) for k in kinds],
+            "test_cluster": self.test_cluster,
+        }
+        if self._objects_entry is None:
+            self._objects_entry = self.ledger.record(
+                "k8s-objects", data, f"objects labelled {self.selector} in {self.namespace}"
+            )
+        (self.work_dir / "k8s-manifest.yaml").write_text(yaml.safe_dump_all(docs))
+        self.docs = docs
+        objects = self.objects()
+        for doc in docs:
+            try:
+                objects.create(doc, self.namespace)
+            except Exception as exc:  # the API's refusal, in its own words
+                body = getattr(exc, "body", None) or exc
+                raise PlatformError(
+                    f"cannot create {doc['kind']} {doc['metadata'].get('name')}: {body}"
+                ) from exc
+        self.ledger.mark_applied(self._objects_entry)
+        jobdoc = mf.job_document(docs)
+        self.sink.emit(
+            "platform",
+            "k8s_job_created",
+            job_kind=jobdoc["kind"],
+            job=jobdoc["metadata"]["name"],
+            namespace=self.namespace,
+            selector=self.selector,
+            objects=[f"{d['kind']}/{d['metadata'].get('name')}" for d in docs],
         )
-        (job.work_dir / "tmp").mkdir(parents=True, exist_ok=True)
-        try:
-            self._batch().create_namespaced_job(self.namespace, self.training.manifest())
-        except Exception as exc:
-            raise PlatformError(f"cannot create Job {name}: {exc}") from exc
-        self.sink.emit("platform", "k8s_job_created", job=name, selector=self.training.selector)
 
     def _poll(self) -> JobState:
-        if self.training is None:
+        """The job's state as last read by the state reader (the engine's loop never
+        waits on the API: a paused apiserver must not delay the fault's own revert)."""
+        if not self.docs:
             return JobState.PENDING
-        try:
-            st = (
-                self._batch()
-                .read_namespaced_job_status(self.training.name, self.namespace, _request_timeout=5)
-                .status
+        if self._reader is None or not self._reader.is_alive():
+            self._reader = threading.Thread(
+                target=self._read_state, name="k8s-job-state", daemon=True
             )
-        except Exception:  # the apiserver is away: the job's state is unknown, not changed
-            return self._state
-        for cond in st.conditions or []:
-            if cond.status == "True" and cond.type == "Complete":
-                return JobState.SUCCEEDED
-            if cond.status == "True" and cond.type == "Failed":
-                return JobState.FAILED
-        return JobState.RUNNING
+            self._reader.start()
+        return self._read or JobState.RUNNING
+
+    def _read_state(self) -> None:
+        """Read the job's state every 0.5 s until the item ends; keep the last one read
+        (unknown while the apiserver is away: the state is not changed)."""
+        while not self._reading_done.is_set():
+            with contextlib.suppress(Exception):
+                jobdoc = mf.job_document(self.docs)  # a resubmission renews it
+                obj = self.objects().read(jobdoc, self.namespace)
+                self._read = mf.job_state(jobdoc, obj)
+            self._reading_done.wait(0.5)
 
     def nodes(self) -> list[NodeInfo]:
-        views = self.follower.nodes if self.follower else {}
+        views = self.follower.nodes if self.follower is not None else {}
         out = []
-        for i, node in enumerate(self.cluster.workers):
+        for node in [*self.node_names, *self.spare_names]:
             view = views.get(node)
             state = "up" if view is None or view["ready"] == "True" else "down"
             if view is not None and view["unschedulable"]:
                 state = "drained"
-            spare = i >= self.resources.nodes
-            out.append(NodeInfo(node, self.cluster.nodes.address(node), state, spare))
+            out.append(NodeInfo(node, self.node_address(node), state, node in self.spare_names))
         return out
 
-    def pod_pids(self, node: str | None = None) -> list[int]:
-        """Live processes of the job's pods (every process carrying a pod uid), by node."""
-        nodes = [node] if node else self.cluster.workers
-        return [
-            pid
-            for n in nodes
-            for pid in self.cluster.nodes.cgroup(n).pids()
-            if ENV_POD_UID in procfs.environ(pid)
-        ]
+    def node_address(self, node: str) -> str:
+        return ""
 
     def replicas(self) -> list[Replica]:
-        from faultdrill.platforms.local.platform import describe_process
-
-        out = []
-        for node in self.cluster.workers:
-            for pid in self.pod_pids(node):
-                rep = describe_process(pid, node)
-                if rep is not None:
-                    out.append(rep)
-        return out
+        """A real cluster's processes are out of reach: none are sampled (the resource
+        checks say so); ranks are found from the probe's events (:meth:`rank_replica`)."""
+        return []
 
     def _signal_all(self, sig: int) -> None:
-        if sig == _signal.SIGTERM and self.training is not None:
-            self._delete_job(grace_s=self.training.grace_s)
-            return
-        for pid in self.pod_pids():
-            procfs.kill_checked(pid, None, sig)
+        grace = None if sig == _signal.SIGTERM else 0
+        self._delete_objects(grace_s=grace)
+
+    def leftovers(self) -> list[str]:
+        """Pods of the job still pending or running after it ended (not being deleted);
+        none known when the API does not answer (the job's end was read from it just before)."""
+        try:
+            pods = self._live_pods()
+        except Exception:
+            return []
+        return [
+            f"pod {p['metadata']['name']} still {(p.get('status') or {}).get('phase')}"
+            for p in pods
+            if (p.get("status") or {}).get("phase") in ("Pending", "Running")
+        ]
 
     def _any_alive(self) -> bool:
-        return bool(self.pod_pids())
+        try:
+            pods = self.objects().labelled_pods(self.namespace, self.selector)
+        except Exception:  # cannot tell: treated as gone, the tear-down deletes by label
+            return False
+        return any((p.get("status") or {}).get("phase") in ("Pending", "Running") for p in pods)
 
-    def _delete_job(self, grace_s: int) -> None:
-        assert self.training is not None
+    def _delete_objects(self, grace_s: int | None) -> None:
+        kinds = [(str(d["apiVersion"]), str(d["kind"])) for d in self.docs]
         with contextlib.suppress(Exception):  # gone already, or the apiserver is away
-            self._batch().delete_namespaced_job(
-                self.training.name,
-                self.namespace,
-                propagation_policy="Background",
-                grace_period_seconds=grace_s,
-                _request_timeout=10,
-            )
-        with contextlib.suppress(Exception):
-            self._core().delete_collection_namespaced_pod(
-                self.namespace,
-                label_selector=self.training.selector,
-                grace_period_seconds=grace_s,
-                _request_timeout=10,
-            )
+            self.objects().delete_labelled(kinds, self.namespace, self.selector, grace_s=grace_s)
+
+    def wait_pods_gone(self, timeout_s: float) -> list[str]:
+        """Wait until no pod of this item is left; the names of those still there."""
+        deadline = time.monotonic() + timeout_s
+        left: list[str] = []
+        while True:
+            try:
+                pods = self.objects().labelled_pods(self.namespace, self.selector)
+                left = [p["metadata"]["name"] for p in pods]
+            except Exception:
+                left = ["(the API does not answer)"]
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.3)
 
     def _teardown(self) -> None:
+        self._reading_done.set()
+        if self._reader is not None:
+            self._reader.join(timeout=15)
         if self.follower is not None:
             self.follower.stop()
             self.follower = None
-        try:
-            self.cluster.teardown()
-        finally:
-            _LIVE.pop(self.ledger.run_id, None)
+        if self._objects_entry is not None:
+            self._delete_objects(grace_s=0)
+            left = self.wait_pods_gone(30.0)
+            self.ledger.revert(self._objects_entry)  # deletes again by label: idempotent
+            if left:
+                raise PlatformError(f"pods of the job still there after 30 s: {left}")
 
-    # --- actions (the platform-actions seam) --------------------------------------------
+    # --- actions: signal a rank (SignalsRanks) -------------------------------------------
 
-    def pod_of_rank(self, rank: int) -> tuple[str, str]:
-        """(pod name, node) of the pod whose processes hold ``rank`` now."""
-        for rep in self.replicas():
-            if rep.role == "worker" and rep.rank == rank:
-                env = procfs.environ(rep.pid)
-                return env.get("HOSTNAME", ""), rep.node
-        raise FaultError(f"no live worker holds rank {rank}")
-
-    def delete_pod(self, rank: int, grace_s: int = 5) -> list[Change]:
-        pod, node = self.pod_of_rank(rank)
-
-        def apply() -> dict[str, Any]:
-            self._core().delete_namespaced_pod(
-                pod, self.namespace, grace_period_seconds=grace_s, _request_timeout=10
+    def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
+        """From the probe's newest ``run_start`` of ``rank`` (or on ``node``): its pid and
+        node; its pod is the job's pod named like the replica's host (a pod's hostname is
+        its name), else the job's one live pod on that node."""
+        starts = [
+            ev
+            for ev in _probe_events(self.sink.events_dir)
+            if ev.get("kind") == "run_start"
+            and (rank is None or ev.get("rank") == rank)
+            and (node is None or ev.get("node") == node)
+        ]
+        best = max(starts, key=lambda ev: float(ev.get("mono", 0.0)), default=None)
+        if best is None:
+            what = f"rank {rank}" if rank is not None else f"a worker on node {node}"
+            raise FaultError(f"no replica of {what} announced itself")
+        rep = Replica(
+            pid=int(best["pid"]),
+            start_time=0,
+            role="worker",
+            node=str(best.get("node", "")),
+            rank=int(best["rank"]),
+        )
+        live = {p["metadata"]["name"]: p for p in self._live_pods()}
+        host = str(best.get("host", ""))
+        on_node = [n for n, p in live.items() if (p.get("spec") or {}).get("nodeName") == rep.node]
+        pod = host if host in live else (on_node[0] if len(on_node) == 1 else "")
+        if not pod:
+            raise FaultError(
+                f"no live pod of the job holds rank {rep.rank} (host {host!r}, node "
+                f"{rep.node!r}; pods: {sorted(live)})"
             )
-            return {"pod": pod, "node": node}
+        self._pods[(rep.pid, rep.start_time)] = pod
+        return rep
 
+    def _live_pods(self) -> list[dict[str, Any]]:
+        """The job's pods not being deleted."""
         return [
-            Change(
-                "k8s-done",
-                {"pod": pod, "node": node, "action": "delete pod"},
-                f"delete pod {pod} (rank {rank}, node {node})",
-                f"kubectl delete pod {pod} --grace-period={grace_s}",
-                apply,
-                reversible=False,
-            )
+            p
+            for p in self.objects().labelled_pods(self.namespace, self.selector)
+            if not p["metadata"].get("deletionTimestamp")
         ]
 
-    def signal_rank(self, rank: int, sig: int = _signal.SIGKILL) -> list[Change]:
-        rep = next((r for r in self.replicas() if r.role == "worker" and r.rank == rank), None)
-        if rep is None:
-            raise FaultError(f"no live worker holds rank {rank}")
-        return [
-            Change(
-                "k8s-done",
-                {"pid": rep.pid, "start_time": rep.start_time, "signal": int(sig)},
-                f"signal {int(sig)} to rank {rank} (pid {rep.pid} on {rep.node})",
-                f"kill -{int(sig)} {rep.pid}",
-                lambda: {"sent": procfs.kill_checked(rep.pid, rep.start_time, sig)},
-                reversible=False,
-            )
-        ]
+    def pod_of(self, replica: Replica) -> str:
+        pod = self._pods.get((replica.pid, replica.start_time))
+        if not pod:
+            raise FaultError(f"no pod known for pid {replica.pid} (rank {replica.rank})")
+        return pod
 
-    def _link_cut(self, node: str) -> Change:
-        ns, dev = self.cluster.nodes.netns(node), self.cluster.nodes.ifname(node)
+    def signal_replica(self, replica: Replica, sig: str) -> Change:
+        """The pod deleted: at once for SIGKILL (grace 0), with its own grace for SIGTERM."""
+        return self.delete_pod(self.pod_of(replica), replica, sig)
 
-        def cut() -> dict[str, Any]:
-            ns_run(ns, ["ip", "link", "set", "dev", dev, "down"])
-            return {"ns": ns, "dev": dev}
+    def delete_pod(self, pod: str, replica: Replica, sig: str) -> Change:
+        grace = 0 if sig == "SIGKILL" else None
+        facts = {"pid": replica.pid, "rank": replica.rank, "node": replica.node, "pod": pod}
 
+        def apply(note: Note) -> dict[str, Any]:
+            try:
+                self.core().delete_namespaced_pod(
+                    pod, self.namespace, grace_period_seconds=grace, _request_timeout=10
+                )
+            except Exception as exc:
+                if is_not_found(exc):
+                    raise ProcessLookupError(f"pod {pod} is gone already") from exc
+                raise PlatformError(f"delete pod {pod}: {exc}") from exc
+            return {**facts, "signal": sig, "grace_s": grace}
+
+        flag = "" if grace is None else f" --grace-period={grace}"
         return Change(
-            "k8s-link-down",
-            {"ns": ns, "dev": dev, "node": node},
-            f"link {dev} of {node} down",
-            f"ip -n {ns} link set dev {dev} down",
-            cut,
+            "k8s-request",
+            {"pod": pod, "namespace": self.namespace, "grace_s": grace, "signal": sig},
+            f"delete pod {pod} (rank {replica.rank}, node {replica.node}, {sig})",
+            f"kubectl delete pod {pod} -n {self.namespace}{flag}",
+            apply,
+            reversible=False,
         )
 
+    def replica_alive(self, replica: Replica) -> bool:
+        pod = self._pods.get((replica.pid, replica.start_time))
+        if not pod:
+            return False
+        try:
+            self.core().read_namespaced_pod(pod, self.namespace, _request_timeout=5)
+        except Exception as exc:
+            return not is_not_found(exc)
+        return True
+
+    # --- actions: whole nodes (NodeActions) ------------------------------------------------
+
     def node_down(self, node: str) -> list[Change]:
-        group = self.cluster.nodes.cgroup(node)
+        raise FaultError(f"node-down {_NEEDS_MACHINES}")
 
-        def kill() -> dict[str, Any]:
-            pids = group.pids()
-            left = group.kill_all()
-            if left:
-                raise OSError(f"processes {left} of {node} survived SIGKILL")
-            daemon = self.cluster.daemons.pop(f"kubelet-{node}", None)
-            if daemon is not None:
-                daemon.proc.wait()
-                daemon.log.close()
-                self.ledger.revert(daemon.entry)
-            return {"killed": pids}
-
-        return [
-            self._link_cut(node),
-            Change(
-                "k8s-kubelet-down",
-                {"run_id": self.ledger.run_id, "node": node},
-                f"kill every process of {node} (kubelet and pods)",
-                f"kill -9 $(cat {group.path}/cgroup.procs)",
-                kill,
-            ),
-        ]
-
-    def partition(self, node: str) -> list[Change]:
-        pause = self.cluster.kubelet_dir(node) / "paused"
-
-        def pause_kubelet() -> dict[str, Any]:
-            pause.touch()
-            return {"file": str(pause)}
-
-        return [
-            Change(
-                "k8s-kubelet-pause",
-                {"file": str(pause), "node": node},
-                f"kubelet of {node} partitioned (no API calls)",
-                f"touch {pause}",
-                pause_kubelet,
-            ),
-            self._link_cut(node),
-        ]
+    def node_freeze(self, node: str) -> list[Change]:
+        raise FaultError(f"node-freeze {_NEEDS_MACHINES}")
 
     def node_drain(self, node: str) -> list[Change]:
-        def cordon() -> dict[str, Any]:
-            self._core().patch_node(node, {"spec": {"unschedulable": True}}, _request_timeout=10)
-            return {"node": node}
+        """Cordon (undo: uncordon), then evict the job's pods on the node."""
+        pods = list(self._pods_on(node))
+        if not pods:
+            raise FaultError(f"node-drain: node {node} runs no pod of the job")
+        return [self._cordon(node), self._evict(node, pods)]
 
-        def evict() -> dict[str, Any]:
+    def _pods_on(self, node: str) -> Iterator[str]:
+        for p in self._live_pods():
+            if (p.get("spec") or {}).get("nodeName") == node:
+                yield str(p["metadata"]["name"])
+
+    def _cordon(self, node: str) -> Change:
+        def apply(note: Note) -> dict[str, Any]:
+            self.core().patch_node(node, {"spec": {"unschedulable": True}}, _request_timeout=10)
+            return {"node": node, "cordoned": True}
+
+        data = {**self.api_record(), "node": node, "test_cluster": self.test_cluster}
+        return Change("k8s-cordon", data, f"cordon {node}", f"kubectl cordon {node}", apply)
+
+    def _evict(self, node: str, pods: list[str]) -> Change:
+        def apply(note: Note) -> dict[str, Any]:
             from kubernetes import client
 
-            core = self._core()
-            pods = core.list_namespaced_pod(
-                self.namespace, field_selector=f"spec.nodeName={node}", _request_timeout=10
-            ).items
-            evicted = []
+            core = self.core()
             for pod in pods:
-                body = client.V1beta1Eviction(
-                    metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=self.namespace)
-                )
+                meta = client.V1ObjectMeta(name=pod, namespace=self.namespace)
                 core.create_namespaced_pod_eviction(
-                    pod.metadata.name, self.namespace, body, _request_timeout=10
+                    pod, self.namespace, client.V1beta1Eviction(metadata=meta), _request_timeout=10
                 )
-                evicted.append(pod.metadata.name)
-            return {"evicted": evicted}
+            return {"evicted": pods}
 
-        return [
-            Change(
-                "k8s-cordon",
-                {"run_id": self.ledger.run_id, "node": node},
-                f"cordon {node}",
-                f"kubectl cordon {node}",
-                cordon,
-            ),
-            Change(
-                "k8s-done",
-                {"node": node, "action": "evict"},
-                f"evict the pods of {node}",
-                f"kubectl drain {node} --ignore-daemonsets",
-                evict,
-                reversible=False,
-            ),
-        ]
+        return Change(
+            "k8s-request",
+            {"node": node, "evict": pods, "namespace": self.namespace},
+            f"evict {', '.join(pods)} from {node}",
+            f"kubectl drain {node} --pod-selector={self.selector} --ignore-daemonsets",
+            apply,
+            reversible=False,
+        )
 
-    def control_plane_pause(self) -> list[Change]:
-        d = self.cluster.daemon("kube-apiserver")
-        return [
-            Change(
-                "k8s-sigstop",
-                {"name": d.name, "pid": d.pid, "start_time": d.start_time},
-                f"SIGSTOP kube-apiserver (pid {d.pid})",
-                f"kill -STOP {d.pid}",
-                lambda: {"sent": procfs.kill_checked(d.pid, d.start_time, _signal.SIGSTOP)},
-            )
-        ]
+    # --- ReachesCheckpoints -----------------------------------------------------------------
 
-    def control_plane_stop(self) -> list[Change]:
-        d = self.cluster.daemon("kube-apiserver")
-        return [
-            Change(
-                "k8s-apiserver-down",
-                {"run_id": self.ledger.run_id, "pid": d.pid},
-                f"kill kube-apiserver (pid {d.pid}); undo starts it again",
-                f"kill -9 {d.pid}",
-                lambda: {"pid": self.cluster.kill_daemon("kube-apiserver")},
-            )
-        ]
+    def checkpoint_view(self, ckpt_dir: Path) -> Path:
+        """The run directory is shared with the pods: the checkpoints are read in place."""
+        return ckpt_dir
 
-    def wait_job(self, timeout_s: float) -> JobState:
-        """Poll until the Job ended or ``timeout_s`` passed (for scripts and tests)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            state = self.poll()
-            if state.ended:
-                return state
-            time.sleep(0.5)
-        return self.poll()
+
+def _probe_events(events_dir: Path) -> Iterator[dict[str, Any]]:
+    for path in sorted(events_dir.glob("probe-rank*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                ev = json.loads(line)
+                if isinstance(ev, dict):
+                    yield ev
+
+
+def _label_safe(text: str) -> str:
+    """``text`` as a label value: at most 63 of ``[A-Za-z0-9._-]``, alphanumeric ends."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text)[:63].strip("-._") or "task"

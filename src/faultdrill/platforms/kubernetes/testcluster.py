@@ -7,12 +7,14 @@ limits). Flags from ``../shared/notes/kubernetes.md`` section 5: the node monito
 every 1 s with a 10 s grace, and the NoExecute tolerations default to 10 s, so a lost
 node is NotReady in ~10 s and its pods are evicted ~10 s later.
 
-Where things run (:mod:`.nodes`)::
+Where things run (a :class:`~faultdrill.platforms.local.cluster.NodeCluster` whose nodes
+are the worker nodes, spares included, plus the controller host ``cp``)::
 
-    control-plane host (namespace, 10.77.0.<N+1>)      worker nodes n1..nN (namespaces)
+    control-plane host cp (namespace, 10.77.0.250)      worker nodes n1..nN (namespaces)
       etcd          127.0.0.1:2379                     kubelet  -> https://<cp>:6443
       apiserver     <cp>:6443  (TLS, token)  <-bridge->   pod processes (node address)
       controller-manager, scheduler -> <cp>:6443
+      rendezvous store :29400 (the job's c10d store)
     harness (host namespace): API sockets created in the control-plane namespace
 
 So a node's link cut really separates its kubelet from the apiserver (heartbeats fail,
@@ -23,13 +25,16 @@ never touched.
 Every daemon is recorded in the ledger before it runs (:func:`.procs.launch`: pid and start
 time, then exec) and stopped by pid: SIGTERM, wait, SIGKILL. Secrets and etcd's data
 (``<dir>/pki``, ``<dir>/etcd``, ``<dir>/apiserver-certs``) are recorded as ``k8s-files``
-and removed at tear-down; logs stay in ``<dir>/logs`` as evidence. :meth:`teardown` is
+and removed at tear-down; logs stay in ``<dir>/logs`` as evidence. One cluster may serve
+several drill items in turn: the kubelets write their events into the directory that
+:meth:`TestCluster.events_to` names (the item running now). :meth:`teardown` is
 idempotent, and ``faultdrill cleanup`` replays the same undos after a SIGKILL of the
 harness (daemons, files, then the nodes' cgroups and namespaces).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -39,22 +44,38 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.ledger import PATHS, undoer
 from faultdrill.platforms.kubernetes import procs
 from faultdrill.platforms.kubernetes.client import api_client, get_in_netns
-from faultdrill.platforms.kubernetes.nodes import NetnsNodes, NodeHost
+from faultdrill.platforms.kubernetes.job import store_argv
 from faultdrill.platforms.kubernetes.pki import Pki, make_pki
 from faultdrill.platforms.local import owned, procfs
+from faultdrill.platforms.local.cluster import NodeCluster
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
     from faultdrill.ledger import Ledger
     from faultdrill.platforms.kubernetes.binaries import K8sBinaries
 
-__all__ = ["APISERVER_PORT", "CONTROL_PLANE", "KUBELET_MODULE", "TestCluster"]
+__all__ = [
+    "APISERVER_PORT",
+    "CONTROL",
+    "CONTROL_PLANE",
+    "KUBELET_MODULE",
+    "RDZV_PORT",
+    "TestCluster",
+]
 
 APISERVER_PORT = 6443
+#: The job's c10d rendezvous store on the control-plane host (``{{rdzv_endpoint}}``).
+RDZV_PORT = 29400
+#: The control-plane host's name (a controller host of the node cluster).
+CONTROL = "cp"
+#: A spare node's taint: the scheduler avoids it while another node fits (PreferNoSchedule),
+#: so the job starts on the plan's nodes and a replacement may still land on the spare.
+SPARE_TAINT = "faultdrill.io/spare=true:PreferNoSchedule"
 KUBELET_MODULE = "faultdrill.platforms.kubernetes.kubelet"
 #: Daemons of the control plane, in start order (stopped in reverse).
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -100,48 +121,66 @@ class TestCluster:
 
     def __init__(
         self,
-        work_dir: Path,
+        cluster_dir: Path,
         ledger: Ledger,
         sink: EventSink,
         *,
         workers: int = 2,
         spares: int = 0,
         binaries: K8sBinaries | None = None,
-        nodes: NodeHost | None = None,
     ) -> None:
-        self.dir = work_dir / "k8s"
+        self.dir = cluster_dir
         self.ledger = ledger
         self.sink = sink
-        self.nodes: NodeHost = nodes or NetnsNodes(
-            work_dir, ledger, sink, workers=workers, spares=spares
+        names = [f"n{i}" for i in range(1, workers + spares + 1)]
+        #: The machines: worker nodes (spares included: Kubernetes has no spares, only
+        #: Nodes the scheduler may use) and the control-plane host.
+        self.hosts = NodeCluster(
+            ledger, sink, names[:workers], names[workers:], netns=True, controllers=[CONTROL]
         )
         self._binaries = binaries
         self.daemons: dict[str, procs.Daemon] = {}
         self.pki: Pki | None = None
         self._api: Any = None
         self.paused: dict[str, str] = {}  # daemon name -> ledger entry of its SIGSTOP
+        self.ready_phases: dict[str, Any] = {}
 
     # --- layout ------------------------------------------------------------------------
 
     @property
     def workers(self) -> list[str]:
-        return list(self.nodes.workers)
+        """Every node that runs a kubelet (the plan's nodes, then its spares)."""
+        return self.hosts.nodes()
 
     @property
     def address(self) -> str:
         """The apiserver's address (the control-plane host's)."""
-        return self.nodes.address(self.nodes.control)
+        return self.hosts.address(CONTROL)
 
     @property
     def control_netns(self) -> str:
-        return self.nodes.netns(self.nodes.control)
+        return self.hosts.link(CONTROL).ns
 
     @property
     def kubeconfig(self) -> Path:
         return self.dir / "pki" / "kubeconfig"
 
+    @property
+    def events_target(self) -> Path:
+        return self.dir / "events-target.json"
+
     def kubelet_dir(self, node: str) -> Path:
         return self.dir / "kubelet" / node
+
+    def events_to(self, events_dir: Path | None, task: str = "") -> None:
+        """Send the kubelets' events to ``events_dir`` (the drill item running now), or
+        to their logs only (None)."""
+        if events_dir is None:
+            self.events_target.unlink(missing_ok=True)
+            return
+        tmp = self.events_target.with_suffix(".part")
+        tmp.write_text(json.dumps({"events_dir": str(events_dir), "task": task}))
+        tmp.replace(self.events_target)
 
     def api(self) -> Any:
         """The harness's ``ApiClient`` (sockets made in the control-plane namespace)."""
@@ -168,7 +207,10 @@ class TestCluster:
         bins = self._binaries or find_binaries()
         self._binaries = bins
         t0 = time.monotonic()
-        self.nodes.prepare()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.hosts.prepare()
+        if any(self.hosts.cgroup(h) is None for h in self.hosts.hosts()):
+            raise EnvironmentPrepError("the test cluster needs the cgroup v1 freezer (root)")
         secrets = [self.dir / "pki", self.dir / "etcd", self.dir / "apiserver-certs"]
         eid = self.ledger.record("k8s-files", {"paths": [str(p) for p in secrets]}, "k8s secrets")
         self.pki = make_pki(self.dir / "pki", self.address, APISERVER_PORT)
@@ -184,6 +226,7 @@ class TestCluster:
         self.start_daemon("kube-scheduler", self._scheduler_argv(bins))
         for name, port in (("kube-controller-manager", 10257), ("kube-scheduler", 10259)):
             phases[name] = _wait(name, self._healthz_of(port), timeout_s, self._log(name))
+        self.start_daemon("rdzv-store", store_argv(RDZV_PORT))
         for node in self.workers:
             self.start_kubelet(node)
         phases["kubelets"] = _wait("worker nodes Ready", self._all_ready, timeout_s)
@@ -191,6 +234,7 @@ class TestCluster:
         fields: dict[str, Any] = {
             f"{k.replace('-', '_')}_s": round(v, 3) for k, v in phases.items()
         }
+        self.ready_phases = fields
         self.sink.emit(
             "platform",
             "k8s_ready",
@@ -201,18 +245,21 @@ class TestCluster:
         )
 
     def _log(self, name: str) -> Path:
-        return self.dir / "logs" / f"{name}.log"
+        return rundir.logs_dir(self.dir) / f"{name}.log"
 
     def start_daemon(self, name: str, argv: list[str], node: str | None = None) -> procs.Daemon:
         """Start ``argv`` as daemon ``name`` on ``node`` (default: the control-plane host),
         in the ledger before it runs; stopped with the cluster."""
-        node = node or self.nodes.control
+        node = node or CONTROL
+        group = self.hosts.cgroup(node)
+        if group is None:
+            raise EnvironmentPrepError(f"host {node} has no cgroup (not prepared)")
         daemon = procs.launch(
             self.ledger,
             name=name,
             node=node,
-            cgroup=self.nodes.cgroup(node),
-            enter=self.nodes.enter(node),
+            cgroup=group,
+            enter=self.hosts.launch_prefix(node),
             argv=argv,
             log_path=self._log(name),
             env={**os.environ, "PYTHONUNBUFFERED": "1", "FAULTDRILL_RUN_ID": self.ledger.run_id},
@@ -305,11 +352,11 @@ class TestCluster:
             KUBELET_MODULE,
             f"--node={node}",
             f"--kubeconfig={self.kubeconfig}",
-            f"--address={self.nodes.address(node)}",
-            f"--ifname={self.nodes.ifname(node)}",
+            f"--address={self.hosts.address(node)}",
+            f"--ifname={self.hosts.interface(node)}",
             f"--dir={self.kubelet_dir(node)}",
-            f"--events-dir={self.sink.events_dir}",
-            f"--task={self.sink.task_id}",
+            f"--events-target={self.events_target}",
+            *([f"--taint={SPARE_TAINT}"] if node in self.hosts.spare_names else []),
         ]
 
     def start_kubelet(self, node: str) -> procs.Daemon:
@@ -346,19 +393,31 @@ class TestCluster:
         return ok
 
     def _all_ready(self) -> bool:
+        return not self.unsettled(taints=False)
+
+    def unsettled(self, *, taints: bool = True) -> list[str]:
+        """Why the nodes are not all fit for a new job now (empty: every worker node is
+        Ready, schedulable and, with ``taints``, untainted); the API not answering is one."""
         from faultdrill.platforms.kubernetes.client import kube
 
         core = kube().client.CoreV1Api(self.api())
         try:
-            items = core.list_node(_request_timeout=5).items
-        except Exception:  # not answering yet: keep polling
-            return False
-        ready = {
-            n.metadata.name
-            for n in items
-            if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
-        }
-        return set(self.workers) <= ready
+            items = {n.metadata.name: n for n in core.list_node(_request_timeout=5).items}
+        except Exception as exc:  # not answering (yet): that is the reason
+            return [f"the apiserver does not answer: {type(exc).__name__}"]
+        out = []
+        for name in self.workers:
+            node = items.get(name)
+            if node is None:
+                out.append(f"{name} not registered")
+                continue
+            conds = node.status.conditions or []
+            if not any(c.type == "Ready" and c.status == "True" for c in conds):
+                out.append(f"{name} not Ready")
+            hard = [t for t in node.spec.taints or [] if t.effect != "PreferNoSchedule"]
+            if taints and (node.spec.unschedulable or hard):
+                out.append(f"{name} cordoned or tainted")
+        return out
 
     # --- control-plane actions (what faults ask for) -----------------------------------
 
@@ -395,6 +454,18 @@ class TestCluster:
         d.log.close()
         self.ledger.revert(d.entry)
         del self.daemons[name]
+        self.sink.emit("platform", "k8s_daemon_stopped", name=name, pid=d.pid)
+
+    def reap(self, name: str) -> None:
+        """Forget daemon ``name`` after it died with its node (its ledger entry closed);
+        :meth:`start_kubelet` may start it again."""
+        d = self.daemons.pop(name, None)
+        if d is None:
+            return
+        procs.stop_pid(d.pid, d.start_time, 0.0)
+        d.proc.wait()
+        d.log.close()
+        self.ledger.revert(d.entry)
         self.sink.emit("platform", "k8s_daemon_stopped", name=name, pid=d.pid)
 
     def kill_daemon(self, name: str) -> int:
@@ -437,8 +508,9 @@ class TestCluster:
                     self.ledger.revert(entry.id)
                 except FaultError as exc:
                     errors.append(str(exc))
+        self.events_to(None)
         try:
-            self.nodes.teardown()
+            self.hosts.teardown()
         except FaultError as exc:
             errors.append(str(exc))
         if errors:

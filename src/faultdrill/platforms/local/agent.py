@@ -6,6 +6,12 @@ to ``torch.distributed``. The agent's own log records (worker group failed, rend
 complete with its round's master port, membership change, exit barrier...) become
 ``platform`` events with the agent's own clock readings, instead of being parsed from
 stderr later with pipe delays.
+
+On a node the harness cannot see (a real Slurm cluster: ``FAULTDRILL_NODE_SAMPLE_HZ`` set),
+the agent also samples its node's processes of the run (those whose environment carries
+the run id and this node's name) as the harness's process sampler would, into
+``sampler-<node>.jsonl``; there, and wherever ``FAULTDRILL_CLOCK_OFFSET`` is set, events
+are stamped on the harness's clock (:mod:`faultdrill.events`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import os
 import sys
 import time
 from typing import Any
+
+from faultdrill.probe import clock_offset, mono_clock
 
 # Order matters: the most specific phrase first. Values are event kinds.
 _CLASSIFY = (
@@ -38,13 +46,21 @@ _CLASSIFY = (
     ("Detected dead node", "dead_node"),
 )
 _RDZV_LOGGER = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
+#: The events' ``mono``: this host's monotonic clock, or the harness's (probe.mono_clock).
+_MONO = mono_clock()
 
 
 class _TimelineHandler(logging.Handler):
     def __init__(self, fd: int, node: str, task: str) -> None:
         super().__init__(level=logging.INFO)
         self._fd = fd
-        self._base = {"src": "platform", "task": task, "node": node, "pid": os.getpid()}
+        self._base = {
+            "src": "platform",
+            "task": task,
+            "node": node,
+            "pid": os.getpid(),
+            "source": "torchrun-agent",
+        }
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -75,14 +91,14 @@ class _TimelineHandler(logging.Handler):
             and len(record.args) >= 3
         ):
             fields["state"], fields["restarts_left"] = record.args[1], record.args[2]
-        line = {"ts": time.time(), "mono": time.monotonic(), **self._base, **fields}
+        line = {"ts": time.time(), "mono": _MONO(), **self._base, **fields}
         os.write(self._fd, (json.dumps(line, default=str) + "\n").encode())
 
 
 def _emit(fd: int, node: str, task: str, kind: str, **fields: Any) -> None:
     line = {
         "ts": time.time(),
-        "mono": time.monotonic(),
+        "mono": _MONO(),
         "src": "platform",
         "task": task,
         "kind": kind,
@@ -105,6 +121,68 @@ def _watch_dead_nodes(handler: logging.Handler) -> None:
     handler.setLevel(logging.DEBUG)
 
 
+class _NodeProcesses:
+    """This node's processes of the run, described as the harness's sampler would
+    (for :class:`~faultdrill.engine.samplers.ProcessSampler`)."""
+
+    def __init__(self, node: str, run_id: str) -> None:
+        from faultdrill.lineage import Lineage
+
+        self.node, self.run_id = node, run_id
+        self.lineage = Lineage()
+
+    def replicas(self) -> list[Any]:
+        from faultdrill.platforms.local import procfs
+        from faultdrill.platforms.local.platform import describe_process
+
+        pids = [os.getpid()]
+        for pid in procfs.pids_with_env("FAULTDRILL_RUN_ID", self.run_id):
+            if procfs.environ(pid).get("FAULTDRILL_NODE") == self.node:
+                pids.append(pid)
+        reps = [describe_process(pid, self.node) for pid in pids]
+        return self.lineage.classify([r for r in reps if r is not None])
+
+
+def _node_sampler(events_dir: str, node: str, task: str) -> Any:
+    """The sampler of this node's processes when the harness cannot see them (None
+    otherwise). Its events go to ``sampler-<node>.jsonl``: one writer per file."""
+    hz = os.environ.get("FAULTDRILL_NODE_SAMPLE_HZ")
+    run_id = os.environ.get("FAULTDRILL_RUN_ID")
+    if not hz or not run_id:
+        return None
+    from pathlib import Path
+
+    from faultdrill.engine.samplers import ProcessSampler
+    from faultdrill.events import EventSink
+
+    class _NodeSink(EventSink):
+        def emit(self, src: str, kind: str, *, stream: str | None = None, **fields: Any) -> Any:
+            return super().emit(src, kind, stream=f"{src}-{node}", **fields)
+
+    sink = _NodeSink(Path(events_dir), task, mono_offset=clock_offset())
+    sampler = ProcessSampler(_NodeProcesses(node, run_id), sink, float(hz))
+    sampler.start()
+    return sampler
+
+
+def _stop_sampler(sampler: Any) -> None:
+    """Last reading, then the agent's own end (it sampled itself while it ran)."""
+    sampler.stop()
+    me = os.getpid()
+    for (pid, start), (rep, last) in list(sampler.known.items()):
+        if pid == me:
+            sampler.sink.emit(
+                "sampler",
+                "proc_gone",
+                pid=pid,
+                start_time=start,
+                role=rep.role,
+                rank=rep.rank,
+                node=rep.node,
+                last_seen_mono=last,
+            )
+
+
 def main() -> None:
     events_dir = os.environ["FAULTDRILL_EVENTS_DIR"]
     node = os.environ.get("FAULTDRILL_NODE", "node")
@@ -114,6 +192,7 @@ def main() -> None:
     handler = _TimelineHandler(fd, node, task)
     logging.getLogger("torch.distributed").addHandler(handler)
     _emit(fd, node, task, "agent_start", argv=sys.argv[1:])
+    sampler = _node_sampler(events_dir, node, task)
     rc = 0
     try:
         from torch.distributed.run import main as torchrun_main
@@ -129,6 +208,8 @@ def main() -> None:
         _emit(fd, node, task, "agent_error", error=type(exc).__name__, msg=str(exc)[:2000])
         raise
     finally:
+        if sampler is not None:
+            _stop_sampler(sampler)
         _emit(fd, node, task, "agent_exit", rc=rc)
 
 

@@ -1,6 +1,10 @@
 """The nodes of one run on this host: the substrate every embedded cluster stands on.
 
-A :class:`NodeCluster` is ``n1..nN`` plus spares. Each node is
+A :class:`NodeCluster` is ``n1..nN`` plus spares, and optionally *controller hosts*
+(machines of the cluster that never run a replica of the job: a Slurm controller, a Ray
+head, a Kubernetes control plane; never counted among :meth:`~NodeCluster.nodes`, listed by
+:meth:`~NodeCluster.hosts`) and *host groups* (services that stay in the host's network
+namespace, e.g. munged: a cgroup only). Each node is
 
 * a cgroup v1 freezer group ``/sys/fs/cgroup/freezer/faultdrill/<run id>/nI`` (when this
   machine has the freezer writable: as root). Every process :meth:`~NodeCluster.launch`
@@ -15,7 +19,8 @@ A :class:`NodeCluster` is ``n1..nN`` plus spares. Each node is
     namespace fd<h>-sw  (the "switch"): bridge fd<h>br
       ├── fd<h>n1p ═ veth ═ fd<h>n1  in namespace fd<h>-n1, address 10.77.0.1/24
       ├── fd<h>n2p ═ veth ═ fd<h>n2  in namespace fd<h>-n2, address 10.77.0.2/24
-      └── ...                         spare nodes the same way (n3 -> 10.77.0.3 ...)
+      ├── ...                         spare nodes the same way (n3 -> 10.77.0.3 ...)
+      └── fd<h>ctl ═ veth ═ ...        controller hosts from 10.77.0.250 down
 
   The host's own network namespace is never touched: every address, route, bridge and
   rule lives in a namespace this module created. A process is entered into its node's
@@ -44,7 +49,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -73,10 +78,13 @@ if TYPE_CHECKING:
     from faultdrill.events import EventSink
     from faultdrill.ledger import Ledger
 
-__all__ = ["SUBNET", "NodeCluster"]
+__all__ = ["CONTROLLER_BASE", "SUBNET", "NodeCluster"]
 
 SUBNET = "10.77.0"
 """Addresses of the nodes: ``10.77.0.<i>/24``, used only inside the cluster's namespaces."""
+CONTROLLER_BASE = 250
+"""The first controller host's last octet (``10.77.0.250``); the next ones count down (a
+controller's address does not move with the number of nodes and spares)."""
 
 _LOCALHOST = "127.0.0.1"
 
@@ -93,24 +101,42 @@ class NodeCluster:
         spares: Sequence[str] = (),
         *,
         netns: bool = False,
+        controllers: Sequence[str] = (),
+        host_groups: Sequence[str] = (),
     ) -> None:
+        """``controllers``: controller hosts (a cgroup each and, with ``netns``, a namespace
+        on the bridge from ``10.77.0.250`` down; a name of at most 6 characters: interface
+        names are limited to 15); ``host_groups``: cgroups for processes that
+        keep the host's network. Neither is in :meth:`nodes`; both take ``launch``,
+        ``cgroup`` and ``node_pids``, and a controller host every link action."""
         self.ledger = ledger
         self.sink = sink
         self.run_id = ledger.run_id
         self.node_names = list(nodes)
         self.spare_names = list(spares)
+        self.controller_names = list(controllers)
+        self.host_group_names = list(host_groups)
         self.netns = netns
         self.prefix = net_prefix(self.run_id)
         self.switch_ns = f"{self.prefix}-sw"
         self.bridge = f"{self.prefix}br"
         self._links: dict[str, NodeLink] = {}
         if netns:
-            for i, name in enumerate(self.nodes(), start=1):
+            for i, name in enumerate(self.hosts(), start=1):
                 self._links[name] = NodeLink(
                     node=name,
                     ns=f"{self.prefix}-{name}",
                     dev=f"{self.prefix}{name}",
                     address=f"{SUBNET}.{i}",
+                    switch_ns=self.switch_ns,
+                    switch_dev=f"{self.prefix}{name}p",
+                )
+            for i, name in enumerate(self.controller_names):
+                self._links[name] = NodeLink(
+                    node=name,
+                    ns=f"{self.prefix}-{name}",
+                    dev=f"{self.prefix}{name}",
+                    address=f"{SUBNET}.{CONTROLLER_BASE - i}",
                     switch_ns=self.switch_ns,
                     switch_dev=f"{self.prefix}{name}p",
                 )
@@ -122,16 +148,21 @@ class NodeCluster:
     # --- layout -------------------------------------------------------------------------
 
     def nodes(self) -> list[str]:
-        """Every node, working nodes first, then the spares."""
+        """Every node, working nodes first, then the spares (not the controller hosts)."""
         return [*self.node_names, *self.spare_names]
 
+    def hosts(self) -> list[str]:
+        """Every machine of the cluster: the nodes, then the controller hosts."""
+        return [*self.nodes(), *self.controller_names]
+
     def address(self, node: str) -> str:
-        """The node's IPv4 address (loopback without network namespaces)."""
-        return self._links[node].address if self.netns else _LOCALHOST
+        """The node's IPv4 address (loopback without network namespaces, and for a host
+        group)."""
+        return self._links[node].address if self.netns and node in self._links else _LOCALHOST
 
     def interface(self, node: str) -> str:
         """The node's network interface, as seen from inside it (``lo`` without namespaces)."""
-        return self._links[node].dev if self.netns else "lo"
+        return self._links[node].dev if self.netns and node in self._links else "lo"
 
     def link(self, node: str) -> NodeLink:
         """The node's namespace, interface and address. Raises FaultError for an unknown node
@@ -146,14 +177,16 @@ class NodeCluster:
             ) from None
 
     def links(self) -> list[NodeLink]:
-        return list(self._links.values())
+        """The links of the nodes (spares included; not of controller hosts)."""
+        return [self._links[n] for n in self.nodes() if n in self._links]
 
     def cgroup(self, node: str) -> procfs.Cgroup | None:
         return self.cgroups.get(node)
 
     def launch_prefix(self, node: str) -> list[str]:
-        """Argv that enters the node's network namespace (empty without namespaces)."""
-        if not self.netns:
+        """Argv that enters the node's network namespace (empty without namespaces, and for
+        a host group)."""
+        if not self.netns or node not in self._links:
             return []
         return ["nsenter", f"--net={_NETNS_DIR / self._links[node].ns}"]
 
@@ -177,7 +210,7 @@ class NodeCluster:
         eid = self.ledger.record("cgroup", {"path": str(root)}, f"cgroup {root}")
         procfs.Cgroup(root).create()
         self.ledger.mark_applied(eid)
-        for name in self.nodes():
+        for name in [*self.hosts(), *self.host_group_names]:
             group = procfs.Cgroup(root / name)
             eid = self.ledger.record("cgroup", {"path": str(group.path)}, f"cgroup {group.path}")
             try:
@@ -238,7 +271,7 @@ class NodeCluster:
                 ["ip", "-n", sw, "link", "set", br, "up"],
             ],
         )
-        for ln in self._links.values():
+        for ln in self._links.values():  # nodes, then controller hosts
             self._make(
                 "netns",
                 {"name": ln.ns},
@@ -289,15 +322,18 @@ class NodeCluster:
         if errors:
             raise FaultError("; ".join(errors))
 
-    def leftovers(self) -> list[str]:
-        """Listening TCP sockets still open inside the nodes' namespaces (the host's port
-        table cannot see them)."""
+    def leftovers(self, daemons: Mapping[str, Collection[int]] | None = None) -> list[str]:
+        """Listening TCP sockets still open inside the nodes' (and controller hosts')
+        namespaces (the host's port table cannot see them), except ``daemons``: node ->
+        the ports a platform's own daemons listen on there (a scheduler's, not the job's)."""
         out = []
         for ln in self._links.values():
             if not netns_exists(ln.ns):
                 continue
+            allowed = set((daemons or {}).get(ln.node, ()))
             for port in _listening_in(ln.ns):
-                out.append(f"TCP port {port} still listening in namespace {ln.ns} ({ln.node})")
+                if port not in allowed:
+                    out.append(f"TCP port {port} still listening in namespace {ln.ns} ({ln.node})")
         return out
 
     # --- processes on a node --------------------------------------------------------------
@@ -310,14 +346,26 @@ class NodeCluster:
         env: Mapping[str, str],
         cwd: Path,
         log: IO[bytes],
+        hostname: str | None = None,
+        cgroup: bool = True,
     ) -> subprocess.Popen[bytes]:
         """Start ``argv`` on ``node``, in its own session: it joins the node's cgroup before
-        exec (so do all its descendants), then enters the node's network namespace. Its
-        environment is ``env`` plus ``FAULTDRILL_RUN_ID`` and ``FAULTDRILL_NODE`` (the handle
-        without cgroups) unless ``env`` sets them. Output goes to ``log``. Raises
-        PlatformError when it cannot be started."""
-        full = [*self.launch_prefix(node), *argv]
-        group = self.cgroups.get(node)
+        exec (so do all its descendants), then enters the node's network namespace and, with
+        ``hostname``, a UTS namespace of its own named so (a daemon that takes its node's
+        name from the host name, such as slurmd's tasks). Every step execs, so the returned
+        pid is ``argv``'s own. Its environment is ``env`` plus ``FAULTDRILL_RUN_ID`` and
+        ``FAULTDRILL_NODE`` (the handle without cgroups) unless ``env`` sets them. Output
+        goes to ``log``. Raises PlatformError when it cannot be started.
+
+        ``cgroup=False``: the process stays out of the node's cgroup (in the harness's), so
+        node faults do not reach it: for the harness's own helpers that must reach the
+        node's network (an observer of a scheduler); the caller records and stops it."""
+        inner = list(argv)
+        if hostname is not None:
+            inner = ["unshare", "--uts", "/bin/sh", "-c", 'hostname "$0" && exec "$@"', hostname]
+            inner += argv
+        full = [*self.launch_prefix(node), *inner]
+        group = self.cgroups.get(node) if cgroup else None
         if group is not None:
             procs_file = shlex.quote(str(group.path / "cgroup.procs"))
             full = ["/bin/sh", "-c", f'echo $$ > {procs_file} && exec "$@"', "sh", *full]
@@ -365,9 +413,11 @@ class NodeCluster:
         ]
 
     def pids(self) -> list[int]:
-        """Every live process on any node of the cluster."""
+        """Every live process on any node of the cluster (not of controller hosts or
+        host groups)."""
         if self.cgroups:
-            return [pid for group in self.cgroups.values() for pid in group.pids()]
+            groups = [self.cgroups[n] for n in self.nodes() if n in self.cgroups]
+            return [pid for group in groups for pid in group.pids()]
         return procfs.pids_with_env("FAULTDRILL_RUN_ID", self.run_id)
 
     def free_port(self, node: str) -> int:
@@ -425,6 +475,20 @@ class NodeCluster:
     def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
         """Drop every packet of the node each way (or to and from ``peer`` only)."""
         return self._both_ways(node, peer, [], "link-cut")
+
+    def service_cut(
+        self, node: str, address: str, port: int, *, purpose: str = "service-cut"
+    ) -> list[Change]:
+        """Drop the node's TCP traffic to and from one service (``address:port``, e.g. an
+        API server on a controller host), each way, on the node's own link; everything
+        else the node sends still flows."""
+        ln = self.link(node)
+        to = ["-o", ln.dev, "-d", f"{address}/32", "-p", "tcp", "--dport", str(port)]
+        back = ["-i", ln.dev, "-s", f"{address}/32", "-p", "tcp", "--sport", str(port)]
+        return [
+            self._drop(ln, "OUTPUT", to, purpose),
+            self._drop(ln, "INPUT", back, purpose),
+        ]
 
     def port_cut(self, node: str, port: int, *, purpose: str = "port-cut") -> list[Change]:
         """Drop the TCP traffic to and from ``port`` on the node's link."""

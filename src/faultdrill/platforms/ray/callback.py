@@ -22,6 +22,10 @@ ray_worker_group_shutdown  group: the controller tears the worker group down
 ray_checkpoint_registered  id (directory name), path, step: every rank reported and the
                            controller's checkpoint manager holds it; this is what the
                            next worker group will be handed
+ray_checkpoint_handed_over group (the one about to start), id, path (None: nothing): the
+                           checkpoint the controller hands the new group's workers, its
+                           newest registered one (Ray's CheckpointManager gives the
+                           newest reported checkpoint to ``before_init_train_context``)
 ray_run_finished           error (None when training succeeded)
 =========================  ===============================================================
 
@@ -79,6 +83,7 @@ class DrillObserver(ControllerCallback, WorkerGroupCallback, ReportCallback):  #
         self._groups = 0
         self._lost: set[tuple[int, int]] = set()
         self._rank_ip: dict[int, str] = {}
+        self._latest: str | None = None  # path of the newest registered checkpoint
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -144,6 +149,19 @@ class DrillObserver(ControllerCallback, WorkerGroupCallback, ReportCallback):  #
             node_ids=[w.metadata.node_id for w in workers],
         )
 
+    def before_init_train_context(self, workers: list[Any]) -> dict[str, list[Any]]:
+        try:
+            path = self._latest
+            self._emit(
+                "ray_checkpoint_handed_over",
+                group=self._groups + 1,
+                id=os.path.basename(path) if path else None,
+                path=path,
+            )
+        except Exception as exc:  # an observer must never fail the run it watches
+            self._emit("ray_observer_error", hook="before_init_train_context", error=str(exc))
+        return {}
+
     @_guarded
     def before_worker_group_shutdown(self, worker_group: Any) -> None:
         self._emit("ray_worker_group_shutdown", group=self._groups)
@@ -173,6 +191,7 @@ class DrillObserver(ControllerCallback, WorkerGroupCallback, ReportCallback):  #
         if ckpt is None:
             return
         step = metrics[0].get("step") if metrics else None
+        self._latest = str(ckpt.path).rstrip("/")
         self._emit(
             "ray_checkpoint_registered",
             id=os.path.basename(str(ckpt.path).rstrip("/")),

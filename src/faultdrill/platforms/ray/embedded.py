@@ -1,13 +1,14 @@
-"""An embedded Ray cluster on the namespace cluster: a head on the first node, one Ray
-worker node on each other node.
+"""An embedded Ray cluster on the namespace cluster: a head (on a controller node of its own,
+or on ``n1``) and one Ray worker node on each member node.
 
 Contract
 --------
 * Every daemon is ``ray start --head|--address=... --block`` (or ``redis-server`` for GCS
-  fault tolerance) started through the node launch (:class:`~.nodes.Nodes`): inside its
-  node's network namespace (``--node-ip-address`` = the node's own address) AND its
-  node's cgroup, joined before exec, so the raylet and every worker it forks are found,
-  frozen and killed by node. Nodes start one after another (parallel starts time out on
+  fault tolerance) started through the node cluster's launch
+  (:class:`~faultdrill.platforms.local.cluster.NodeCluster`): inside its node's network
+  namespace (``--node-ip-address`` = the node's own address) AND its node's cgroup, joined
+  before exec, so the raylet and every worker it forks are found, frozen and killed by
+  node. Nodes start one after another (parallel starts time out on
   a 2-core machine); each start waits for ``ray start`` to say the runtime started.
 * Each daemon is recorded in the ledger (kind ``ray-daemon``) BEFORE it starts, with a
   marker that its environment carries (``FAULTDRILL_RAY_DAEMON``) and, once started, its
@@ -16,6 +17,9 @@ Contract
   ``ray stop``: that kills every Ray process on the host, other people's too.
 * Tear-down (:meth:`EmbeddedRay.stop`) is idempotent: worker nodes first, then the head,
   then redis. ``faultdrill cleanup`` replays the same undo from the ledger alone.
+* :meth:`EmbeddedRay.restore` brings a cluster that outlived a drill back to its layout
+  (every member a live Ray node the GCS counts alive, no spare): what a fault or Ray took
+  away is started again, what joined for a drill is stopped.
 * Ray's temp dir (session dirs, logs, unix sockets) is inside the run directory when the
   socket paths fit the 107-byte limit of ``sun_path``, else a short directory under
   ``/tmp`` (``/tmp/fd-ray-<hash of run id>``); it is recorded (kind ``ray-tempdir``) and
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -46,6 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, PlatformError
 from faultdrill.ledger import SECONDS, undoer
 from faultdrill.platforms.local import owned, procfs
@@ -53,7 +59,8 @@ from faultdrill.platforms.local import owned, procfs
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
     from faultdrill.ledger import Ledger
-    from faultdrill.platforms.ray.nodes import Nodes
+    from faultdrill.plan import RaySettings
+    from faultdrill.platforms.local.cluster import NodeCluster
 
 __all__ = [
     "GCS_PORT",
@@ -66,6 +73,7 @@ __all__ = [
     "process_tree",
     "ray_executable",
     "ray_missing",
+    "redis_missing",
     "stop_tree",
 ]
 
@@ -210,7 +218,9 @@ class RayTuning:
     worker health check may last [600 s], how long a new worker group may take to start
     [60 s]. ``graceful_drain_s``: how long ``ray start --block`` drains its node (GCS
     ``drain_node``, reason PREEMPTION) after a SIGTERM before it stops its processes [30 s];
-    tear-down waits for it."""
+    tear-down waits for it. ``startup_concurrency``: how many worker processes a raylet
+    starts at once [its CPUs: one on a 1-CPU node, so the Train controller and its helper
+    actors would start one after another]."""
 
     health_check_period_ms: int = 500
     health_check_timeout_ms: int = 500
@@ -218,9 +228,34 @@ class RayTuning:
     gcs_reconnect_timeout_s: int = 60
     train_health_check_interval_s: float = 0.5
     train_worker_health_check_timeout_s: float = 10.0
-    train_worker_group_start_timeout_s: float = 60.0
-    graceful_drain_s: float = 3.0
+    train_worker_group_start_timeout_s: float = 90.0
+    graceful_drain_s: float = 5.0
     object_store_bytes: int = 100 * 1024 * 1024
+    startup_concurrency: int = 4
+
+    @classmethod
+    def from_settings(cls, settings: RaySettings) -> RayTuning:
+        """The tuning a plan's ``resources.ray`` section asks for."""
+        return cls(
+            health_check_period_ms=settings.health_check_period_ms,
+            health_check_timeout_ms=settings.health_check_timeout_ms,
+            health_check_failure_threshold=settings.health_check_failure_threshold,
+            gcs_reconnect_timeout_s=settings.gcs_reconnect_timeout_s,
+            train_health_check_interval_s=settings.train_health_check_interval_s,
+            train_worker_health_check_timeout_s=settings.train_worker_health_check_timeout_s,
+            train_worker_group_start_timeout_s=settings.train_worker_group_start_timeout_s,
+            graceful_drain_s=settings.drain_deadline_s,
+            object_store_bytes=settings.object_store_mb * 1024 * 1024,
+        )
+
+    @property
+    def detect_node_s(self) -> float:
+        """How long the GCS takes at most to declare a silent node dead."""
+        return (
+            self.health_check_failure_threshold
+            * (self.health_check_period_ms + self.health_check_timeout_ms)
+            / 1000
+        )
 
     def daemon_env(self) -> dict[str, str]:
         """Environment of every ``ray start`` (the GCS reads the health-check settings)."""
@@ -231,12 +266,17 @@ class RayTuning:
             "RAY_health_check_initial_delay_ms": "0",
             "RAY_gcs_rpc_server_reconnect_timeout_s": str(self.gcs_reconnect_timeout_s),
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(self.graceful_drain_s),
+            "RAY_worker_maximum_startup_concurrency": str(self.startup_concurrency),
+            # A raylet gives up when its node's agents take too long to start, which a
+            # loaded host makes them do.
+            "RAY_agent_register_timeout_ms": "120000",
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_DEDUP_LOGS": "0",
         }
 
     def driver_env(self) -> dict[str, str]:
-        """Environment of the Train driver (Ray propagates these to controller and workers)."""
+        """Environment of the Train driver (Ray propagates these to controller and workers).
+        Train's metrics are off: they feed a dashboard this cluster does not run."""
         return {
             "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": str(self.train_health_check_interval_s),
             "RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S": str(
@@ -244,6 +284,7 @@ class RayTuning:
             ),
             "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(self.train_worker_group_start_timeout_s),
             "RAY_TRAIN_ENABLE_STATE_ACTOR_RECONCILIATION": "0",
+            "RAY_TRAIN_METRICS_ENABLED": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
         }
 
@@ -299,37 +340,39 @@ class Daemon:
 
 
 class EmbeddedRay:
-    """A Ray cluster on ``node_names`` (the first is the head). Not thread-safe.
+    """A Ray cluster on a prepared node cluster. Not thread-safe, except that one spare may
+    be started (:meth:`start_node`) in a thread while the rest is only read.
 
-    ``gcs_ft=True`` starts a ``redis-server`` on the head node first and the head with
-    ``RAY_REDIS_ADDRESS`` (GCS tables survive a GCS restart). ``cpus`` is each node's
-    ``--num-cpus`` (one Train worker per CPU); ``head_cpus`` the head's (0: no Train
-    worker on the head). Raises EnvironmentPrepError when Ray or redis is missing or a
-    node does not come up.
+    ``head`` runs ``ray start --head`` with ``head_cpus`` CPUs (0: the control plane alone);
+    each of ``members`` (which may include the head) is a Ray worker node with ``cpus`` CPUs
+    (one Train worker per CPU). ``gcs_ft=True`` starts a ``redis-server`` on the head node
+    first and the head with ``RAY_REDIS_ADDRESS`` (GCS tables survive a GCS restart).
+    Raises EnvironmentPrepError when Ray or redis is missing or a node does not come up.
     """
 
     def __init__(
         self,
-        nodes: Nodes,
+        nodes: NodeCluster,
         ledger: Ledger,
         sink: EventSink,
         work_dir: Path,
         *,
-        node_names: list[str],
+        head: str,
+        members: list[str],
         gcs_ft: bool = False,
         tuning: RayTuning | None = None,
         cpus: int = 1,
         head_cpus: int | None = None,
-        start_timeout_s: float = 90.0,
+        start_timeout_s: float = 120.0,
     ) -> None:
-        if not node_names:
-            raise EnvironmentPrepError("an embedded Ray cluster needs at least one node")
         self.nodes = nodes
         self.ledger = ledger
         self.sink = sink
         self.work_dir = work_dir
-        self.node_names = list(node_names)
-        self.head = self.node_names[0]
+        self.head = head
+        self.members = list(members)
+        #: The Ray nodes of the cluster now: the head, the members, spares that joined.
+        self.node_names = list(dict.fromkeys([head, *members]))
         self.gcs_ft = gcs_ft
         self.tuning = tuning or RayTuning()
         self.cpus = cpus
@@ -339,7 +382,7 @@ class EmbeddedRay:
         self._retired: list[Daemon] = []
         self.temp_root: Path | None = None
         self._temp_removable = False
-        self._index = {n: i for i, n in enumerate(nodes.names(), start=1)}
+        self._index = {n: i for i, n in enumerate(nodes.hosts(), start=1)}
         self.namespace = hashlib.sha1(ledger.run_id.encode()).hexdigest()[:8]
 
     # --- layout ----------------------------------------------------------------------
@@ -353,6 +396,10 @@ class EmbeddedRay:
         """The GCS address drivers and worker nodes connect to (``host:port``)."""
         return f"{self.nodes.address(self.head)}:{GCS_PORT}"
 
+    def role(self, node: str) -> str:
+        """The role of the node's ``ray start`` daemon: ``head`` or ``worker``."""
+        return "head" if node == self.head else "worker"
+
     def ports(self, node: str) -> NodePorts:
         return NodePorts.for_index(self._index[node])
 
@@ -360,18 +407,21 @@ class EmbeddedRay:
         assert self.temp_root is not None, "start() first"
         return self.temp_root / node
 
+    def node_cpus(self, node: str) -> int:
+        return self.head_cpus if node == self.head else self.cpus
+
     def dossier(self) -> dict[str, Any]:
         """What the report's resource dossier should say about this cluster."""
         return {
             "gcs_address": self.address,
             "gcs_mode": self.gcs_mode,
-            "redis": f"{self.nodes.address(self.head)}:{REDIS_PORT}" if self.gcs_ft else None,
+            "redis": f"127.0.0.1:{REDIS_PORT} on {self.head}" if self.gcs_ft else None,
             "head": self.head,
             "nodes": {n: self.nodes.address(n) for n in self.node_names},
-            "cpus": {n: self.head_cpus if n == self.head else self.cpus for n in self.node_names},
-            "ports": {n: asdict(self.ports(n)) for n in self.node_names},
+            "cpus": {n: self.node_cpus(n) for n in self.node_names},
             "temp_dir": str(self.temp_root) if self.temp_root else None,
             "tuning": asdict(self.tuning),
+            "detect_node_s": self.tuning.detect_node_s,
             "daemon_env": self.tuning.daemon_env(),
             "driver_env": self.tuning.driver_env(),
         }
@@ -379,8 +429,8 @@ class EmbeddedRay:
     # --- bring-up --------------------------------------------------------------------
 
     def start(self) -> None:
-        """Temp dir, redis (if ``gcs_ft``), head, then each worker node in turn; returns
-        once every node said its runtime started. Idempotent for nodes already up."""
+        """Temp dir, redis (if ``gcs_ft``), head, then each member in turn; returns once
+        every node said its runtime started. Idempotent for nodes already up."""
         why = ray_missing() or (redis_missing() if self.gcs_ft else None)
         if why:
             raise EnvironmentPrepError(f"embedded Ray cluster: {why}")
@@ -389,28 +439,29 @@ class EmbeddedRay:
         if self.gcs_ft and not self.running(self.head, "redis"):
             self._start_redis()
         for node in self.node_names:
-            if not self.running(node, "head" if node == self.head else "worker"):
+            if not self.running(node, self.role(node)):
                 self.start_node(node)
         self.sink.emit(
             "platform",
             "ray_cluster_ready",
             address=self.address,
             gcs_mode=self.gcs_mode,
+            head=self.head,
             nodes=self.node_names,
             temp_dir=str(self.temp_root),
             startup_s=round(time.monotonic() - began, 3),
             **{f"tuning_{k}": v for k, v in asdict(self.tuning).items()},
         )
 
-    def running(self, node: str, role: str) -> bool:
-        d = self.daemons.get((node, role))
+    def running(self, node: str, role: str | None = None) -> bool:
+        d = self.daemons.get((node, role or self.role(node)))
         return d is not None and not d.stopped and d.proc.poll() is None
 
     def _make_temp_root(self) -> None:
         if self.temp_root is not None:
             return
         inside = self.work_dir.resolve() / "ray"
-        longest = max(len(n) for n in self.node_names) + 1
+        longest = max(len(n) for n in self.nodes.hosts()) + 1
         if len(str(inside)) + longest + len(_SOCKET_SUFFIX) <= _SUN_PATH_MAX:
             root, remove = inside, False
         else:
@@ -435,7 +486,7 @@ class EmbeddedRay:
                 MARKER_ENV: marker,
                 "FAULTDRILL_RUN_ID": self.ledger.run_id,
                 "FAULTDRILL_NODE": node,
-                "GLOO_SOCKET_IFNAME": self.nodes.ifname(node),
+                "GLOO_SOCKET_IFNAME": self.nodes.interface(node),
                 "OMP_NUM_THREADS": "1",
                 "TMPDIR": str(tmp),
                 "PYTHONUNBUFFERED": "1",
@@ -454,7 +505,7 @@ class EmbeddedRay:
         cgroup: bool = True,
     ) -> Daemon:
         """Record, then start, one daemon; the ledger entry gets its pid and start time."""
-        log_path = self.work_dir / "logs" / f"ray-{role}-{node}.log"
+        log_path = rundir.logs_dir(self.work_dir) / f"ray-{role}-{node}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         eid = self.ledger.record(
             "ray-daemon",
@@ -492,7 +543,7 @@ class EmbeddedRay:
         data_dir.mkdir(parents=True, exist_ok=True)
         argv = [
             str(shutil.which("redis-server")),
-            *("--port", str(REDIS_PORT), "--bind", self.nodes.address(node), "127.0.0.1"),
+            *("--port", str(REDIS_PORT), "--bind", "127.0.0.1"),
             *("--save", "", "--appendonly", "no", "--protected-mode", "no"),
             *("--dir", str(data_dir), "--daemonize", "no"),
         ]
@@ -502,10 +553,23 @@ class EmbeddedRay:
         daemon.startup_s = time.monotonic() - began
         self._announce(daemon)
 
-    def start_node(self, node: str) -> Daemon:
-        """Start (or restart) one node's ``ray start --block``; returns once it is up."""
+    def start_node(self, node: str, *, attempts: int = 3) -> Daemon:
+        """Start (or restart) one node's ``ray start --block``; returns once it is up. A
+        start that fails is stopped and tried again, up to ``attempts`` in all: ``ray start``
+        gives its raylet a fixed 30 s to register, which a loaded host can miss."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_node(node)
+            except EnvironmentPrepError as exc:
+                self.stop_node(node, self.role(node), grace_s=2.0)
+                if attempt == attempts:
+                    raise
+                self.sink.emit("platform", "ray_start_retried", node=node, error=str(exc)[-300:])
+        raise AssertionError("unreachable")
+
+    def _start_node(self, node: str) -> Daemon:
         head = node == self.head
-        role = "head" if head else "worker"
+        role = self.role(node)
         marker = uuid.uuid4().hex
         env = self._base_env(node, marker)
         argv = [
@@ -514,7 +578,7 @@ class EmbeddedRay:
             "--block",
             "--disable-usage-stats",
             f"--node-ip-address={self.nodes.address(node)}",
-            f"--num-cpus={self.head_cpus if head else self.cpus}",
+            f"--num-cpus={self.node_cpus(node)}",
             "--num-gpus=0",
             f"--object-store-memory={self.tuning.object_store_bytes}",
             f"--temp-dir={self.temp_dir(node)}",
@@ -530,6 +594,8 @@ class EmbeddedRay:
                 env["RAY_external_storage_namespace"] = self.namespace
         else:
             argv.append(f"--address={self.address}")
+        if node not in self.node_names:
+            self.node_names.append(node)
         began = time.monotonic()
         daemon = self._launch(node, role, argv, env, marker)
         self._wait_ready(daemon, _READY_LINE)
@@ -576,11 +642,14 @@ class EmbeddedRay:
             "FAULTDRILL_NODE": node,
             "FAULTDRILL_NODE_ADDR": self.nodes.address(node),
             "FAULTDRILL_RAY_NODES": ",".join(
-                f"{n}={self.nodes.address(n)}" for n in self.node_names
+                f"{n}={self.nodes.address(n)}" for n in self.nodes.hosts()
             ),
-            "GLOO_SOCKET_IFNAME": self.nodes.ifname(node),
+            "GLOO_SOCKET_IFNAME": self.nodes.interface(node),
             "OMP_NUM_THREADS": "1",
         }
+
+    def _node_names_arg(self) -> str:
+        return ",".join(f"{n}={self.nodes.address(n)}" for n in self.nodes.hosts())
 
     def start_observer(self, events_dir: Path, task_id: str) -> Daemon:
         """Start the GCS node-table observer (:mod:`.observe`) in the head's namespace but
@@ -588,7 +657,6 @@ class EmbeddedRay:
         recorded like a daemon. Replaces a running one."""
         self.stop_node(self.head, "observer")
         marker = uuid.uuid4().hex
-        names = ",".join(f"{n}={self.nodes.address(n)}" for n in self.node_names)
         argv = [
             sys.executable,
             "-m",
@@ -596,7 +664,7 @@ class EmbeddedRay:
             f"--address={self.address}",
             f"--events-dir={events_dir}",
             f"--task={task_id}",
-            f"--nodes={names}",
+            f"--nodes={self._node_names_arg()}",
         ]
         daemon = self._launch(
             self.head, "observer", argv, self._base_env(self.head, marker), marker, cgroup=False
@@ -629,6 +697,81 @@ class EmbeddedRay:
     def raylet_pid(self, node: str) -> int | None:
         pids = self.pids_named(node, "raylet")
         return pids[0] if pids else None
+
+    def gcs_view(self) -> dict[str, str] | None:
+        """Each Ray node's state as the GCS holds it now (``up``, ``draining``, ``down``;
+        a node that re-registered counts as its newest registration), asked from inside
+        the head's namespace; None when the GCS does not answer."""
+        argv = [
+            sys.executable,
+            "-m",
+            "faultdrill.platforms.ray.observe",
+            f"--address={self.address}",
+            f"--nodes={self._node_names_arg()}",
+            "--once",
+        ]
+        try:
+            done = self.nodes.run(self.head, argv, env={**os.environ, **self.tuning.daemon_env()})
+        except OSError:
+            return None
+        if done.returncode != 0:
+            return None
+        try:
+            view = json.loads(done.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return None
+        return {str(k): str(v) for k, v in view.items()} if isinstance(view, dict) else None
+
+    # --- between drills ----------------------------------------------------------------
+
+    def restore(self) -> list[str]:
+        """Bring the cluster back to its layout after a drill: the head up and answering
+        (else the whole cluster started again: a GCS without fault tolerance that was
+        restarted lost every node), every member a live Ray node the GCS counts ``up``
+        (else that node started again), no spare joined. Returns what was done (empty:
+        nothing was needed). Raises EnvironmentPrepError when a node does not come up."""
+        done: list[str] = []
+        if self.gcs_ft and not self.running(self.head, "redis"):
+            self.stop_node(self.head, "redis")
+            self._start_redis()
+            done.append(f"redis restarted on {self.head}")
+        view = self.gcs_view() if self.running(self.head, "head") else None
+        if view is None:
+            for node in reversed(self.node_names):
+                self.stop_node(node, self.role(node))
+            self.node_names = list(dict.fromkeys([self.head, *self.members]))
+            self.start()
+            return [*done, "the whole cluster started again (its GCS was gone or not answering)"]
+        for node in [n for n in self.node_names if n not in (self.head, *self.members)]:
+            self.stop_node(node, "worker")
+            self.node_names.remove(node)
+            done.append(f"spare {node} left the cluster")
+        restarted = self._restart_members(view, done)
+        if restarted:
+            # A raylet started on a busy machine can miss its first health checks and be
+            # declared dead a second later: look again after one detection window.
+            t = self.tuning
+            window_ms = t.health_check_failure_threshold * t.health_check_period_ms
+            time.sleep((window_ms + t.health_check_timeout_ms) / 1000 + 0.5)
+            again = self.gcs_view() if self.running(self.head, "head") else None
+            if again is not None:
+                self._restart_members(again, done)
+        return done
+
+    def _restart_members(self, view: dict[str, str], done: list[str]) -> bool:
+        """Start again every member that is not running or not ``up`` in ``view``; says so
+        in ``done``. Whether one was started."""
+        started = False
+        for node in self.members:
+            role = self.role(node)
+            if self.running(node, role) and view.get(node) == "up":
+                continue
+            why = "not running" if not self.running(node, role) else f"{view.get(node)} in the GCS"
+            self.stop_node(node, role)
+            self.start_node(node)
+            done.append(f"{node} started again ({why})")
+            started = True
+        return started
 
     # --- tear-down -------------------------------------------------------------------
 
@@ -663,12 +806,13 @@ class EmbeddedRay:
         )
 
     def stop(self, *, grace_s: float | None = None) -> None:
-        """Stop everything: worker nodes (newest first), the head, redis; keep Ray's logs in
-        the run directory; remove a short temp dir. Idempotent."""
+        """Stop everything: the observer, worker nodes (newest first), the head, redis;
+        keep Ray's logs in the run directory; remove a short temp dir. Idempotent."""
         grace = self.tuning.graceful_drain_s + 5.0 if grace_s is None else grace_s
         order = {"observer": 0, "worker": 1, "head": 2, "redis": 3}
         every = [*self._retired, *self.daemons.values()]
-        for d in sorted(every, key=lambda d: (order[d.role], -self.node_names.index(d.node))):
+        names = self.nodes.hosts()
+        for d in sorted(every, key=lambda d: (order[d.role], -names.index(d.node))):
             self._stop(d, grace)
         self._keep_logs()
         for entry in reversed(self.ledger.pending()):
@@ -679,7 +823,7 @@ class EmbeddedRay:
         if self.temp_root is None or not self._temp_removable:
             return
         for node in self.node_names:
-            logs = self.temp_dir(node) / "session_latest" / "logs"
+            logs = self.temp_dir(node) / Path("session_latest", "logs")
             if logs.is_dir():
                 with contextlib.suppress(OSError, shutil.Error):
                     shutil.copytree(

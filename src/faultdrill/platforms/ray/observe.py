@@ -19,14 +19,23 @@ gcs_reachable       outage_s: the first poll that answered again
 ==================  ===================================================================
 
 ``ray_time`` is the scheduler's timestamp; the event's ``ts``/``mono`` say when we saw it.
+What the first answer already holds is the state at the start (``node_state`` with
+``initial: true``; a node dead before observation began is no ``node_lost``: on a cluster
+that outlived earlier drills the GCS keeps every dead registration).
 A node that re-registers after a restart has a new Ray node id and shows ``up`` again.
 Exits on SIGTERM.
+
+With ``--once`` it asks the GCS once and prints ``{node: state}`` as one JSON line (a node
+that registered more than once counts as its live registration), exit status 1 when the
+GCS does not answer within ``--timeout`` seconds: how the platform checks the cluster's
+layout between drills.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import signal
 import sys
 import time
@@ -47,6 +56,7 @@ class _Poller:
         self.state: dict[str, tuple[str, str]] = {}  # ray node id -> (node, state)
         self.down_since: float | None = None
         self.failures = 0
+        self.initial = True  # the first answer: the state observation starts from
 
     def emit(self, kind: str, **fields: Any) -> None:
         self.sink.emit("platform", kind, stream="ray-gcs", source="gcs", **fields)
@@ -71,23 +81,24 @@ class _Poller:
             self.down_since = None
         for node_id, node in info.items():
             self._update(node_id.hex(), node)
+        self.initial = False
 
     def _update(self, rid: str, node: Any) -> None:
         name = self.names.get(node.node_manager_address, node.node_manager_address)
-        if _enum_name(node, "state") == "DEAD":
-            state = "down"
+        state = _state_of(node)
+        if state == "down":
             reason = _enum_name(node.death_info, "reason")
             detail = node.death_info.reason_message
-        elif _enum_name(node.state_snapshot, "state") == "DRAINING":
-            state, reason, detail = "draining", "DRAINING", ""
+        elif state == "draining":
+            reason, detail = "DRAINING", ""
         else:
-            state, reason, detail = "up", "ALIVE", ""
+            reason, detail = "ALIVE", ""
         previous = self.state.get(rid, (name, None))[1]
         if previous == state:
             return
         self.state[rid] = (name, state)
         ray_time = node.end_time_ms / 1000 if node.end_time_ms else None
-        if state == "down":
+        if state == "down" and not self.initial:
             self.emit("node_lost", node=name, reason=reason, detail=detail[:300], ray_time=ray_time)
         self.emit(
             "node_state",
@@ -98,7 +109,31 @@ class _Poller:
             detail=detail[:300],
             ray_node_id=rid,
             ray_time=ray_time,
+            initial=self.initial,
         )
+
+
+def _state_of(node: Any) -> str:
+    if _enum_name(node, "state") == "DEAD":
+        return "down"
+    if _enum_name(node.state_snapshot, "state") == "DRAINING":
+        return "draining"
+    return "up"
+
+
+def snapshot(address: str, names: dict[str, str], timeout: float) -> dict[str, str]:
+    """Our node name -> its state in the GCS now (a live registration wins over a dead
+    one of the same node). Raises whatever the GCS client raises when it gets no answer."""
+    raylet = importlib.import_module("ray._raylet")
+    info = raylet.GcsClient(address=address).get_all_node_info(timeout=timeout)
+    rank = {"up": 2, "draining": 1, "down": 0}
+    out: dict[str, str] = {}
+    for node in info.values():
+        name = names.get(node.node_manager_address, node.node_manager_address)
+        state = _state_of(node)
+        if name not in out or rank[state] > rank[out[name]]:
+            out[name] = state
+    return out
 
 
 def _enum_name(message: Any, field: str) -> str:
@@ -110,15 +145,26 @@ def _enum_name(message: Any, field: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="faultdrill.platforms.ray.observe", allow_abbrev=False)
     parser.add_argument("--address", required=True)
-    parser.add_argument("--events-dir", required=True, type=Path)
+    parser.add_argument("--events-dir", type=Path)
     parser.add_argument("--task", default="")
     parser.add_argument("--nodes", default="", help="name=address,... (our node names)")
     parser.add_argument("--interval", type=float, default=0.25)
+    parser.add_argument("--once", action="store_true", help="print {node: state} and exit")
+    parser.add_argument("--timeout", type=float, default=5.0)
     args = parser.parse_args(argv)
     names = {}  # address -> node name
     for pair in filter(None, args.nodes.split(",")):
         name, _, address = pair.partition("=")
         names[address] = name
+    if args.once:
+        try:
+            print(json.dumps(snapshot(args.address, names, args.timeout)), flush=True)
+        except Exception as exc:  # whatever the GCS client raises: no answer
+            print(f"no answer from the GCS at {args.address}: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    if args.events_dir is None:
+        parser.error("--events-dir is required (unless --once)")
     poller = _Poller(args.address, EventSink(args.events_dir, args.task), names)
     stop = False
 

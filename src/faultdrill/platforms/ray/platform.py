@@ -1,30 +1,32 @@
-"""``platform: ray`` (DRAFT): a TorchTrainer job on an embedded Ray cluster.
+"""``platform: ray``: a Ray Train job (``TorchTrainer``) on an embedded Ray cluster.
 
-Against today's ``platforms/api.py`` contract. The namespace cluster (nodes, links, cgroups)
-is an inner ``NetnsPlatform`` (the seam's ``NodeCluster`` once it lands); on it an
-:class:`~.embedded.EmbeddedRay` (head on ``n1``, a Ray worker node on every other node,
-``--num-cpus=procs_per_node``), the GCS observer, and the driver on the head. A spare
-becomes a Ray worker node only when a member's ``ray start`` dies (``spare_placed``): Ray
-would otherwise place workers on it from the start, and node faults could not aim.
+The cluster (:mod:`.cluster`: a head, a Ray worker node on each of ``n1..nN``, spares that
+join on a node loss) is brought up once per run and shared by its items
+(:meth:`RayPlatform.run_scope`), or per item outside a run. On it:
 
-* ``submit``: the driver runs ``[python, *job.argv]`` on the head node, with the job's env and
-  the cluster's (``RAY_ADDRESS``, ``FAULTDRILL_NODE_ADDR``...), plus
-  ``FAULTDRILL_RAY_WORKERS`` (nodes x procs_per_node) and ``FAULTDRILL_RAY_MAX_FAILURES``
-  (``max_restarts``). The reference workload (``-m faultdrill.workloads.lm``) is run as
-  ``-m faultdrill.workloads.lm_ray`` with ``--workers``/``--max-failures``.
+* ``submit``: the driver runs ``[python, *job.argv]`` on ``n1`` (its namespace and
+  cgroup), with the job's environment and the cluster's (``RAY_ADDRESS``,
+  ``FAULTDRILL_NODE_ADDR``, Ray Train's tuning), plus ``FAULTDRILL_RAY_WORKERS`` (nodes x
+  procs_per_node) and ``FAULTDRILL_RAY_MAX_FAILURES`` (``max_restarts``). The reference
+  workload (``-m faultdrill.workloads.lm``) is run as ``-m faultdrill.workloads.lm_ray``
+  with ``--workers``/``--max-failures``. The GCS observer (:mod:`.observe`) starts with it.
 * ``poll``: the driver's exit status (0 succeeded, else failed; running while it runs).
-* ``replicas``: the driver is the ``agent``; a process whose pid announced a rank in a
-  probe ``run_start`` is that rank's ``worker``; its children are ``child``; Ray's own
-  processes are not replicas of the job (see ``replicas``).
-* Today's fault protocols are served by delegation, so the existing faults already drill
-  Ray: ``worker_pids`` (kill-worker = a Train worker process), ``link``/``links``/rules
-  (link faults, partition), ``node_pids``/``set_node_state`` (node-down, node-freeze),
-  ``agent_pid`` = the node's ``ray start --block`` (node-drain: its SIGTERM makes Ray drain
-  the node, reason PREEMPTION, for ``graceful_drain_s``; Train goes PREEMPTING),
-  ``control_plane_processes`` = the GCS (control-plane pause), ``control_plane_endpoint``
-  = the head and the GCS port (control-plane cut).
-* The seam's actions are drafted as plain methods returning :class:`Change` (a local
-  stand-in for the one ``platforms/api.py`` will define).
+  While it runs, a member that Ray declares dead, whose ``ray start`` exits, or that a
+  drill drained, is replaced by the next spare joining the cluster (``spare_placed``).
+* ``replicas``: the driver and the Train controller (its pid from the controller's
+  events) are ``agent``; a process that announced a rank (probe ``run_start``) is that
+  rank's ``worker``; processes below them are ``child`` (:mod:`faultdrill.lineage`). Ray's
+  own processes (raylets, GCS, pooled idle workers) are the platform, not the job.
+* Actions (:mod:`faultdrill.platforms.api`): a rank's Train worker process is signalled
+  (pid and start time); a node goes down (link cut, then its cgroup killed: raylet,
+  workers, and on ``n1`` the driver), freezes (cgroup freezer) or is drained (SIGTERM to
+  its ``ray start --block``: Ray drains it, reason PREEMPTION, until the deadline, then
+  stops it); links lose, slow, flap or are cut (the node cluster's rules); the control
+  plane is the GCS: paused (SIGSTOP), cut (its port dropped on the head's link) or stopped
+  (SIGKILL: ``ray start`` then stops the head node; the undo starts the head again, which
+  keeps the cluster only with ``gcs_ft: redis``); storage outages act on the checkpoint
+  directory of this host (:class:`HostStorage`: Ray's storage path is that directory's
+  parent, and the nodes share the harness's mounts).
 """
 
 from __future__ import annotations
@@ -34,157 +36,301 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultdrill.errors import FaultError, PlatformError
+from faultdrill import rundir
+from faultdrill.errors import EnvironmentPrepError, FaultError
 from faultdrill.ledger import THIS_RUN, undoer
+from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
+    CONTROL_PLANE_PEER,
+    Ability,
+    Change,
     JobSpec,
     JobState,
     NodeInfo,
+    Note,
     Platform,
     Replica,
     register,
 )
 from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import NodeLink, ns_run
-from faultdrill.platforms.local.netns import NetnsPlatform
-from faultdrill.platforms.ray.embedded import GCS_PORT, EmbeddedRay, RayTuning
-from faultdrill.platforms.ray.nodes import NetnsNodes
-
-# TODO(adapter): declare faultdrill.platforms.api.Ability members instead.
-ABILITY_NETWORK_LINKS = "network-links"  # draft: the pre-seam ability name
-ABILITY_NETWORK_TRACK = "network-track"  # draft: the pre-seam ability name
-ABILITY_NODE_CONTROL = "node-control"  # draft: the pre-seam ability name
-ABILITY_SIGNAL_WORKERS = "signal-workers"  # draft: the pre-seam ability name
+from faultdrill.platforms.local.linux import netns_unavailable, signal_change, sigstop_change
+from faultdrill.platforms.local.storage import HostStorage, fuse_missing
+from faultdrill.platforms.ray.cluster import (
+    LIVE,
+    RayCluster,
+    current,
+    settings_of,
+    shared_cluster,
+)
+from faultdrill.platforms.ray.embedded import GCS_PORT, ray_missing, redis_missing
 
 if TYPE_CHECKING:
+    import contextlib
+    import subprocess
+
     from faultdrill.events import EventSink
     from faultdrill.ledger import Ledger
     from faultdrill.plan import Resources
 
-__all__ = ["Change", "RayPlatform"]
+__all__ = ["DRIVER_NODE", "RayPlatform"]
 
 _LM = ["-m", "faultdrill.workloads.lm"]
-_LIVE: dict[str, EmbeddedRay] = {}  # run id -> the cluster this process runs (for undos)
+#: Where the driver (and so Ray Train's controller) runs.
+DRIVER_NODE = "n1"
+_SCRUB = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RAY_ADDRESS")
+#: Process titles of the actors Ray Train starts for a job (``ray::<class>...``).
+_JOB_ACTORS = ("ray::TrainController", "ray::RayTrainWorker", "ray::PlacementGroupCleaner")
 
-
-@dataclass(frozen=True)
-class Change:
-    """Stand-in for the seam's ``Change`` (see ../shared design): one undoable action."""
-
-    kind: str
-    data: dict[str, Any]
-    label: str
-    command: str
-    apply: Callable[[], dict[str, Any] | None]
-    reversible: bool = True
-
-
-@undoer("ray-signal", owns={})  # acts on nothing
-def _undo_signal(data: dict[str, Any]) -> None:
-    """A delivered signal is not taken back (entry closed at once)."""
+#: Every ability but the GCS stop (head: own only) and a replica copy (Ray Train starts its
+#: workers as actors: there is no command line to copy one from).
+_EMBEDDED = frozenset(Ability) - {Ability.CONTROL_PLANE_STOP, Ability.REPLICA_COPY}
+_NO_HEAD_RESTART = (
+    "with head: n1 the head also runs Train workers and the driver, so stopping the GCS "
+    "stops the job itself; set resources.ray.head: own"
+)
 
 
 @undoer("ray-head-stopped", owns={"run_id": THIS_RUN})
 def _undo_head_stopped(data: dict[str, Any]) -> None:
     """Start the head again when the cluster runs in this process (a drill in progress);
     after a crash (``faultdrill cleanup``) there is nothing to bring back."""
-    ray = _LIVE.get(str(data["run_id"]))
+    ray = LIVE.get(str(data["run_id"]))
     if ray is not None and not ray.running(ray.head, "head"):
-        ray.stop_node(ray.head, "head")
+        ray.stop_node(ray.head, "head", grace_s=2.0)  # what is left of a dead head
         ray.start_node(ray.head)
 
 
+@undoer("ray-signal", owns={})  # acts on nothing
+def _undo_signal(data: dict[str, Any]) -> None:
+    """A delivered signal is not taken back (kind written by the draft adapter)."""
+
+
+class _Announcements:
+    """What the job's own events say about its processes, read incrementally from the
+    item's events directory: pid -> rank (``run_start``), the Train controller's pid, the
+    pids of the newest worker group, and the nodes the GCS declared dead."""
+
+    def __init__(self, events_dir: Path, since: float) -> None:
+        self.dir = events_dir
+        self.since = since  # node losses before this (monotonic) time are not the job's
+        self.ranks: dict[int, int] = {}
+        self.controller: int | None = None
+        self.group: list[int] = []
+        self.dead: list[str] = []
+        self._offsets: dict[Path, int] = {}
+        self._lock = threading.Lock()
+
+    def read(self) -> None:
+        with self._lock:
+            for path in sorted(self.dir.glob("*.jsonl")):
+                if path.name.startswith("probe-rank") or path.name.startswith("ray-"):
+                    for ev in self._new_lines(path):
+                        self._take(ev)
+
+    def _new_lines(self, path: Path) -> list[dict[str, Any]]:
+        off = self._offsets.get(path, 0)
+        try:
+            with open(path, "rb") as f:
+                f.seek(off)
+                chunk = f.read()
+        except OSError:
+            return []
+        end = chunk.rfind(b"\n") + 1
+        self._offsets[path] = off + end
+        out = []
+        for raw in chunk[:end].splitlines():
+            try:
+                ev = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(ev, dict):
+                out.append(ev)
+        return out
+
+    def _take(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("kind")
+        if kind == "run_start" and ev.get("src") == "probe":
+            self.ranks[int(ev["pid"])] = int(ev["rank"])
+        elif ev.get("source") == "ray-train-controller" and ev.get("controller_pid"):
+            self.controller = int(ev["controller_pid"])
+            if kind == "ray_worker_group_started":
+                self.group = [int(p) for p in ev.get("pids") or [] if p is not None]
+        elif (
+            kind == "node_lost"
+            and ev.get("source") == "gcs"
+            and ev.get("node")
+            and float(ev.get("mono", 0.0)) >= self.since
+        ):
+            self.dead.append(str(ev["node"]))
+
+
+#: The variants ``variant_for`` picks, by name; each registers itself on import (its
+#: module imports this one: naming it here would close an import circle).
+VARIANTS: dict[str, type[Platform]] = {}
+
+
 @register
-class RayPlatform(Platform):
+class RayPlatform(HostStorage, Platform):
     """A Ray Train job on an embedded Ray cluster (see the module)."""
 
     name = "ray"
 
     def __init__(
-        self,
-        resources: Resources,
-        work_dir: Path,
-        ledger: Ledger,
-        sink: EventSink,
-        *,
-        gcs_ft: bool = False,
-        tuning: RayTuning | None = None,
+        self, resources: Resources, work_dir: Path, ledger: Ledger, sink: EventSink
     ) -> None:
         super().__init__(resources, work_dir, ledger, sink)
-        self.cluster = NetnsPlatform(resources, work_dir, ledger, sink)
-        self.ray = EmbeddedRay(
-            NetnsNodes(self.cluster),
-            ledger,
-            sink,
-            work_dir,
-            node_names=self.cluster.node_names,
-            gcs_ft=gcs_ft,
-            tuning=tuning,
-            cpus=resources.procs_per_node,
-        )
-        self.driver: Any = None  # subprocess.Popen of the driver
-        self._spares = list(self.cluster.spare_names)  # Ray nodes started on a node loss
+        self.settings = settings_of(resources)
+        self.rc: RayCluster | None = None
+        self._owned = False
+        self.driver: subprocess.Popen[bytes] | None = None
+        self._driver_start: int | None = None
+        self.state: dict[str, str] = {}
         self._handled: set[str] = set()
+        self._spares: list[str] = []
         self._placing: threading.Thread | None = None
-        self._ranks: dict[int, int] = {}  # pid -> rank, from run_start events
-        self._offsets: dict[Path, int] = {}
+        self._seen: _Announcements | None = None
+        self._lineage = Lineage()
+
+    # --- abilities ----------------------------------------------------------------------
 
     @classmethod
-    def abilities_for(cls, resources: Resources) -> frozenset[Any]:
-        return frozenset(
-            {
-                ABILITY_SIGNAL_WORKERS,
-                ABILITY_NETWORK_LINKS,
-                ABILITY_NODE_CONTROL,
-                ABILITY_NETWORK_TRACK,
-                "control-plane",
-                "checkpoint-mounts",
-            }
+    def abilities_for(cls, resources: Resources) -> frozenset[Ability]:
+        settings = settings_of(resources)
+        if not settings.is_embedded:
+            return frozenset({Ability.SIGNAL_RANK, Ability.CHECKPOINT_FILES})
+        return _EMBEDDED | ({Ability.CONTROL_PLANE_STOP} if settings.head == "own" else frozenset())
+
+    @classmethod
+    def why_not(cls, ability: Ability, resources: Resources) -> str:
+        if ability is Ability.REPLICA_COPY:
+            return (
+                "Ray Train's workers are actors started by Ray, not command lines a copy could "
+                "be started from; drill a stale replica with workload.bad_mode: stale-replica"
+            )
+        if ability is Ability.CONTROL_PLANE_STOP and settings_of(resources).is_embedded:
+            return _NO_HEAD_RESTART
+        return (
+            "faultdrill owns no node, link, control plane or mount of a Ray cluster given by "
+            "address; use the embedded cluster (remove resources.ray.address, isolation: netns)"
         )
+
+    @classmethod
+    def machine_lacks(cls, abilities: frozenset[Ability]) -> dict[Ability, str]:
+        out: dict[Ability, str] = {}
+        for ability in sorted(abilities, key=str):
+            if ability is Ability.STORAGE_UNREACHABLE and fuse_missing():
+                out[ability] = "; ".join(fuse_missing())
+            elif ability in (Ability.STORAGE_READ_ONLY, Ability.STORAGE_FULL) and os.geteuid():
+                out[ability] = "root (storage faults mount over the checkpoint directory)"
+        return out
+
+    @classmethod
+    def run_scope(
+        cls, resources: Resources, run_dir: Path
+    ) -> contextlib.AbstractContextManager[None]:
+        """One embedded cluster for every item of the run (:func:`.cluster.shared_cluster`)."""
+        return shared_cluster(resources, run_dir)
+
+    @classmethod
+    def variant_for(cls, resources: Resources) -> type[Platform]:
+        if not settings_of(resources).is_embedded:
+            return VARIANTS["address"]
+        return cls
 
     # --- the contract ----------------------------------------------------------------
 
+    @property
+    def cluster(self) -> RayCluster:
+        if self.rc is None:
+            raise FaultError("the Ray cluster is not prepared yet")
+        return self.rc
+
     def _prepare(self) -> None:
-        self.cluster._prepare()
-        _LIVE[self.ledger.run_id] = self.ray
-        self.ray.start()
-        self.sink.emit("platform", "ray_dossier", dossier=json.dumps(self.ray.dossier()))
+        why = ray_missing() or netns_unavailable()
+        if self.settings.gcs_ft == "redis":
+            why = why or redis_missing()
+        if why:
+            raise EnvironmentPrepError(f"embedded Ray cluster: {why}")
+        shared = current(self.resources)
+        self._owned = shared is None
+        self.rc = shared or RayCluster(self.resources, self.work_dir, self.ledger, self.sink)
+        if shared is not None:  # this item's faults name the shared cluster's namespaces
+            self.ledger.share(shared.ledger.run_id)
+        self.rc.attach(self.sink)
+        facts = self.rc.ensure_up()
+        self.state = {n: "up" for n in self.rc.members}
+        self.state.update({n: "spare" for n in self.rc.spares})
+        self._spares = list(self.rc.spares)
+        self.sink.emit(
+            "platform",
+            "ray_cluster",
+            shared=not self._owned,
+            gcs_mode=self.rc.ray.gcs_mode,
+            head=self.rc.ray.head,
+            driver_node=DRIVER_NODE,
+            **facts,
+            dossier=json.dumps(self.rc.ray.dossier()),
+        )
+
+    def nodes(self) -> list[NodeInfo]:
+        rc = self.cluster
+        out = [
+            NodeInfo(n, rc.nodes.address(n), self.state.get(n, "up"), n in rc.spares)
+            for n in [*rc.members, *rc.spares]
+        ]
+        if rc.ray.head not in rc.members:
+            out.append(NodeInfo(rc.ray.head, rc.nodes.address(rc.ray.head), "up"))
+        return out
+
+    def set_node_state(self, node: str, state: str, reason: str) -> None:
+        """Record a node state change (by a node fault or the platform itself)."""
+        old = self.state.get(node)
+        if old != state:
+            self.state[node] = state
+            self.sink.emit(
+                "platform", "node_state", node=node, state=state, previous=old, reason=reason
+            )
 
     def _submit(self, job: JobSpec) -> None:
+        rc = self.cluster
         argv = list(job.argv)
         workers = len(job.nodes) * job.procs_per_node
         if argv[:2] == _LM:
             argv = ["-m", "faultdrill.workloads.lm_ray", *argv[2:]]
             argv += [f"--workers={workers}", f"--max-failures={job.max_restarts}"]
-        self.ray.start_observer(job.events_dir, job.task_id)
-        env = {
-            **os.environ,
-            **job.env,
-            **self.ray.driver_env(self.ray.head),
-            "FAULTDRILL_EVENTS_DIR": str(job.events_dir),
-            "FAULTDRILL_TASK_ID": job.task_id,
-            "FAULTDRILL_RUN_ID": job.run_id,
-            "FAULTDRILL_RAY_WORKERS": str(workers),
-            "FAULTDRILL_RAY_MAX_FAILURES": str(job.max_restarts),
-            "PYTHONUNBUFFERED": "1",
-        }
-        log_path = job.work_dir / "logs" / "ray-driver.log"
+        self._seen = _Announcements(job.events_dir, time.monotonic())
+        rc.ray.start_observer(job.events_dir, job.task_id)
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+        env.update(job.env)
+        env.update(rc.ray.driver_env(DRIVER_NODE))
+        env.update(
+            {
+                "FAULTDRILL_EVENTS_DIR": str(job.events_dir),
+                "FAULTDRILL_TASK_ID": job.task_id,
+                "FAULTDRILL_RUN_ID": job.run_id,
+                "FAULTDRILL_RAY_WORKERS": str(workers),
+                "FAULTDRILL_RAY_MAX_FAILURES": str(job.max_restarts),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        log_path = rundir.logs_dir(job.work_dir) / "ray-driver.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            self.driver = self.ray.nodes.launch(
-                self.ray.head, [sys.executable, *argv], env=env, cwd=job.work_dir, log=log
+            self.driver = rc.nodes.launch(
+                DRIVER_NODE, [sys.executable, *argv], env=env, cwd=job.work_dir, log=log
             )
+        self._driver_start = procfs.start_time(self.driver.pid)
         self.sink.emit(
             "platform",
             "agent_spawned",
-            node=self.ray.head,
+            node=DRIVER_NODE,
             pid=self.driver.pid,
-            start_time=procfs.start_time(self.driver.pid),
+            start_time=self._driver_start,
             role="ray-driver",
         )
 
@@ -197,296 +343,315 @@ class RayPlatform(Platform):
             return JobState.RUNNING
         return JobState.SUCCEEDED if rc == 0 else JobState.FAILED
 
+    def _lost_members(self) -> list[tuple[str, str]]:
+        """Members lost now and not handled yet, each with why: Ray declared it dead, its
+        ``ray start`` exited, or a drill drained it."""
+        rc = self.cluster
+        if self._seen is not None:
+            self._seen.read()
+        dead = set(self._seen.dead) if self._seen is not None else set()
+        out = []
+        for node in [*rc.members, *[s for s in rc.spares if self.state.get(s) == "up"]]:
+            if node in self._handled or node == rc.ray.head:
+                continue
+            if node in dead:
+                out.append((node, "Ray declared it dead"))
+            elif self.state.get(node) == "drained":
+                out.append((node, "drained"))
+            elif not rc.ray.running(node):
+                out.append((node, "its ray start exited"))
+                self.sink.emit("platform", "ray_node_exited", node=node, source="faultdrill")
+        return out
+
     def _replace_lost_nodes(self) -> None:
-        """A member whose ``ray start`` died (node down, drained) gets a spare: a new Ray
-        worker node joins the cluster (started in a thread: it takes seconds), and Ray Train
-        schedules its next worker group there."""
+        """A lost member gets the next spare: a new Ray worker node joins (started in a
+        thread: it takes seconds), and Ray Train places its next worker group there."""
         if self._placing is not None and self._placing.is_alive():
             return
-        for node in self.cluster.node_names:
-            role = "head" if node == self.ray.head else "worker"
-            daemon = self.ray.daemons.get((node, role))
-            if node in self._handled or daemon is None or daemon.proc.poll() is None:
-                continue
+        for node, why in self._lost_members():
             self._handled.add(node)
-            self.sink.emit(
-                "platform", "node_lost", node=node, reason="ray start exited", rc=daemon.proc.poll()
-            )
             if not self._spares:
-                self.sink.emit("platform", "no_spare", replaces=node, category="scheduling")
-                return
+                self.sink.emit(
+                    "platform",
+                    "no_spare",
+                    replaces=node,
+                    category="scheduling",
+                    detail=f"{node} lost ({why}) and no spare left",
+                )
+                continue
             spare = self._spares.pop(0)
-            self.cluster.set_node_state(spare, "up", f"placed to replace {node}")
-            self.sink.emit("platform", "spare_placed", node=spare, replaces=node)
-            self.ray.node_names.append(spare)
-            self._placing = threading.Thread(target=self.ray.start_node, args=(spare,), daemon=True)
+            self.set_node_state(spare, "up", f"placed to replace {node}")
+            self.sink.emit("platform", "spare_placed", node=spare, replaces=node, why=why)
+            self._placing = threading.Thread(
+                target=self._join, args=(spare, node), name=f"ray-join-{spare}", daemon=True
+            )
             self._placing.start()
             return
 
-    def nodes(self) -> list[NodeInfo]:
-        return self.cluster.nodes()
+    def _join(self, spare: str, replaces: str) -> None:
+        try:
+            self.cluster.ray.start_node(spare)
+        except (EnvironmentPrepError, OSError) as exc:
+            self.set_node_state(spare, "unusable", "its Ray node did not start")
+            self.sink.emit(
+                "platform",
+                "spare_rejected",
+                node=spare,
+                replaces=replaces,
+                category="environment-preparation",
+                precondition="ray start",
+                detail=str(exc)[:300],
+            )
 
     def replicas(self) -> list[Replica]:
-        """The job's processes: the driver, the Train workers (once they announced their
-        rank) and their descendants. Ray's own processes (raylets, GCS, agents, pooled idle
-        workers, a worker not yet announced) are the platform, not the job: they live until
-        tear-down, and the timeline keeps a process's first role, so a pooled worker seen
-        as "other" before it became a rank would never count as that rank's replica."""
-        self._read_ranks()
-        driver = self.driver.pid if self.driver is not None else None
-        out = []
-        for node in self.ray.node_names:
-            pids = self.ray.node_pids(node)
-            workers = {p for p in pids if p in self._ranks}
-            for pid in pids:
-                ppid = procfs.parent_pid(pid)
-                if pid == driver:
-                    role, rank = "agent", None
-                elif pid in workers:
-                    role, rank = "worker", self._ranks[pid]
-                elif ppid is not None and ppid in workers:
-                    role, rank = "child", self._ranks[ppid]
-                else:
+        """The job's processes now (see the module): the driver and the Train controller,
+        the Train workers, and the processes below them."""
+        if self.rc is None or self._seen is None:
+            return []
+        self._seen.read()
+        ranks, agents = self._seen.ranks, {self._seen.controller}
+        if self.driver is not None:
+            agents.add(self.driver.pid)
+        procs = []
+        for node in self.rc.ray.node_names:
+            for pid in self.rc.nodes.node_pids(node):
+                ids = procfs.identity(pid)
+                if ids is None:
                     continue
-                start = procfs.start_time(pid)
-                if start is not None:
-                    out.append(Replica(pid, start, role, node, rank, None, ppid))
-        return out
-
-    def _read_ranks(self) -> None:
-        """pid -> rank from the probe's ``run_start`` lines (read incrementally)."""
-        if self.job is None:
-            return
-        for path in self.job.events_dir.glob("probe-rank*.jsonl"):
-            off = self._offsets.get(path, 0)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(off)
-                    chunk = f.read()
-            except OSError:
-                continue
-            end = chunk.rfind(b"\n") + 1
-            self._offsets[path] = off + end
-            for raw in chunk[:end].splitlines():
-                if b'"run_start"' in raw:
-                    ev = json.loads(raw)
-                    self._ranks[int(ev["pid"])] = int(ev["rank"])
+                start, ppid, sid = ids
+                if pid in agents:
+                    role, rank = "agent", None
+                else:
+                    role, rank = ("worker", ranks[pid]) if pid in ranks else ("other", None)
+                procs.append(Replica(pid, start, role, node, rank, None, ppid, sid))
+        return [r for r in self._lineage.classify(procs) if r.role != "other"]
 
     def _signal_all(self, sig: int) -> None:
         for rep in self.replicas():
             procfs.kill_checked(rep.pid, rep.start_time, sig)
+        if self.driver is not None and self.driver.poll() is None:
+            procfs.kill_checked(self.driver.pid, self._driver_start, sig)
 
     def _any_alive(self) -> bool:
         if self.driver is not None and self.driver.poll() is None:
             return True
-        return any(r.role != "agent" for r in self.replicas())
+        return bool(self.replicas())
 
-    def _teardown(self) -> None:
-        if self._placing is not None:
-            self._placing.join(timeout=self.ray.start_timeout_s)
-        if self.driver is not None and self.driver.poll() is None:
-            self.driver.kill()
-        if self.driver is not None:
-            self.driver.wait()
-        self.ray.stop()
-        _LIVE.pop(self.ledger.run_id, None)
-        self.cluster._teardown()
+    def job_actor_pids(self) -> dict[int, str]:
+        """Processes of Ray Train's actors for this job (controller, workers, placement
+        group cleaner: ``ray::<class>`` titles started after the driver) still alive on the
+        cluster's nodes, with their titles; empty before the job started."""
+        if self.rc is None or self._driver_start is None:
+            return {}
+        out = {}
+        for node in self.rc.ray.node_names:
+            for pid in self.rc.nodes.node_pids(node):
+                argv = procfs.cmdline(pid)
+                start = procfs.start_time(pid)
+                if argv and argv[0].startswith(_JOB_ACTORS) and (start or 0) >= self._driver_start:
+                    out[pid] = argv[0]
+        return out
 
     def leftovers(self) -> list[str]:
-        """Ports still held by the job's processes (the Ray daemons' own ports stay open
-        until tear-down: the cluster outlives the job)."""
-        held = procfs.listening_ports(r.pid for r in self.replicas())
-        return [
+        """Ports still held by the job's processes, and Ray Train actors of the job still
+        alive (the cluster's own daemons and ports outlive the job by design)."""
+        reps = self.replicas()
+        held = procfs.listening_ports(r.pid for r in reps)
+        out = [
             f"TCP port {port} still held by job process {pid}"
             for pid, ports in held.items()
             for port in ports
         ]
+        mine = {r.pid for r in reps}
+        out += [
+            f"Ray actor process {pid} ({title}) of the job still alive"
+            for pid, title in sorted(self.job_actor_pids().items())
+            if pid not in mine
+        ]
+        return out
 
-    # --- today's fault protocols, by delegation ----------------------------------------
+    def _teardown(self) -> None:
+        if self._placing is not None:
+            self._placing.join(timeout=120)
+        if self.driver is not None:
+            if self.driver.poll() is None:
+                self.driver.kill()
+            self.driver.wait()
+        rc = self.rc
+        if rc is None:
+            return
+        try:
+            left = self.job_actor_pids()
+            for pid in left:
+                procfs.kill_checked(pid, None, signal.SIGKILL)
+            if left:
+                self.sink.emit("platform", "ray_job_actors_killed", pids=sorted(left))
+            rc.ray.stop_node(rc.ray.head, "observer", grace_s=2.0)
+            rc.nodes.stop_network_track()
+        finally:
+            if self._owned:
+                rc.down()
+            else:
+                rc.detach()
 
-    def worker_pids(self, *, rank: int | None = None, node: str | None = None) -> list[Replica]:
-        return [
+    # --- actions: a rank (SignalsRanks) ----------------------------------------------------
+
+    def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
+        found = [
             r
             for r in self.replicas()
             if r.role == "worker"
             and (rank is None or r.rank == rank)
             and (node is None or r.node == node)
         ]
-
-    def link(self, node: str) -> NodeLink:
-        return self.cluster.link(node)
-
-    def links(self) -> list[NodeLink]:
-        return self.cluster.links()
-
-    def add_rule(self, rule: Any) -> None:
-        self.cluster.add_rule(rule)  # type: ignore[attr-defined]  # draft, pre-seam
-
-    def drop_rule(self, rule_id: str) -> None:
-        self.cluster.drop_rule(rule_id)  # type: ignore[attr-defined]  # draft, pre-seam
-
-    def start_network_track(self, hz: float) -> None:
-        self.cluster.start_network_track(hz)
-
-    def cgroup(self, node: str) -> procfs.Cgroup | None:
-        return self.cluster.cgroup(node)
-
-    def node_pids(self, node: str) -> list[int]:
-        return self.ray.node_pids(node)
-
-    def agent_pid(self, node: str) -> int | None:
-        """The node's ``ray start --block`` (its SIGTERM drains the node)."""
-        role = "head" if node == self.ray.head else "worker"
-        if not self.ray.running(node, role):
-            return None
-        return int(self.ray.daemons[(node, role)].proc.pid)
-
-    def set_node_state(self, node: str, state: str, reason: str) -> None:
-        self.cluster.set_node_state(node, state, reason)
-
-    def control_plane_label(self) -> str:
-        return f"Ray GCS {self.ray.address} ({self.ray.gcs_mode}) on {self.ray.head}"
-
-    def control_plane_endpoint(self) -> tuple[str, int] | None:
-        return self.ray.head, GCS_PORT
-
-    def control_plane_processes(self) -> list[Replica]:
-        pid = self.ray.gcs_pid()
-        start = procfs.start_time(pid) if pid is not None else None
-        if pid is None or start is None:
-            return []
-        return [Replica(pid, start, "other", self.ray.head, None, None, procfs.parent_pid(pid))]
-
-    # --- the seam's actions (draft) ---------------------------------------------------
-
-    def signal_rank(self, rank: int, sig: int) -> list[Change]:
-        """Signal the live Train worker process of ``rank`` (irreversible)."""
-        found = self.worker_pids(rank=rank)
         if not found:
-            raise FaultError(f"no live Ray Train worker holds rank {rank}")
-        rep = max(found, key=lambda r: r.start_time)  # the newest incarnation's
-        name = signal.Signals(sig).name
+            what = f"rank {rank}" if rank is not None else f"a Train worker on node {node}"
+            raise FaultError(f"no live Ray Train worker holds {what}")
+        # One of the newest worker group (the one Ray Train runs now) before an older
+        # process that still claims the rank (a cut-off worker Ray gave up on).
+        group = set(self._seen.group) if self._seen is not None else set()
+        return min(
+            found,
+            key=lambda r: (
+                r.pid not in group,
+                r.rank if r.rank is not None else 1 << 30,
+                -r.start_time,
+            ),
+        )
 
-        def apply() -> dict[str, Any]:
-            if not procfs.kill_checked(rep.pid, rep.start_time, sig):
-                raise FaultError(f"worker pid {rep.pid} exited before it could be signalled")
-            return {"pid": rep.pid, "rank": rank, "node": rep.node}
+    def signal_replica(self, replica: Replica, sig: str) -> Change:
+        pid = replica.pid
+        return signal_change(
+            pid,
+            replica.start_time,
+            sig,
+            f"{sig} Ray Train worker pid {pid} (rank {replica.rank}, node {replica.node})",
+            f"kill -{sig.removeprefix('SIG')} {pid}",
+            {"pid": pid, "rank": replica.rank, "node": replica.node},
+        )
 
-        return [
-            Change(
-                "ray-signal",
-                {"pid": rep.pid, "start_time": rep.start_time, "signal": name},
-                f"{name} Ray Train worker pid {rep.pid} (rank {rank}, {rep.node})",
-                f"kill -{name[3:]} {rep.pid}",
-                apply,
-                reversible=False,
+    def replica_alive(self, replica: Replica) -> bool:
+        return procfs.alive(replica.pid, replica.start_time)
+
+    # --- actions: whole nodes (NodeActions) ------------------------------------------------
+
+    def _member(self, node: str, what: str) -> None:
+        rc = self.cluster
+        if node == rc.ray.head:
+            raise FaultError(
+                f"{what}: {node} is the Ray head; use control-plane-outage for the head"
             )
-        ]
+        if node not in rc.ray.node_names:
+            raise FaultError(f"{what}: {node} runs no Ray node now")
 
     def node_down(self, node: str) -> list[Change]:
-        """Cut the node's link (undo: link up), then SIGKILL its raylet tree (its cgroup)."""
-        ln = self.cluster.link(node)
-        group = self.cluster.cgroup(node)
-        if group is None:
-            raise FaultError(f"node {node} has no cgroup")
+        """Marked down first, then the node cluster's link cut and kill (raylet, workers,
+        and on n1 the driver with the Train controller)."""
+        self._member(node, "node-down")
+        cut, kill = self.cluster.nodes.node_down(node)
+        mark = cut.preceded_by(lambda: self.set_node_state(node, "down", "node-down fault"))
+        return [mark, kill]
 
-        def cut() -> dict[str, Any]:
-            ns_run(ln.ns, ["ip", "link", "set", "dev", ln.dev, "down"])
-            return {"dev": ln.dev}
-
-        def kill() -> dict[str, Any]:
-            pids = group.pids()
-            left = group.kill_all(timeout_s=5.0)
-            if left:
-                raise FaultError(f"processes {left} of {node} survived SIGKILL")
-            return {"killed": pids}
-
-        return [
-            Change(
-                "link-down",
-                {"ns": ln.ns, "dev": ln.dev, "node": node},
-                f"link {ln.dev} down in {ln.ns} (node-down)",
-                f"ip -n {ln.ns} link set dev {ln.dev} down",
-                cut,
-                True,
-            ),
-            Change(
-                "ray-signal",
-                {"path": str(group.path), "node": node, "signal": "SIGKILL"},
-                f"SIGKILL every process of {node} (raylet tree)",
-                f"kill -KILL $(cat {group.path}/cgroup.procs)",
-                kill,
-                reversible=False,
-            ),
-        ]
+    def node_freeze(self, node: str) -> list[Change]:
+        self._member(node, "node-freeze")
+        freeze = self.cluster.nodes.freeze_node(node)
+        marked = freeze.followed_by(lambda: self.set_node_state(node, "frozen", "node-freeze"))
+        return [replace(marked, after_undo=lambda: self.set_node_state(node, "up", "thawed"))]
 
     def node_drain(self, node: str) -> list[Change]:
         """Ray's drain: SIGTERM to the node's ``ray start --block`` makes it ask the GCS to
-        drain the node (reason PREEMPTION, deadline ``graceful_drain_s``); Ray Train goes
-        PREEMPTING, then restarts elsewhere when the node leaves. Not reversible: the node
-        exits at the deadline (bring it back with ``ray.start_node``)."""
-        pid = self.agent_pid(node)
-        if pid is None:
-            raise FaultError(f"node {node} runs no Ray node")
-        start = procfs.start_time(pid)
+        drain the node (reason PREEMPTION, deadline ``drain_deadline_s``); Ray Train sees
+        the node draining, and restarts elsewhere when it leaves. Irreversible: the node
+        stops at the deadline (the cluster is restored between drills)."""
+        self._member(node, "node-drain")
+        ray = self.cluster.ray
+        daemon = ray.daemons.get((node, "worker"))
+        if daemon is None or not ray.running(node):
+            raise FaultError(f"node-drain: node {node} runs no Ray node to drain")
+        pid, deadline = daemon.proc.pid, ray.tuning.graceful_drain_s
+        stop = signal_change(
+            pid,
+            daemon.start_time,
+            "SIGTERM",
+            f"drain {node}: SIGTERM ray start pid {pid}",
+            f"kill -TERM {pid}  # ray start --block of {node}: drains it ({deadline:g} s)",
+            {"ray_start_pid": pid, "drain_deadline_s": deadline},
+        )
+        return [stop.preceded_by(lambda: self.set_node_state(node, "drained", "node-drain"))]
 
-        def apply() -> dict[str, Any]:
-            if not procfs.kill_checked(pid, start, signal.SIGTERM):
-                raise FaultError(f"ray start of {node} exited before it was drained")
-            return {"pid": pid, "drain_s": self.ray.tuning.graceful_drain_s}
+    # --- actions: links (LinkActions) --------------------------------------------------------
 
-        return [
-            Change(
-                "ray-signal",
-                {"pid": pid, "start_time": start, "signal": "SIGTERM", "node": node},
-                f"drain {node}: SIGTERM ray start pid {pid}",
-                f"kill -TERM {pid}  # ray start --block of {node}: drains it",
-                apply,
-                reversible=False,
+    def link_loss(self, node: str, percent: float, *, peer: str | None = None) -> list[Change]:
+        return self.cluster.nodes.link_loss(node, percent, peer=peer)
+
+    def link_slow(self, node: str, *, rate: str, burst: str, queue_ms: int) -> list[Change]:
+        return self.cluster.nodes.link_slow(node, rate=rate, burst=burst, queue_ms=queue_ms)
+
+    def link_down(self, node: str) -> Change:
+        return self.cluster.nodes.link_down(node)
+
+    def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
+        if peer == CONTROL_PLANE_PEER:  # the node's raylet loses the GCS; gloo still flows
+            ray = self.cluster.ray
+            if node == ray.head:
+                raise FaultError(
+                    f"{node} hosts the GCS (head: n1): it cannot be cut off from itself; "
+                    "pick another node or set resources.ray.head: own"
+                )
+            return self.cluster.nodes.service_cut(
+                node, self.cluster.nodes.address(ray.head), GCS_PORT, purpose="partition-gcs"
             )
-        ]
+        return self.cluster.nodes.link_cut(node, peer=peer)
+
+    def start_network_track(self, hz: float) -> None:
+        self.cluster.nodes.start_network_track(hz)
+
+    # --- actions: the control plane (ControlPlaneActions) ------------------------------------
+
+    def control_plane_label(self) -> str:
+        ray = self.cluster.ray
+        ft = "GCS fault tolerance: redis" if ray.gcs_ft else "no GCS fault tolerance (memory)"
+        return f"Ray GCS {ray.address} on {ray.head} ({ft})"
+
+    def _gcs(self) -> tuple[int, int]:
+        ray = self.cluster.ray
+        pid = ray.gcs_pid()
+        start = procfs.start_time(pid) if pid is not None else None
+        if pid is None or start is None:
+            raise FaultError("the Ray GCS is not running")
+        return pid, start
 
     def control_plane_pause(self) -> list[Change]:
-        """SIGSTOP the GCS (undo: SIGCONT)."""
-        procs = self.control_plane_processes()
-        if not procs:
-            raise PlatformError("the GCS is not running")
-        rep = procs[0]
+        pid, start = self._gcs()
+        head = self.cluster.ray.head
+        change = sigstop_change(pid, start, f"SIGSTOP GCS pid {pid} on {head}", node=head)
+        return [change.with_facts(gcs_mode=self.cluster.ray.gcs_mode)]
 
-        def apply() -> dict[str, Any]:
-            if not procfs.kill_checked(rep.pid, rep.start_time, signal.SIGSTOP):
-                raise FaultError(f"GCS pid {rep.pid} exited before the pause")
-            return {"pid": rep.pid}
-
-        return [
-            Change(
-                "sigstop",
-                {"pid": rep.pid, "start_time": rep.start_time},
-                f"SIGSTOP GCS pid {rep.pid}",
-                f"kill -STOP {rep.pid}",
-                apply,
-            )
-        ]
+    def control_plane_cut(self) -> list[Change]:
+        ray = self.cluster.ray
+        changes = self.cluster.nodes.port_cut(ray.head, GCS_PORT, purpose="control-plane-cut")
+        return [c.with_facts(port=GCS_PORT, gcs_mode=ray.gcs_mode) for c in changes]
 
     def control_plane_stop(self) -> list[Change]:
-        """SIGKILL the GCS (``ray start --block`` then stops the whole head node); undo:
-        start the head again (with redis the cluster state comes back; without it the
-        cluster is lost: worker nodes and drivers of the old GCS die)."""
-        procs = self.control_plane_processes()
-        if not procs:
-            raise PlatformError("the GCS is not running")
-        rep = procs[0]
+        """SIGKILL the GCS (``ray start --block`` then stops the whole head node); the undo
+        starts the head again: with redis the cluster's state comes back, without it the
+        cluster is lost (worker nodes and drivers of the old GCS die)."""
+        if self.settings.head != "own":
+            raise FaultError(_NO_HEAD_RESTART)
+        pid, start = self._gcs()
+        ray = self.cluster.ray
 
-        def apply() -> dict[str, Any]:
-            procfs.kill_checked(rep.pid, rep.start_time, signal.SIGKILL)
-            return {"pid": rep.pid, "gcs_mode": self.ray.gcs_mode}
+        def apply(note: Note) -> dict[str, Any]:
+            if not procfs.kill_checked(pid, start, signal.SIGKILL):
+                raise ProcessLookupError(f"GCS pid {pid} exited before it could be stopped")
+            return {"pid": pid, "node": ray.head, "gcs_mode": ray.gcs_mode}
 
         return [
             Change(
                 "ray-head-stopped",
-                {"run_id": self.ledger.run_id, "pid": rep.pid, "gcs_mode": self.ray.gcs_mode},
-                f"SIGKILL GCS pid {rep.pid} ({self.ray.gcs_mode})",
-                f"kill -KILL {rep.pid}; later: ray start --head ... on {self.ray.head}",
+                {"run_id": self.cluster.ledger.run_id, "pid": pid, "gcs_mode": ray.gcs_mode},
+                f"SIGKILL GCS pid {pid} ({ray.gcs_mode}); the head is started again after",
+                f"kill -KILL {pid}; later: ray start --head --port={GCS_PORT} ... on {ray.head}",
                 apply,
             )
         ]

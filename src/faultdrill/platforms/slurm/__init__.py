@@ -1,10 +1,11 @@
-"""Slurm: drill jobs through sbatch/srun, on an embedded cluster brought up for the run.
+"""Slurm: drill jobs through sbatch/srun, on a real cluster or an embedded one.
 
-Modules: ``nodes`` (the namespace cluster plus a controller node), ``embedded`` (munged,
-slurmctld, one slurmd per node), ``parse`` (scontrol output), ``jobs`` (batch script,
-submission, the watcher), ``platform`` (DRAFT adapter). Importing registers their ledger
-undo functions (``slurm-daemon``, ``slurm-drain``) so that ``faultdrill cleanup`` can
-replay a Slurm drill's ledger.
+Modules: ``parse`` (scontrol output), ``jobs`` (batch and task scripts, submission, the
+watcher that puts Slurm's decisions on the timeline), ``embedded`` (munged, slurmctld and
+one slurmd per node on the node cluster), ``platform`` (``platform: slurm`` against the
+cluster ``sbatch`` reaches) and ``embedded_platform`` (the same on an embedded cluster,
+with node-level actions). Importing registers the platform and the ledger undo functions
+(``slurm-daemon``, ``slurm-drain``, ``slurmctld-stop``) that ``faultdrill cleanup`` needs.
 """
 
-from faultdrill.platforms.slurm import embedded, platform  # noqa: F401  (registers undoers)
+from faultdrill.platforms.slurm import embedded, embedded_platform, platform  # noqa: F401

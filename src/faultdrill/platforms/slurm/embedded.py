@@ -4,11 +4,19 @@ Needs Debian's packages, installed with::
 
     apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge
 
-Layout (see :mod:`faultdrill.platforms.slurm.nodes`)::
+Layout, on a :class:`~faultdrill.platforms.local.cluster.NodeCluster` with network
+namespaces, one controller host ``ctl`` and one host group ``svc``::
 
     svc  (host network, cgroup .../svc)   munged, its own key/socket/pid/log/seed files
     ctl  (fd<h>-ctl, 10.77.0.250, UTS ctl) slurmctld, port 6817; the harness's clients too
     n1.. (fd<h>-nI, 10.77.0.I, UTS nI)    slurmd -N nI, port 6818 -> slurmstepd -> tasks
+
+slurmctld lives in its own namespace, not on a worker node: cutting the control plane's
+link then cuts only the controller (on n1 it would also cut a worker and the job's
+rendezvous host), and killing or freezing a worker node never touches the controller.
+munged stays in the host's network (a unix socket every node reaches through the file
+system). Every daemon starts in its node's cgroup (slurmd -> slurmstepd -> tasks all stay
+in it), network namespace and a UTS namespace named after the node.
 
 Everything the cluster writes is under ``<run dir>/slurm/`` (:class:`SlurmPaths`): the
 config, munge's files, slurmctld's state, each slurmd's spool, pid and log files.
@@ -36,23 +44,36 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.ledger import SECONDS, undoer
 from faultdrill.platforms.local import owned, procfs
-from faultdrill.platforms.slurm.nodes import CONTROLLER, CONTROLLER_ADDRESS, SERVICES, SlurmNodes
+from faultdrill.platforms.local.cluster import CONTROLLER_BASE, SUBNET, NodeCluster
 from faultdrill.platforms.slurm.parse import parse_records
 
+if TYPE_CHECKING:
+    from faultdrill.plan import SlurmSettings
+
 __all__ = [
+    "CONTROLLER",
+    "CONTROLLER_ADDRESS",
     "INSTALL_LINE",
+    "SERVICES",
+    "ClusterSettings",
     "EmbeddedSlurm",
     "SlurmPaths",
-    "SlurmSettings",
     "render_conf",
+    "slurm_cluster",
     "slurm_missing",
     "stop_process",
 ]
+
+CONTROLLER = "ctl"
+"""The controller host (its namespace, cgroup and host name)."""
+CONTROLLER_ADDRESS = f"{SUBNET}.{CONTROLLER_BASE}"
+SERVICES = "svc"
+"""The host group of the services that keep the host's network (munged)."""
 
 INSTALL_LINE = "apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge"
 # A harness run under torchrun (tests) must not hand its rank to the job.
@@ -112,9 +133,18 @@ def _undo_daemon(data: dict[str, Any]) -> None:
     stop_process(pid, start if isinstance(start, int) else None, float(data.get("term_wait_s", 10)))
 
 
+def slurm_cluster(ledger: Any, sink: Any, nodes: list[str], spares: list[str]) -> NodeCluster:
+    """The node cluster an embedded Slurm cluster stands on: the worker nodes (spares are
+    Slurm nodes too), the controller host and munged's host group."""
+    return NodeCluster(
+        ledger, sink, nodes, spares, netns=True, controllers=[CONTROLLER], host_groups=[SERVICES]
+    )
+
+
 @dataclass(frozen=True)
-class SlurmSettings:
-    """The cluster's tunables (slurm.conf). Defaults are those measured to work here."""
+class ClusterSettings:
+    """The embedded cluster's tunables (slurm.conf). Defaults are those measured to work
+    here; the plan's ``resources.slurm`` sets the ones that decide recovery."""
 
     slurmd_timeout_s: int = 5
     message_timeout_s: int = 5
@@ -128,6 +158,17 @@ class SlurmSettings:
     ctld_port: int = 6817
     slurmd_port: int = 6818
     up_timeout_s: float = 30.0
+
+    @classmethod
+    def from_plan(cls, s: SlurmSettings) -> ClusterSettings:
+        return cls(
+            slurmd_timeout_s=s.slurmd_timeout_s,
+            message_timeout_s=s.message_timeout_s,
+            kill_wait_s=s.kill_wait_s,
+            cred_expire_s=s.cred_expire_s,
+            return_to_service=s.return_to_service,
+            sched_interval_s=s.sched_interval_s,
+        )
 
     def recovery_options(self) -> dict[str, Any]:
         """The cluster-side options that decide recovery, for the resource dossier."""
@@ -189,7 +230,7 @@ class SlurmPaths:
 
 
 def render_conf(
-    paths: SlurmPaths, nodes: list[tuple[str, str]], settings: SlurmSettings, cluster: str
+    paths: SlurmPaths, nodes: list[tuple[str, str]], settings: ClusterSettings, cluster: str
 ) -> str:
     """slurm.conf for ``nodes`` (name, address), controller at :data:`CONTROLLER_ADDRESS`."""
     s = settings
@@ -266,24 +307,36 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 class EmbeddedSlurm:
-    """munged + slurmctld + one slurmd per worker node, on :class:`SlurmNodes`.
+    """munged + slurmctld + one slurmd per node (spares included), on a node cluster made by
+    :func:`slurm_cluster`.
 
     ``up`` blocks until every node is idle or raises EnvironmentPrepError naming the part
     that failed with its log's tail. ``down`` is idempotent. ``client`` runs a Slurm command
     as the harness (in the controller's network namespace).
     """
 
-    def __init__(self, nodes: SlurmNodes, root: Path, settings: SlurmSettings | None = None):
+    def __init__(
+        self, nodes: NodeCluster, root: Path, settings: ClusterSettings | None = None
+    ) -> None:
         self.nodes = nodes
         self.paths = SlurmPaths(root)
-        self.settings = settings or SlurmSettings()
-        self.cluster_name = nodes.cluster.prefix
+        self.settings = settings or ClusterSettings()
+        self.cluster_name = nodes.prefix
         self.daemons: dict[str, _Daemon] = {}
         self._retired: list[_Daemon] = []
 
     @property
     def ledger(self) -> Any:
         return self.nodes.ledger
+
+    @property
+    def ctl_ns(self) -> str:
+        """The controller's network namespace."""
+        return self.nodes.link(CONTROLLER).ns
+
+    def workers(self) -> list[str]:
+        """Every Slurm node (the cluster's nodes and spares)."""
+        return self.nodes.nodes()
 
     def env(self) -> dict[str, str]:
         """Environment of every Slurm command and daemon: the run's own config."""
@@ -296,7 +349,7 @@ class EmbeddedSlurm:
     def write_files(self) -> None:
         """Config, munge key (0400, fresh per run) and the directories, under the run dir."""
         p = self.paths
-        spools = [p.spool / n for n in self.nodes.workers()]
+        spools = [p.spool / n for n in self.workers()]
         for d in (p.root, p.state, p.spool, p.logs, p.run, p.jobs, p.root / "tmp", *spools):
             d.mkdir(parents=True, exist_ok=True)
         p.munge.mkdir(mode=0o755, exist_ok=True)
@@ -307,7 +360,7 @@ class EmbeddedSlurm:
                 os.write(fd, os.urandom(1024))
             finally:
                 os.close(fd)
-        nodes = [(n, self.nodes.address(n)) for n in self.nodes.workers()]
+        nodes = [(n, self.nodes.address(n)) for n in self.workers()]
         p.conf.write_text(render_conf(p, nodes, self.settings, self.cluster_name))
 
     # --- daemons ------------------------------------------------------------------------
@@ -332,7 +385,7 @@ class EmbeddedSlurm:
             proc = self.nodes.launch(
                 node, argv, env=self.env(), log=out, cwd=self.paths.root, hostname=hostname
             )
-        except OSError as exc:
+        except PlatformError as exc:
             out.close()
             raise EnvironmentPrepError(f"cannot start {name} on {node}: {exc}") from exc
         start = procfs.start_time(proc.pid)
@@ -394,7 +447,7 @@ class EmbeddedSlurm:
         argv = ["slurmctld", "-D", "-f", str(self.paths.conf)]
         if clean:
             argv.append("-c")
-        self.start_daemon("slurmctld", CONTROLLER, argv)
+        self.start_daemon("slurmctld", CONTROLLER, argv, hostname=CONTROLLER)
         self._wait(
             "slurmctld",
             lambda: "UP" in self.client(["scontrol", "ping"], timeout=8, check=False).stdout,
@@ -404,7 +457,10 @@ class EmbeddedSlurm:
 
     def start_slurmd(self, node: str) -> None:
         self.start_daemon(
-            f"slurmd-{node}", node, ["slurmd", "-D", "-f", str(self.paths.conf), "-N", node]
+            f"slurmd-{node}",
+            node,
+            ["slurmd", "-D", "-f", str(self.paths.conf), "-N", node],
+            hostname=node,
         )
 
     def _wait(self, name: str, ready: Any, log: Path, *, timeout: float) -> None:
@@ -433,11 +489,11 @@ class EmbeddedSlurm:
         self.write_files()
         self.start_munged()
         self.start_slurmctld(clean=True)
-        for node in self.nodes.workers():
+        for node in self.workers():
             self.start_slurmd(node)
-        self.wait_nodes_idle(self.nodes.workers(), timeout=self.settings.up_timeout_s)
+        self.wait_nodes_idle(self.workers(), timeout=self.settings.up_timeout_s)
         self.nodes.sink.emit(
-            "platform", "slurm_up", nodes=self.nodes.workers(), conf=str(self.paths.conf)
+            "platform", "slurm_up", nodes=self.workers(), conf=str(self.paths.conf)
         )
 
     def wait_nodes_idle(self, nodes: list[str], *, timeout: float) -> None:
@@ -514,7 +570,7 @@ class EmbeddedSlurm:
         network namespace with the run's config (plus ``env``: sbatch exports it to the
         job). Raises PlatformError when it cannot run, times out, or (``check``) exits
         non-zero."""
-        full = self.nodes.run_in(CONTROLLER, argv)
+        full = [*self.nodes.launch_prefix(CONTROLLER), *argv]
         full_env = self.env()
         for key in [k for k in full_env if k in _SCRUB]:
             del full_env[key]
@@ -541,7 +597,7 @@ class EmbeddedSlurm:
         """What the dossier needs: config path, daemons with pids, settings."""
         return {
             "conf": str(self.paths.conf),
-            "controller": f"{CONTROLLER} {CONTROLLER_ADDRESS} ({self.nodes.ctl_ns})",
+            "controller": f"{CONTROLLER} {CONTROLLER_ADDRESS} ({self.ctl_ns})",
             "daemons": {n: {"node": d.node, "pid": d.proc.pid} for n, d in self.daemons.items()},
             "settings": asdict(self.settings),
         }

@@ -3,9 +3,13 @@
 The batch script runs ``srun`` of one torchrun agent per allocated node (the task script,
 :func:`render_task`): the first allocated node hosts the c10d rendezvous, each incarnation
 (``SLURM_RESTART_COUNT``) gets its own rendezvous id and port, so an old task still running
-on a cut-off node never joins the requeued job's rendezvous. The probe's events reach the
-harness through the events directory of the run (shared by the nodes: same host here; on a
-real cluster, a shared file system the plan names).
+on a cut-off node never joins the requeued job's rendezvous. Every task exports the job id
+and the incarnation as ``FAULTDRILL_SCHED_JOB_ID`` / ``FAULTDRILL_SCHED_INCARNATION``: the
+probe puts them into ``run_start``, so the timeline tells a requeued job's replicas from an
+old incarnation's that still run (:mod:`faultdrill.timeline`). The probe's events reach the
+harness through the events directory of the run (shared by the nodes: same host on the
+embedded cluster; on a real cluster, the run directory lies on the file system that the
+plan's ``slurm.shared_dir`` names).
 
 :class:`SlurmWatch` polls ``scontrol show job|node|step -o`` at a fixed rate and turns every
 change into one flat ``platform`` event on the drill's clock, with Slurm's own timestamp
@@ -19,6 +23,11 @@ job_held               reason (e.g. "launch failed requeued held"): needs
                        ``scontrol release`` (manual restart)
 node_state             node, state (normalised), slurm_state, previous, reason,
                        reason_user, sched_ts (when the reason was set), source="slurmctld"
+node_lost              node, slurm_state, reason, job_nodes: a node of the job's
+                       allocation declared DOWN (layer="scheduler": the four questions'
+                       "worker deemed lost" when Slurm replaced the job)
+replica_lost           restart_count, reason, previous_nodes: the job requeued (its
+                       replicas deemed lost; layer="scheduler")
 step_started           step, nodes, incarnation, sched_ts
 step_gone              step (no longer listed: ended, killed, or its node's record lost)
 controller_unreachable error (a client command failed: controller down, paused or cut off)
@@ -82,7 +91,8 @@ class SlurmClient(Protocol):
 
 @dataclass(frozen=True)
 class RecoveryOptions:
-    """Job-side options that decide how Slurm and torchrun recover (see the dossier)."""
+    """Job-side options that decide how Slurm and torchrun recover (see the dossier), and
+    what else the batch script carries (the plan's extra sbatch options)."""
 
     requeue: bool = True
     """sbatch --requeue: a job whose node fails is requeued (else it ends NODE_FAIL)."""
@@ -94,6 +104,8 @@ class RecoveryOptions:
     """torchrun --max-restarts: worker-group restarts inside one incarnation."""
     rdzv_port_base: int = 29500
     """The rendezvous port of incarnation ``r`` is ``base + r``."""
+    sbatch_options: tuple[str, ...] = ()
+    """Extra ``#SBATCH`` lines (partition, account, time limit...)."""
 
     def dossier(self) -> dict[str, Any]:
         return {
@@ -101,6 +113,7 @@ class RecoveryOptions:
             "sbatch --no-kill": self.no_kill,
             "srun --kill-on-bad-exit": 1 if self.kill_on_bad_exit else 0,
             "torchrun --max-restarts": self.max_restarts,
+            **({"sbatch options": " ".join(self.sbatch_options)} if self.sbatch_options else {}),
         }
 
 
@@ -122,39 +135,62 @@ def render_task(
     job: JobSpec,
     opts: RecoveryOptions,
     *,
-    addresses: dict[str, str],
-    ifnames: dict[str, str],
     timeouts: Any,
+    addresses: dict[str, str] | None = None,
+    ifnames: dict[str, str] | None = None,
     python: str = sys.executable,
+    scratch: Path | None = None,
 ) -> str:
     """The script ``srun`` runs once per node: one torchrun agent, rendezvous on the first
-    allocated node. Per-node facts come from ``SLURMD_NODENAME`` (a map of addresses and
-    interfaces written in)."""
-    addr = " ".join(f"[{n}]={shlex.quote(a)}" for n, a in addresses.items())
-    ifn = " ".join(f"[{n}]={shlex.quote(i)}" for n, i in ifnames.items())
+    allocated node. On the embedded cluster, per-node facts come from ``SLURMD_NODENAME``
+    (a map of addresses and interfaces written in) and ``TMPDIR`` is below ``scratch``; on a
+    real cluster (no maps) each node's address is its ``NodeAddr`` as Slurm reaches it, gloo
+    uses the interface that holds it (when it is an IP address of the node), and each node
+    keeps its own ``TMPDIR``."""
     argv = " ".join(shlex.quote(a) for a in job.argv)
+    maps = "addr_of() { scontrol show node \"$1\" -o | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p'; }\n"
+    node_env = (
+        'my_addr=$(addr_of "$node")\n'
+        'export FAULTDRILL_NODE_ADDR="$my_addr"\n'
+        'ifname=$(ip -o -4 addr show 2>/dev/null | awk -v a="$my_addr" '
+        "'{split($4, p, \"/\"); if (p[1] == a) print $2}' | head -n1)\n"
+        'if [ -n "$ifname" ]; then export GLOO_SOCKET_IFNAME="$ifname"; fi\n'
+    )
+    endpoint = '"$(addr_of "$first")"'
+    local_addr = ' --local-addr="$my_addr"'
+    if addresses is not None and ifnames is not None:
+        addr = " ".join(f"[{n}]={shlex.quote(a)}" for n, a in addresses.items())
+        ifn = " ".join(f"[{n}]={shlex.quote(i)}" for n, i in ifnames.items())
+        maps = f"declare -A ADDR=({addr})\ndeclare -A IFACE=({ifn})\n"
+        node_env = (
+            'export FAULTDRILL_NODE_ADDR="${ADDR[$node]}"\n'
+            'export GLOO_SOCKET_IFNAME="${IFACE[$node]}"\n'
+        )
+        endpoint = '"${ADDR[$first]}"'
+        local_addr = ' --local-addr="${ADDR[$node]}"'
+    tmp = ""
+    if scratch is not None:
+        tmp = (
+            f'export TMPDIR={shlex.quote(str(scratch))}/"$node-$SLURM_JOB_ID-$restart"\n'
+            'mkdir -p "$TMPDIR"\n'
+        )
     return f"""#!/bin/bash
 # One torchrun agent on this node (written by faultdrill for job {job.run_id}).
 set -eu
-declare -A ADDR=({addr})
-declare -A IFACE=({ifn})
-node="$SLURMD_NODENAME"
+{maps}node="$SLURMD_NODENAME"
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 restart="${{SLURM_RESTART_COUNT:-0}}"
 is_host=0
 [ "$node" = "$first" ] && is_host=1
-export FAULTDRILL_NODE="$node" FAULTDRILL_NODE_ADDR="${{ADDR[$node]}}"
-export FAULTDRILL_SLURM_JOB_ID="$SLURM_JOB_ID" FAULTDRILL_SLURM_RESTART_COUNT="$restart"
-export GLOO_SOCKET_IFNAME="${{IFACE[$node]}}"
-export TMPDIR={shlex.quote(str(job.work_dir / "tmp"))}/"$node-$SLURM_JOB_ID-$restart"
-mkdir -p "$TMPDIR"
-exec {shlex.quote(python)} -m {AGENT_MODULE} \\
+export FAULTDRILL_NODE="$node"
+export FAULTDRILL_SCHED_JOB_ID="$SLURM_JOB_ID" FAULTDRILL_SCHED_INCARNATION="$restart"
+{node_env}{tmp}exec {shlex.quote(python)} -m {AGENT_MODULE} \\
   --nnodes={job.min_nodes}:{job.max_nodes} --nproc-per-node={job.procs_per_node} \\
   --max-restarts={opts.max_restarts} --rdzv-backend=c10d \\
-  --rdzv-endpoint="${{ADDR[$first]}}:$(({opts.rdzv_port_base} + restart))" \\
+  --rdzv-endpoint={endpoint}:$(({opts.rdzv_port_base} + restart)) \\
   --rdzv-id="$SLURM_JOB_ID-$restart" \\
   --rdzv-conf="{_rdzv_conf(timeouts)},is_host=$is_host" \\
-  --monitor-interval={timeouts.monitor_interval_s} --local-addr="${{ADDR[$node]}}" \\
+  --monitor-interval={timeouts.monitor_interval_s}{local_addr} \\
   {argv}
 """
 
@@ -175,6 +211,7 @@ def render_batch(job: JobSpec, opts: RecoveryOptions, *, task_script: Path, out_
     ]
     if opts.no_kill:
         lines.append("#SBATCH --no-kill")
+    lines += [f"#SBATCH {opt}" for opt in opts.sbatch_options]
     lines += [
         'echo "faultdrill: batch job=$SLURM_JOB_ID restart=${SLURM_RESTART_COUNT:-0}'
         ' nodes=$SLURM_JOB_NODELIST host=$(hostname) at=$(date +%s.%N)"',
@@ -189,20 +226,23 @@ def submit(
     job: JobSpec,
     opts: RecoveryOptions,
     *,
-    addresses: dict[str, str],
-    ifnames: dict[str, str],
-    timeouts: Any,
+    task: str,
     out_dir: Path,
+    env: dict[str, str] | None = None,
 ) -> str:
-    """Write the scripts under ``out_dir`` and sbatch; returns the job id. The job's
-    environment is the submitter's (sbatch --export=ALL), so the caller's client runs
-    with ``job.env`` set. Raises PlatformError when sbatch refuses."""
+    """Write the task script (``task``, from :func:`render_task`) and the batch script
+    under ``out_dir`` and sbatch; returns the job id. The job's environment is the
+    submitter's (sbatch exports it), so the client runs with :func:`job_env` and ``env``
+    added.
+    Raises PlatformError when sbatch refuses."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    task = out_dir / f"{job.run_id}-task.sh"
+    task_path = out_dir / f"{job.run_id}-task.sh"
     batch = out_dir / f"{job.run_id}-batch.sh"
-    task.write_text(render_task(job, opts, addresses=addresses, ifnames=ifnames, timeouts=timeouts))
-    batch.write_text(render_batch(job, opts, task_script=task, out_dir=out_dir))
-    done = client.client(["sbatch", "--parsable", str(batch)], timeout=20, env=job_env(job))
+    task_path.write_text(task)
+    batch.write_text(render_batch(job, opts, task_script=task_path, out_dir=out_dir))
+    done = client.client(
+        ["sbatch", "--parsable", str(batch)], timeout=20, env={**job_env(job), **(env or {})}
+    )
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise PlatformError(f"sbatch answered {done.stdout!r}, not a job id")
@@ -300,20 +340,40 @@ def node_state_of(slurm_state: str) -> str:
 # --- the watcher ---------------------------------------------------------------------------
 
 Emit = Callable[..., Any]
+#: What a Slurm client says when slurmctld did not answer (down, paused or cut off).
+_NO_ANSWER = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "timed out",
+    "Connection refused",
+    "Zero Bytes were transmitted",
+    "Communication connection failure",
+    "Unable to connect",
+)
 
 
 class SlurmWatch:
-    """Polls one job, every node and the job's steps at a fixed rate in a thread; every
+    """Polls one job, the nodes and the job's steps at a fixed rate in a thread; every
     change becomes one event (see the module docstring). ``start``/``stop`` are idempotent;
-    ``tick`` runs one poll in the caller's thread (tests, or a caller's own loop)."""
+    ``tick`` runs one poll in the caller's thread (tests, or a caller's own loop).
+
+    ``all_nodes``: poll every node of the cluster (the embedded one); otherwise only the
+    nodes the job was allocated (a real cluster may have thousands)."""
 
     def __init__(
-        self, client: SlurmClient, emit: Emit, *, job_id: str | None = None, interval_s: float = 0.5
+        self,
+        client: SlurmClient,
+        emit: Emit,
+        *,
+        job_id: str | None = None,
+        interval_s: float = 0.5,
+        all_nodes: bool = True,
     ) -> None:
         self.client = client
         self.emit = emit
         self.job_id = job_id
         self.interval_s = interval_s
+        self.all_nodes = all_nodes
         self.job: dict[str, str] = {}
         self.nodes: dict[str, dict[str, str]] = {}
         self.steps: dict[str, dict[str, str]] = {}
@@ -342,36 +402,54 @@ class SlurmWatch:
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
 
     def _show(self, what: list[str]) -> list[dict[str, str]] | None:
+        """Records of ``scontrol show WHAT -o``; ``[{"Invalid": error}]`` for a job that
+        slurmctld does not know; None when the controller did not answer."""
         done = self.client.client(["scontrol", "show", *what, "-o"], timeout=8, check=False)
-        text = done.stdout
-        if done.returncode != 0 and not ("No job steps" in text or "Invalid job id" in done.stderr):
-            self._unreachable((done.stderr or text).strip()[:300] or f"status {done.returncode}")
+        text, err = done.stdout, done.stderr.strip()
+        if done.returncode == 0:
+            return parse_records(text)
+        if done.returncode == 124 or any(sign in err for sign in _NO_ANSWER):
+            self._unreachable((err or text).strip()[:300] or f"status {done.returncode}")
             return None
-        if done.returncode != 0:
-            return [] if "No job steps" in text else [{"Invalid": done.stderr.strip()}]
-        return parse_records(text)
+        if what[0] == "job" and "Invalid job id" in err:
+            return [{"Invalid": err}]
+        return []  # an answer that lists nothing: no steps ("Job step 1. not found")
 
     def _unreachable(self, error: str) -> None:
         if self.reachable:
             self.reachable = False
             self.emit("controller_unreachable", error=error, source="scontrol")
 
+    def _reachable(self) -> None:
+        if not self.reachable:
+            self.reachable = True
+            self.emit("controller_reachable", source="scontrol")
+
+    def job_nodes(self) -> list[str]:
+        """Every node the job was allocated so far (its incarnations' and its current)."""
+        seen = [n for nodes in self.incarnations.values() for n in nodes]
+        seen += expand_hostlist(self.job.get("NodeList", "")) if "Invalid" not in self.job else []
+        return list(dict.fromkeys(seen))
+
     def tick(self) -> None:
         """One poll: nodes, then the job, then its steps."""
         with self._lock:
-            nodes = self._show(["node"])
-            if nodes is None:
-                return
-            if not self.reachable:
-                self.reachable = True
-                self.emit("controller_reachable", source="scontrol")
-            self._nodes(nodes)
+            which = [] if self.all_nodes else self.job_nodes()
+            if self.all_nodes or which:
+                nodes = self._show(["node", *([",".join(which)] if which else [])])
+                if nodes is None:
+                    return
+                self._reachable()
+                self._nodes(nodes)
             if self.job_id is None:
                 return
             job = self._show(["job", self.job_id])
+            if job is None:
+                return
+            self._reachable()
             if job:
                 self._job(job[0])
-            steps = self._show(["step"])
+            steps = self._show(["step", self.job_id])
             if steps is not None:
                 self._steps([s for s in steps if s.get("StepId", "").split(".")[0] == self.job_id])
 
@@ -390,17 +468,31 @@ class SlurmWatch:
             ):
                 continue
             reason, user, when = reason_of(rec.get("Reason"))
+            state = node_state_of(raw)
+            previous = node_state_of(old.get("State", "")) if old else None
             self.emit(
                 "node_state",
                 node=name,
-                state=node_state_of(raw),
+                state=state,
                 slurm_state=raw,
-                previous=node_state_of(old.get("State", "")) if old else None,
+                previous=previous,
                 reason=reason or None,
                 reason_user=user,
                 sched_ts=when,
                 source="slurmctld",
             )
+            job_nodes = self.job_nodes()
+            if state == "down" and previous != "down" and name in job_nodes:
+                self.emit(
+                    "node_lost",
+                    node=name,
+                    slurm_state=raw,
+                    reason=reason or None,
+                    job_nodes=job_nodes,
+                    sched_ts=when,
+                    source="slurmctld",
+                    layer="scheduler",
+                )
 
     def _job(self, rec: dict[str, str]) -> None:
         if "Invalid" in rec:
@@ -419,12 +511,22 @@ class SlurmWatch:
         nodes = expand_hostlist(rec.get("NodeList", ""))
         old_restarts = int(old.get("Restarts", "0") or 0) if old else 0
         if old and restarts > old_restarts:
+            previous = expand_hostlist(old.get("NodeList", ""))
             self.emit(
                 "job_requeued",
                 job_id=rec.get("JobId"),
                 restart_count=restarts,
-                previous_nodes=expand_hostlist(old.get("NodeList", "")),
+                previous_nodes=previous,
                 source="slurmctld",
+            )
+            self.emit(
+                "replica_lost",
+                node=",".join(previous) or None,
+                restart_count=restarts,
+                reason=rec.get("Reason"),
+                previous_nodes=previous,
+                source="slurmctld",
+                layer="scheduler",
             )
         state = rec.get("JobState", "")
         changed = not old or (old.get("JobState"), old.get("Reason"), old.get("NodeList")) != (
@@ -468,7 +570,9 @@ class SlurmWatch:
         seen PENDING then COMPLETED); COMPLETING after a requeue lists the old nodes."""
         state, restarts = rec.get("JobState", ""), int(rec.get("Restarts", "0") or 0)
         placed = base_state(state) in ("RUNNING", "CONFIGURING") or (
-            job_state_of(rec).ended and slurm_time(rec.get("StartTime")) is not None
+            job_state_of(rec).ended
+            and not is_held(rec)  # a held job's record still names its last allocation
+            and slurm_time(rec.get("StartTime")) is not None
         )
         if placed and nodes and restarts not in self.incarnations:
             self.incarnations[restarts] = nodes

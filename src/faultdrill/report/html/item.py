@@ -141,7 +141,7 @@ def _row_table(t: Translator, s: Item) -> str:
 
 def _questions(t: Translator, s: Item) -> str:
     q = s.questions
-    lost_by, note2 = q.worker_lost_by, words.note_text(t, q.old_replica_note)
+    lost_by, note2 = words.lost_by_text(t, q.worker_lost_by), words.note_text(t, q.old_replica_note)
     first = words.when(t, q.first_step_after_at)
     return (
         f"<h4>{t('q.title')}</h4><ol class='questions'>"

@@ -1,0 +1,192 @@
+"""Plans for the Ray Train drills (no tests here): the reference workload under Ray Train on
+the embedded cluster, short (30 steps, a checkpoint every 10), one cluster per plan run.
+
+* :func:`default_raw`: the default run's plan: one drill per fault family (kill-worker,
+  node-down, a partition long enough to leave the cut-off worker alive, a GCS restart with
+  redis, checkpoint storage read-only across a save, a damaged checkpoint), redis GCS.
+* :func:`slow_raw`: the slow set's plan: the other faults and the negative controls, GCS
+  in memory.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from typing import Any
+
+import pytest
+
+from faultdrill.platforms.local.linux import netns_unavailable
+from faultdrill.platforms.ray.embedded import ray_missing, redis_missing
+
+__all__ = ["default_raw", "needs_ray_cluster", "slow_raw"]
+
+_missing = ray_missing() or netns_unavailable() or redis_missing()
+if _missing is None and shutil.which("iptables") is None:
+    _missing = "iptables not found"
+needs_ray_cluster = pytest.mark.skipif(
+    _missing is not None,
+    reason=f"no embedded Ray cluster here: {_missing} (CI installs them: scripts/setup-ray.sh)",
+)
+
+N2 = {"node": "n2"}
+
+
+def _base(task: str, *, gcs_ft: str, reconnect_s: int) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "task": {
+            "id": f"{task}-{uuid.uuid4().hex[:8]}",
+            "config_version": "lm-v1",
+            "code_id": "faultdrill.workloads.lm@0.1.0",
+            "entrypoint": {"module": "faultdrill.workloads.lm"},
+            "workload": {"steps": 30, "global_batch": 8, "step_sleep_s": 0.05},
+        },
+        "data": {"snapshot": "synthetic-markov-v1", "digest": "seed:1234/dataset_size:512"},
+        "resources": {
+            "platform": "ray",
+            "isolation": "netns",
+            "nodes": 2,
+            "procs_per_node": 1,
+            "spares": 1,
+            "max_restarts": 3,
+            "ray": {"gcs_ft": gcs_ft, "gcs_reconnect_timeout_s": reconnect_s},
+        },
+        "checkpoint": {"dir": "ckpt", "every_steps": 10, "keep": 3},
+        "seeds": {"global": 1234},
+        # Ray's raylet ends a finished job's actors a moment after its driver exits.
+        "observation": {"sample_hz": 10, "settle_s": 2.0},
+        "responsibility": {
+            "injector": "a",
+            "observer": "b",
+            "recovery_operator": "c",
+            "signer": "d",
+        },
+        "stop": {"max_wall_s": 420, "max_no_progress_s": 240},
+    }
+
+
+def _sc(
+    sid: str, fault: dict[str, Any], trigger: dict[str, Any], **expected: Any
+) -> dict[str, Any]:
+    return {"id": sid, "fault": fault, "trigger": trigger, "expected": expected}
+
+
+def default_raw() -> dict[str, Any]:
+    """Baseline and six scenarios, each fault family once (see the module)."""
+    # The cut-off raylet waits 180 s for its GCS (Ray's default is 60): longer than the
+    # partition's rest of the job, so the old worker on n2 lives on as it would through
+    # any partition shorter than that timeout.
+    raw = _base("ray-default", gcs_ft="redis", reconnect_s=180)
+    at15 = {"at_step": 15}
+    raw["rounds"] = [
+        {
+            "round": 1,
+            "name": "process, storage, control plane",
+            "continue_on_failure": True,
+            "scenarios": [
+                _sc("kill-worker", {"kind": "kill-worker", "target": {"rank": 1}}, at15),
+                _sc(
+                    "storage-ro",
+                    {"kind": "storage-outage", "mode": "read-only", "for_s": 1.5},
+                    {"at_step": 18},
+                    resume="no-restart",
+                ),
+                _sc(
+                    "gcs-restart",
+                    {"kind": "control-plane-outage", "mode": "stop", "for_s": 5},
+                    {"at_step": 5},
+                    resume="no-restart",
+                ),
+            ],
+        },
+        {
+            "round": 2,
+            "name": "node, network, checkpoint",
+            "continue_on_failure": True,
+            "scenarios": [
+                _sc("node-down", {"kind": "node-down", "target": N2}, at15),
+                _sc(
+                    "partition",
+                    {"kind": "partition", "target": N2, "for_s": 150},
+                    at15,
+                    recovery="manual-confirmation",
+                ),
+                # After Ray registered step-20 (the controller holds it once every rank
+                # reported): Ray hands the damaged checkpoint over.
+                _sc(
+                    "corrupt",
+                    {"kind": "corrupt-checkpoint", "damage": "flip-bytes"},
+                    {"at_step": 25},
+                ),
+            ],
+        },
+    ]
+    raw["controls"] = []
+    return raw
+
+
+def slow_raw() -> dict[str, Any]:
+    """The faults and modes the default run leaves out, and a negative control per
+    evidence family; GCS in memory (no fault tolerance)."""
+    raw = _base("ray-slow", gcs_ft="none", reconnect_s=60)
+    at15 = {"at_step": 15}
+    raw["rounds"] = [
+        {
+            "round": 1,
+            "name": "the rest",
+            "continue_on_failure": True,
+            "scenarios": [
+                _sc("drain", {"kind": "node-drain", "target": N2}, at15),
+                _sc(
+                    "loss",
+                    {"kind": "link-loss", "target": N2, "percent": 30, "for_s": 3},
+                    at15,
+                    resume="no-restart",
+                ),
+                _sc(
+                    "gcs-pause",
+                    {"kind": "control-plane-outage", "mode": "pause", "for_s": 4},
+                    {"at_step": 5},
+                    resume="no-restart",
+                ),
+                _sc(
+                    "gcs-lost",
+                    {"kind": "control-plane-outage", "mode": "stop", "for_s": 5},
+                    {"at_step": 5},
+                    job="fails",
+                    recovery="unrecoverable",
+                    resume="no-restart",
+                ),
+            ],
+        }
+    ]
+    kill1 = {"kind": "kill-worker", "target": {"rank": 1}}
+    raw["controls"] = [
+        {
+            "id": "ctl-handover-stale",
+            "title": "Ray is handed the previous checkpoint: a retry restores the wrong one",
+            "workload": {"bad_mode": "handover-stale"},
+            "fault": kill1,
+            "trigger": {"at_step": 25},
+            "expected_check": "progress.resume-point",
+        },
+        {
+            "id": "ctl-stale-replica",
+            "title": "an old replica keeps running after Ray restarted the group",
+            "workload": {"bad_mode": "stale-replica"},
+            # its owner (the highest rank) killed outright: nothing of Ray's stops its child
+            "fault": kill1,
+            "trigger": {"at_step": 15},
+            "expected_check": "resources.no-stale-replica",
+        },
+        {
+            "id": "ctl-optimizer-lost",
+            "title": "optimizer and LR schedule not restored after the restart",
+            "workload": {"bad_mode": "optimizer-not-restored"},
+            "fault": kill1,
+            "trigger": {"at_step": 15},
+            "expected_check": "results.loss-matches-baseline",
+        },
+    ]
+    return raw
