@@ -3,7 +3,8 @@
 #
 #   scripts/setup-system.sh demo    python3-venv (the README's venv), iptables (link faults),
 #                                   fuse + libfuse2 (storage outage, unreachable mode)
-#   scripts/setup-system.sh tests   the same, plus chromium (the HTML report's browser test)
+#   scripts/setup-system.sh tests   the same, plus chromium (the HTML report's browser test),
+#                                   and as root the Slurm, Ray and Kubernetes drills' packages
 #
 # As root: installs what is missing (apt-get; about a minute on a fresh machine) and exits 1
 # if something is still missing afterwards. As a normal user: says exactly what is missing
@@ -19,6 +20,23 @@ case "$what" in
 esac
 
 log="${TMPDIR:-/tmp}/faultdrill-setup-apt.log"
+
+# The tests also drill the embedded Slurm, Ray and Kubernetes clusters: as root, each
+# platform's own script installs its packages first (setup-slurm.sh, setup-ray.sh,
+# setup-kubernetes.sh; idempotent, seconds when present). FAULTDRILL_SETUP_PLATFORMS names
+# which (the script's own tests set it empty).
+if [ "$what" = tests ] && [ "$(id -u)" = 0 ]; then
+  here="$(cd "$(dirname "$0")" && pwd)"
+  for platform in ${FAULTDRILL_SETUP_PLATFORMS-slurm ray kubernetes}; do
+    platform_log="${TMPDIR:-/tmp}/faultdrill-setup-$platform.log"
+    if ! bash "$here/setup-$platform.sh" >"$platform_log" 2>&1; then
+      echo "faultdrill setup: the $platform drills' packages could not be installed:" >&2
+      tail -n 20 "$platform_log" >&2
+      exit 1
+    fi
+    echo "faultdrill setup: packages for the $platform drills present"
+  done
+fi
 
 # Where else to look (a normal user's PATH may lack sbin); overridden by the tests.
 sbin_dirs="${FAULTDRILL_SETUP_SBIN-/usr/sbin /sbin}"

@@ -31,6 +31,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return run_example("lightning", tmp_path_factory.mktemp("pl-drill"), only)
 
 
+@pytest.mark.slow  # a torchrun drill of ~1.5 min; the default run keeps the one-process test
 @pytest.mark.drill
 def test_a_killed_worker_is_recovered_bitwise_loader_position_included(
     report: dict[str, Any],
@@ -44,6 +45,7 @@ def test_a_killed_worker_is_recovered_bitwise_loader_position_included(
     assert finding(s, "results.final-model-digest")["verdict"] == "pass"
 
 
+@pytest.mark.slow  # a torchrun drill of ~1.5 min; the default run keeps the one-process test
 @pytest.mark.drill
 @pytest.mark.parametrize("control", ["ctl-plain-dataloader", "ctl-shuffle-rng-not-restored"])
 def test_a_resume_that_changes_the_data_stream_is_caught_by_the_ledger(
@@ -54,6 +56,7 @@ def test_a_resume_that_changes_the_data_stream_is_caught_by_the_ledger(
     assert "consumed more than once in committed progress (replayed)" in ledger["message"]
 
 
+@pytest.mark.slow  # a torchrun drill of ~1.5 min; the default run keeps the one-process test
 @pytest.mark.drill
 def test_a_resume_from_a_damaged_newest_checkpoint_is_caught(report: dict[str, Any]) -> None:
     c = item(report, "ctl-trust-newest-dir")

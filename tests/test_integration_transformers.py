@@ -29,6 +29,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return run_example("hf_trainer", tmp_path_factory.mktemp("hf-drill"), only)
 
 
+@pytest.mark.slow  # a torchrun drill of ~1.5 min; the default run keeps the one-process test
 @pytest.mark.drill
 def test_a_killed_worker_is_recovered_bitwise_from_the_last_checkpoint(
     report: dict[str, Any],
@@ -50,6 +51,7 @@ def test_a_killed_worker_is_recovered_bitwise_from_the_last_checkpoint(
     assert finding(s, "results.final-model-digest")["verdict"] == "pass"
 
 
+@pytest.mark.slow  # a torchrun drill of ~1.5 min; the default run keeps the one-process test
 @pytest.mark.drill
 def test_a_resume_that_does_not_skip_consumed_batches_is_caught_by_the_ledger(
     report: dict[str, Any],
@@ -61,6 +63,7 @@ def test_a_resume_that_does_not_skip_consumed_batches_is_caught_by_the_ledger(
     assert finding(c, "progress.resume-point")["verdict"] == "pass"  # the step was right
 
 
+@pytest.mark.slow  # a torchrun drill of ~1.5 min; the default run keeps the one-process test
 @pytest.mark.drill
 def test_a_resume_from_an_incomplete_newest_checkpoint_is_caught(
     report: dict[str, Any],

@@ -145,6 +145,7 @@ def test_a_detached_child_writing_steps_after_the_kill_is_caught(
     assert stale["verdict"] == "fail" and "split brain" in stale["message"]
 
 
+@pytest.mark.slow  # ~2 min; the default run keeps the fork/helpers drill
 def test_spawned_workers_async_checkpoints_and_sparse_losses_pass(
     loader_spawn_async: dict[str, Any],
 ) -> None:
@@ -155,6 +156,7 @@ def test_spawned_workers_async_checkpoints_and_sparse_losses_pass(
     assert "reported no loss" in loss["message"], loss
 
 
+@pytest.mark.slow  # ~2 min; the default run keeps the fork/helpers drill
 def test_children_kept_alive_past_the_grace_are_caught(
     loader_spawn_async: dict[str, Any],
 ) -> None:
