@@ -80,7 +80,7 @@ __all__ = [
 
 MANIFEST = "manifest.json"
 FORMAT = "faultdrill-bundle/1"
-_DOSSIER = "baseline/dossier.json"
+_DOSSIER = f"{rundir.BASELINE}/{rundir.DOSSIER}"  # a member name: always "/"
 #: Members read whole (manifest, signature, one member asked for): at most this big.
 _SMALL = 64 << 20
 #: More members than this is no bundle faultdrill made (each header costs memory).
