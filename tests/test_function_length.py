@@ -28,7 +28,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("checks/results.py", "evaluation_matches_baseline"): "a check's comparison rules; not split",
     ("engine/item.py", "execute_item"): "the item's run sequence and its cleanup; not split yet",
     ("judge/analysis.py", "answer_questions"): "one answer per question; not split yet",
-    ("judge/goodput.py", "account"): "one goodput category after another; not split yet",
 }
 
 
