@@ -27,7 +27,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("checks/results.py", "loss_matches_baseline"): "a check's comparison rules; not split yet",
     ("checks/results.py", "evaluation_matches_baseline"): "a check's comparison rules; not split",
     ("engine/item.py", "execute_item"): "the item's run sequence and its cleanup; not split yet",
-    ("judge/analysis.py", "answer_questions"): "one answer per question; not split yet",
 }
 
 
