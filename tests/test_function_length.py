@@ -24,8 +24,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("checks/network.py", "timeout_fired"): "a check's chain of evidence rules; not split yet",
     ("checks/network.py", "lost_node_isolated"): "a check's evidence rules; not split yet",
     ("checks/progress.py", "sample_ledger"): "a check's ledger walk and verdicts; not split yet",
-    ("checks/results.py", "loss_matches_baseline"): "a check's comparison rules; not split yet",
-    ("checks/results.py", "evaluation_matches_baseline"): "a check's comparison rules; not split",
     ("engine/item.py", "execute_item"): "the item's run sequence and its cleanup; not split yet",
 }
 
