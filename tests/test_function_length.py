@@ -23,7 +23,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cli.py", "build_parser"): "one add_argument call per subcommand option; not split yet",
     ("checks/network.py", "timeout_fired"): "a check's chain of evidence rules; not split yet",
     ("checks/network.py", "lost_node_isolated"): "a check's evidence rules; not split yet",
-    ("checks/progress.py", "sample_ledger"): "a check's ledger walk and verdicts; not split yet",
     ("engine/item.py", "execute_item"): "the item's run sequence and its cleanup; not split yet",
 }
 
