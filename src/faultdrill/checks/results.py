@@ -155,24 +155,30 @@ def _loss_bitwise(
             )
         )
     if not out:
-        out.append(
-            ctx.finding(
-                name,
-                P,
-                Msg(
-                    "results.loss-matches-baseline.bitwise-some-silent"
-                    if silent
-                    else "results.loss-matches-baseline.bitwise",
-                    n=n_cmp,
-                    why=why,
-                    silent=silent,
-                ),
-                mode=mode,
-                compared=n_cmp,
-                not_reported=silent,
-            )
-        )
+        out.append(_bitwise_equal(ctx, name, mode, why, n_cmp, silent))
     return out
+
+
+def _bitwise_equal(
+    ctx: CheckContext, name: str, mode: str, why: Msg, n_cmp: int, silent: int
+) -> Finding:
+    """:func:`loss_matches_baseline`'s bitwise pass: ``n_cmp`` losses equal to the
+    baseline's, ``silent`` pairs without a loss on either side (said, not compared)."""
+    return ctx.finding(
+        name,
+        P,
+        Msg(
+            "results.loss-matches-baseline.bitwise-some-silent"
+            if silent
+            else "results.loss-matches-baseline.bitwise",
+            n=n_cmp,
+            why=why,
+            silent=silent,
+        ),
+        mode=mode,
+        compared=n_cmp,
+        not_reported=silent,
+    )
 
 
 def _loss_within_tolerance(
