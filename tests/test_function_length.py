@@ -19,17 +19,7 @@ ROOT = Path(faultdrill.__file__).parent
 LIMIT = 80
 
 #: (module path under src/faultdrill, qualified function name) -> why it is still long.
-ALLOWED: dict[tuple[str, str], str] = {
-    ("cli.py", "build_parser"): "one add_argument call per subcommand option; not split yet",
-    ("checks/network.py", "timeout_fired"): "a check's chain of evidence rules; not split yet",
-    ("checks/network.py", "lost_node_isolated"): "a check's evidence rules; not split yet",
-    ("checks/progress.py", "sample_ledger"): "a check's ledger walk and verdicts; not split yet",
-    ("checks/results.py", "loss_matches_baseline"): "a check's comparison rules; not split yet",
-    ("checks/results.py", "evaluation_matches_baseline"): "a check's comparison rules; not split",
-    ("engine/item.py", "execute_item"): "the item's run sequence and its cleanup; not split yet",
-    ("judge/analysis.py", "answer_questions"): "one answer per question; not split yet",
-    ("judge/goodput.py", "account"): "one goodput category after another; not split yet",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from faultdrill import __version__, rundir
 from faultdrill.errors import DrillError
@@ -655,6 +655,10 @@ def _drill_options(sp: argparse.ArgumentParser, default_out: str) -> None:
     )
 
 
+#: What ``add_subparsers`` returns: each ``_add_<command>`` adds its subcommand to it.
+_Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="faultdrill",
@@ -663,15 +667,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"faultdrill {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_demo(sub)
+    _add_run(sub)
+    _add_check(sub)
+    _add_bundle(sub)
+    _add_keygen(sub)
+    _add_replay(sub)
+    _add_diff(sub)
+    _add_serve(sub)
+    _add_cleanup(sub)
+    _add_schema(sub)
+    _add_validate(sub)
+    return p
 
-    def add(
-        name: str, fn: Callable[[argparse.Namespace], int], help_: str
-    ) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help_, description=help_)
-        sp.set_defaults(fn=fn)
-        return sp
 
-    sp = add(
+def _subcommand(
+    sub: _Subcommands, name: str, fn: Callable[[argparse.Namespace], int], help_: str
+) -> argparse.ArgumentParser:
+    """Add subcommand ``name`` (run by ``fn``; ``help_`` is its help and description)."""
+    sp = sub.add_parser(name, help=help_, description=help_)
+    sp.set_defaults(fn=fn)
+    return sp
+
+
+def _add_demo(sub: _Subcommands) -> None:
+    sp = _subcommand(
+        sub,
         "demo",
         cmd_demo,
         "the built-in plan on the reference workload: baseline, three rounds of faults and "
@@ -680,7 +701,11 @@ def build_parser() -> argparse.ArgumentParser:
     _drill_options(sp, "./faultdrill-demo-YYYYmmdd-HHMMSS")
     _lang(sp)
     _junit(sp)
-    sp = add(
+
+
+def _add_run(sub: _Subcommands) -> None:
+    sp = _subcommand(
+        sub,
         "run",
         cmd_run,
         "drill a plan: its baseline, then its scenarios round by round (a round runs only if "
@@ -697,10 +722,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _lang(sp)
     _junit(sp)
-    sp = add("check", cmd_check, "re-run the checks offline on a recorded run directory")
+
+
+def _add_check(sub: _Subcommands) -> None:
+    sp = _subcommand(
+        sub, "check", cmd_check, "re-run the checks offline on a recorded run directory"
+    )
     sp.add_argument("run_dir", type=Path)
     _lang(sp)
-    sp = add(
+
+
+def _add_bundle(sub: _Subcommands) -> None:
+    sp = _subcommand(
+        sub,
         "bundle",
         cmd_bundle,
         "pack a run into one verifiable archive (`bundle RUN_DIR`), or check one "
@@ -727,7 +761,11 @@ def build_parser() -> argparse.ArgumentParser:
         "integrity only; origin is then not checked, and said)",
     )
     _lang(sp)
-    sp = add(
+
+
+def _add_keygen(sub: _Subcommands) -> None:
+    sp = _subcommand(
+        sub,
         "keygen",
         cmd_keygen,
         "make an Ed25519 key pair to sign bundles: NAME (private, mode 600) and NAME.pub",
@@ -735,7 +773,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--out", type=Path, required=True, metavar="NAME", help="private key file to create"
     )
-    sp = add(
+
+
+def _add_replay(sub: _Subcommands) -> None:
+    sp = _subcommand(
+        sub,
         "replay",
         cmd_replay,
         "re-run a bundle's scenarios on this environment as another operator and compare",
@@ -751,7 +793,12 @@ def build_parser() -> argparse.ArgumentParser:
     _band_args(sp)
     _lang(sp)
     _junit(sp)
-    sp = add("diff", cmd_diff, "regression diff of two runs or bundles; exit 1 on a regression")
+
+
+def _add_diff(sub: _Subcommands) -> None:
+    sp = _subcommand(
+        sub, "diff", cmd_diff, "regression diff of two runs or bundles; exit 1 on a regression"
+    )
     sp.add_argument("a", type=Path, help="before: run directory, bundle or report.json")
     sp.add_argument("b", type=Path, help="after: run directory, bundle or report.json")
     sp.add_argument("--json", type=Path, help="also write the diff as JSON")
@@ -763,12 +810,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-verify", action="store_true", help="compare bundles that fail verify")
     _band_args(sp)
     _junit(sp)
-    sp = add("serve", cmd_serve, "serve a run's HTML report locally (read-only)")
+
+
+def _add_serve(sub: _Subcommands) -> None:
+    sp = _subcommand(sub, "serve", cmd_serve, "serve a run's HTML report locally (read-only)")
     sp.add_argument("source", type=Path, help="run directory or bundle")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=8000)
     _lang(sp)
-    sp = add("cleanup", cmd_cleanup, "undo every change recorded in ledgers (after a crash)")
+
+
+def _add_cleanup(sub: _Subcommands) -> None:
+    sp = _subcommand(
+        sub, "cleanup", cmd_cleanup, "undo every change recorded in ledgers (after a crash)"
+    )
     sp.add_argument(
         "paths",
         nargs="*",
@@ -781,19 +836,25 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="without paths: also revert the ledgers of drills that are still running",
     )
-    sp = add("schema", cmd_schema, "print the plan's JSON Schema (or report.json's)")
+
+
+def _add_schema(sub: _Subcommands) -> None:
+    sp = _subcommand(sub, "schema", cmd_schema, "print the plan's JSON Schema (or report.json's)")
     sp.add_argument(
         "--report",
         action="store_true",
         help="print the JSON Schema of report.json (its schema_version) instead",
     )
-    sp = add(
+
+
+def _add_validate(sub: _Subcommands) -> None:
+    sp = _subcommand(
+        sub,
         "validate",
         cmd_validate,
         "validate a plan file, and say what this machine cannot drill of it (root, FUSE)",
     )
     sp.add_argument("plan", type=Path, metavar="PLAN", help="the plan file (YAML or JSON)")
-    return p
 
 
 def _interrupted_message(exc: Any) -> str:

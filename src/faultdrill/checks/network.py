@@ -14,7 +14,7 @@ from typing import Any
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.events import Event
 from faultdrill.judge.analysis import injections
-from faultdrill.timeline import Timeline
+from faultdrill.timeline import Incarnation, Timeline
 
 __all__ = ["HANG_FAULTS", "NODE_LOSS_FAULTS", "decisive_timeout", "network_report", "placement"]
 
@@ -106,69 +106,11 @@ def timeout_fired(ctx: CheckContext) -> list[Finding]:
         return [ctx.finding(name, R, Msg("expectation.timeout-fired.never-injected"))]
     t0 = inj[0].mono
     decision, cause, timeouts = decisive_timeout(tl, t0)
-    restarted = tl.incarnation_after(t0)
     if decision is None:
-        stall = _longest_stall(tl, t0)
-        stall_txt = (
-            Msg("expectation.timeout-fired.stall", seconds=stall) if stall is not None else ""
-        )
+        restarted = tl.incarnation_after(t0)
         if restarted is not None:
-            first = next(
-                (
-                    e
-                    for e in tl.events
-                    if e.mono >= t0
-                    and e.src == "platform"
-                    and e.kind in ("node_lost", "peer_error")
-                ),
-                None,
-            )
-            if first is None:
-                return [
-                    ctx.finding(
-                        name,
-                        R,
-                        Msg("expectation.timeout-fired.unexplained-restart", inc=restarted.index),
-                    )
-                ]
-            return [
-                ctx.finding(
-                    name,
-                    P,
-                    Msg(
-                        "expectation.timeout-fired.peer-led",
-                        kind=first.kind,
-                        node=first.get("node"),
-                        at_s=first.mono - t0,
-                        inc=restarted.index,
-                    ),
-                    timeout=None,
-                )
-            ]
-        seen = (
-            Msg(
-                "expectation.timeout-fired.not-decisive",
-                timeouts=[
-                    Msg(
-                        "expectation.timeout-fired.on-node",
-                        timeout=_timeout_name(e, ctx.plan),
-                        node=e.get("node"),
-                    )
-                    for e in timeouts[:3]
-                ],
-            )
-            if timeouts
-            else ""
-        )
-        return [
-            ctx.finding(
-                name,
-                P,
-                Msg("expectation.timeout-fired.rode-out", stall=stall_txt, seen=seen),
-                timeout=None,
-                longest_stall_s=stall,
-            )
-        ]
+            return [_restart_without_decision(ctx, name, t0, restarted)]
+        return [_rode_out(ctx, name, t0, timeouts)]
     what = Msg(
         "expectation.timeout-fired.event",
         kind=decision.kind,
@@ -176,71 +118,145 @@ def timeout_fired(ctx: CheckContext) -> list[Finding]:
         at_s=decision.mono - t0,
     )
     if cause is None:
-        peer = next(
-            (
-                e
-                for e in tl.events
-                if t0 <= e.mono <= decision.mono
-                and e.src == "platform"
-                and e.kind in ("peer_error", "node_lost", "spare_placed", "agent_exit")
-            ),
-            None,
+        return [_decided_without_timeout(ctx, name, t0, decision, what)]
+    return [_decided_by_timeout(ctx, name, t0, decision, cause, what)]
+
+
+def _restart_without_decision(
+    ctx: CheckContext, name: str, t0: float, restarted: Incarnation
+) -> Finding:
+    """:func:`timeout_fired` when no platform decision ended the hang yet the job
+    restarted: led by a lost node or peer error after ``t0`` (pass), else unexplained
+    (retest)."""
+    first = next(
+        (
+            e
+            for e in ctx.timeline.events
+            if e.mono >= t0 and e.src == "platform" and e.kind in ("node_lost", "peer_error")
+        ),
+        None,
+    )
+    if first is None:
+        return ctx.finding(
+            name,
+            R,
+            Msg("expectation.timeout-fired.unexplained-restart", inc=restarted.index),
         )
-        if peer is None and decision.kind != "membership_change":
-            return [
-                ctx.finding(
-                    name,
-                    R,
-                    Msg("expectation.timeout-fired.unexplained", what=what),
-                    decision=decision.kind,
+    return ctx.finding(
+        name,
+        P,
+        Msg(
+            "expectation.timeout-fired.peer-led",
+            kind=first.kind,
+            node=first.get("node"),
+            at_s=first.mono - t0,
+            inc=restarted.index,
+        ),
+        timeout=None,
+    )
+
+
+def _rode_out(ctx: CheckContext, name: str, t0: float, timeouts: list[Event]) -> Finding:
+    """:func:`timeout_fired` when nothing decided and nothing restarted: the job rode the
+    fault out (pass), with its longest stall and the first ``timeouts`` seen, if any."""
+    stall = _longest_stall(ctx.timeline, t0)
+    stall_txt = Msg("expectation.timeout-fired.stall", seconds=stall) if stall is not None else ""
+    seen = (
+        Msg(
+            "expectation.timeout-fired.not-decisive",
+            timeouts=[
+                Msg(
+                    "expectation.timeout-fired.on-node",
+                    timeout=_timeout_name(e, ctx.plan),
+                    node=e.get("node"),
                 )
-            ]
-        why = (
-            Msg(
-                "expectation.timeout-fired.event",
-                kind=peer.kind,
-                node=peer.get("node"),
-                at_s=peer.mono - t0,
-            )
-            if peer is not None
-            else Msg("expectation.timeout-fired.node-joined")
+                for e in timeouts[:3]
+            ],
         )
-        return [
-            ctx.finding(
-                name,
-                P,
-                Msg("expectation.timeout-fired.ended-by", why=why, what=what),
-                timeout=None,
-                decision=decision.kind,
-            )
-        ]
+        if timeouts
+        else ""
+    )
+    return ctx.finding(
+        name,
+        P,
+        Msg("expectation.timeout-fired.rode-out", stall=stall_txt, seen=seen),
+        timeout=None,
+        longest_stall_s=stall,
+    )
+
+
+def _decided_without_timeout(
+    ctx: CheckContext, name: str, t0: float, decision: Event, what: Msg
+) -> Finding:
+    """:func:`timeout_fired` when a platform ``decision`` ended the hang with no timeout
+    before it: explained by a peer event between ``t0`` and it, or by a node joining (a
+    membership change), pass; else retest."""
+    peer = next(
+        (
+            e
+            for e in ctx.timeline.events
+            if t0 <= e.mono <= decision.mono
+            and e.src == "platform"
+            and e.kind in ("peer_error", "node_lost", "spare_placed", "agent_exit")
+        ),
+        None,
+    )
+    if peer is None and decision.kind != "membership_change":
+        return ctx.finding(
+            name,
+            R,
+            Msg("expectation.timeout-fired.unexplained", what=what),
+            decision=decision.kind,
+        )
+    why = (
+        Msg(
+            "expectation.timeout-fired.event",
+            kind=peer.kind,
+            node=peer.get("node"),
+            at_s=peer.mono - t0,
+        )
+        if peer is not None
+        else Msg("expectation.timeout-fired.node-joined")
+    )
+    return ctx.finding(
+        name,
+        P,
+        Msg("expectation.timeout-fired.ended-by", why=why, what=what),
+        timeout=None,
+        decision=decision.kind,
+    )
+
+
+def _decided_by_timeout(
+    ctx: CheckContext, name: str, t0: float, decision: Event, cause: Event, what: Msg
+) -> Finding:
+    """:func:`timeout_fired` when the timeout ``cause`` led to the platform ``decision``
+    (pass), with the line it logged and, for a keep-alive, the node declared dead."""
     line = str(cause.get("line") or cause.get("msg") or "")[:160]
     detail: Msg | str = line
     if cause.kind == "dead_node":
-        addrs = {str(e.get("address")): str(e.get("node")) for e in tl.of("platform", "node")}
+        addrs = {
+            str(e.get("address")): str(e.get("node")) for e in ctx.timeline.of("platform", "node")
+        }
         who = next((n for a, n in addrs.items() if f"'{a}_" in line), None)
         if who:
             detail = Msg("expectation.timeout-fired.declared-dead", node=who, line=line)
-    return [
-        ctx.finding(
-            name,
-            P,
-            Msg(
-                "expectation.timeout-fired.fired-detail"
-                if line
-                else "expectation.timeout-fired.fired",
-                timeout=_timeout_name(cause, ctx.plan),
-                node=cause.get("node"),
-                at_s=cause.mono - t0,
-                what=what,
-                detail=detail,
-            ),
-            timeout=cause.get("timeout") or cause.kind,
+    return ctx.finding(
+        name,
+        P,
+        Msg(
+            "expectation.timeout-fired.fired-detail" if line else "expectation.timeout-fired.fired",
+            timeout=_timeout_name(cause, ctx.plan),
             node=cause.get("node"),
-            after_s=round(cause.mono - t0, 3),
-            decision=decision.kind,
-        )
-    ]
+            at_s=cause.mono - t0,
+            what=what,
+            detail=detail,
+        ),
+        timeout=cause.get("timeout") or cause.kind,
+        node=cause.get("node"),
+        after_s=round(cause.mono - t0, 3),
+        decision=decision.kind,
+    )
 
 
 def placement(tl: Timeline) -> dict[str, Any] | None:
@@ -300,9 +316,21 @@ def lost_node_isolated(ctx: CheckContext) -> list[Finding]:
     node = str(item.fault.target.node)  # type: ignore[attr-defined]
     if not tl.procs:
         return [ctx.unsampled(name, Msg("resources.lost-node-isolated.not-sampled"))]
-    out = []
-    mine = [p for p in tl.procs if p.node == node]
     limit = 5.0 if item.fault.kind == "node-down" else None
+    out = _outlived_the_loss(ctx, name, t0, node, limit) + _back_on_the_node(ctx, name, t0, node)
+    if out:
+        return out
+    return [_isolated(ctx, name, node, limit)]
+
+
+def _outlived_the_loss(
+    ctx: CheckContext, name: str, t0: float, node: str, limit: float | None
+) -> list[Finding]:
+    """:func:`lost_node_isolated`'s processes of ``node`` that were there at the loss
+    ``t0`` and not gone within ``limit`` seconds (None: before the next incarnation's first
+    step) (fail)."""
+    tl = ctx.timeline
+    mine = [p for p in tl.procs if p.node == node]
     new = tl.incarnation_after(t0)
     deadline = t0 + limit if limit is not None else (new.first_step_mono if new else None)
     late = [
@@ -311,35 +339,43 @@ def lost_node_isolated(ctx: CheckContext) -> list[Finding]:
         if p.seen_mono <= t0
         and (p.gone_mono is None or (deadline is not None and p.gone_mono > deadline))
     ]
-    if late:
-        desc = [
-            Msg("resources.lost-node-isolated.alive", pid=p.pid, role=p.role)
-            if p.gone_mono is None
-            else Msg(
-                "resources.lost-node-isolated.gone-at",
-                pid=p.pid,
-                role=p.role,
-                at_s=p.gone_mono - t0,
-            )
-            for p in late[:4]
-        ]
-        out.append(
-            ctx.finding(
-                name,
-                F,
-                Msg(
-                    "resources.lost-node-isolated.not-gone-within"
-                    if limit is not None
-                    else "resources.lost-node-isolated.not-gone-before-resume",
-                    n=len(late),
-                    node=node,
-                    limit=limit,
-                    processes=desc,
-                ),
-                pids=[p.pid for p in late],
-            )
+    if not late:
+        return []
+    desc = [
+        Msg("resources.lost-node-isolated.alive", pid=p.pid, role=p.role)
+        if p.gone_mono is None
+        else Msg(
+            "resources.lost-node-isolated.gone-at",
+            pid=p.pid,
+            role=p.role,
+            at_s=p.gone_mono - t0,
         )
-    reborn = [p for p in mine if p.seen_mono > t0]
+        for p in late[:4]
+    ]
+    return [
+        ctx.finding(
+            name,
+            F,
+            Msg(
+                "resources.lost-node-isolated.not-gone-within"
+                if limit is not None
+                else "resources.lost-node-isolated.not-gone-before-resume",
+                n=len(late),
+                node=node,
+                limit=limit,
+                processes=desc,
+            ),
+            pids=[p.pid for p in late],
+        )
+    ]
+
+
+def _back_on_the_node(ctx: CheckContext, name: str, t0: float, node: str) -> list[Finding]:
+    """:func:`lost_node_isolated`'s processes of the job started on ``node`` after the loss
+    ``t0``, and the first later incarnation that includes it (fail each)."""
+    tl = ctx.timeline
+    out = []
+    reborn = [p for p in tl.procs if p.node == node and p.seen_mono > t0]
     if reborn:
         out.append(
             ctx.finding(
@@ -367,9 +403,13 @@ def lost_node_isolated(ctx: CheckContext) -> list[Finding]:
                 ),
             )
         )
-    if out:
-        return out
-    where = placement(tl) or {}
+    return out
+
+
+def _isolated(ctx: CheckContext, name: str, node: str, limit: float | None) -> Finding:
+    """:func:`lost_node_isolated`'s pass: ``node`` isolated (within ``limit`` seconds, or
+    before the job resumed), with where the job resumed and the spares that replaced it."""
+    where = placement(ctx.timeline) or {}
     resumed = where.get("resumed_on")
     spares = [
         Msg("resources.lost-node-isolated.replacing", node=s["node"], replaces=s["replaces"])
@@ -381,21 +421,19 @@ def lost_node_isolated(ctx: CheckContext) -> list[Finding]:
         after = Msg("resources.lost-node-isolated.resumed-spare", nodes=resumed, spares=spares)
     else:
         after = Msg("resources.lost-node-isolated.resumed", nodes=resumed)
-    return [
-        ctx.finding(
-            name,
-            P,
-            Msg(
-                "resources.lost-node-isolated.isolated-within"
-                if limit is not None
-                else "resources.lost-node-isolated.isolated-before-resume",
-                node=node,
-                limit=limit,
-                after=after,
-            ),
-            resumed_on=resumed,
-        )
-    ]
+    return ctx.finding(
+        name,
+        P,
+        Msg(
+            "resources.lost-node-isolated.isolated-within"
+            if limit is not None
+            else "resources.lost-node-isolated.isolated-before-resume",
+            node=node,
+            limit=limit,
+            after=after,
+        ),
+        resumed_on=resumed,
+    )
 
 
 @check("expectation.spare-environment", "expectation")

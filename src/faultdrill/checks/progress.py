@@ -4,13 +4,17 @@ restart from zero, and every committed sample consumed exactly once."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.events import Event
 from faultdrill.intervals import describe, length, merge, overlaps, subtract
-from faultdrill.timeline import Incarnation, Timeline
+from faultdrill.timeline import Incarnation, Segment, Timeline
+
+if TYPE_CHECKING:
+    from faultdrill.judge.reference import Reference
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -516,61 +520,95 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
                 duplicated=dup,
             )
         )
-    last = int(tl.steps.step.max(where=rows, initial=np.iinfo(np.int64).min))
     ref = ctx.reference
     if ref is not None and ref.rows:
-        rs, re_ = ref.cover_until(last)
-        # subtract() works on unions, so the merged forms give the same answer
-        missing = subtract(rs, re_, ms, me)
-        extra = subtract(ms, me, rs, re_)
-        if missing[0].size:
-            n = int((missing[1] - missing[0]).sum())
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "progress.sample-ledger.skipped",
-                        n=n,
-                        last=last,
-                        ranges=describe(*missing),
-                    ),
-                    skipped=n,
-                )
-            )
-        if extra[0].size:
-            n = int((extra[1] - extra[0]).sum())
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "progress.sample-ledger.extra",
-                        n=n,
-                        last=last,
-                        ranges=describe(*extra),
-                    ),
-                    extra=n,
-                )
-            )
+        out += _against_baseline(ctx, name, ref, rows, ms, me)
         basis = Msg("progress.sample-ledger.basis.baseline")
     else:
-        if ms.size > 1:
-            gaps_s, gaps_e = me[:-1], ms[1:]
-            n = int((gaps_e - gaps_s).sum())
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "progress.sample-ledger.gaps",
-                        n=n,
-                        ranges=describe(gaps_s, gaps_e),
-                    ),
-                    skipped=n,
-                )
-            )
+        out += _contiguity_gaps(ctx, name, ms, me)
         basis = Msg("progress.sample-ledger.basis.contiguity")
+    if not out:
+        out.append(_exactly_once(ctx, name, chain, total, basis))
+    return out
+
+
+def _against_baseline(
+    ctx: CheckContext,
+    name: str,
+    ref: Reference,
+    rows: np.ndarray,
+    ms: np.ndarray,
+    me: np.ndarray,
+) -> list[Finding]:
+    """:func:`sample_ledger`'s comparison of the merged committed samples ``ms``/``me``
+    with what the baseline consumed up to the last committed step of ``rows``: the
+    samples it skipped and those it consumed beyond the baseline (fail each)."""
+    out = []
+    last = int(ctx.timeline.steps.step.max(where=rows, initial=np.iinfo(np.int64).min))
+    rs, re_ = ref.cover_until(last)
+    # subtract() works on unions, so the merged forms give the same answer
+    missing = subtract(rs, re_, ms, me)
+    extra = subtract(ms, me, rs, re_)
+    if missing[0].size:
+        n = int((missing[1] - missing[0]).sum())
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                Msg(
+                    "progress.sample-ledger.skipped",
+                    n=n,
+                    last=last,
+                    ranges=describe(*missing),
+                ),
+                skipped=n,
+            )
+        )
+    if extra[0].size:
+        n = int((extra[1] - extra[0]).sum())
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                Msg(
+                    "progress.sample-ledger.extra",
+                    n=n,
+                    last=last,
+                    ranges=describe(*extra),
+                ),
+                extra=n,
+            )
+        )
+    return out
+
+
+def _contiguity_gaps(ctx: CheckContext, name: str, ms: np.ndarray, me: np.ndarray) -> list[Finding]:
+    """Without a baseline, :func:`sample_ledger`'s gaps between the merged committed
+    samples ``ms``/``me`` (fail: skipped samples)."""
+    if ms.size <= 1:
+        return []
+    gaps_s, gaps_e = me[:-1], ms[1:]
+    n = int((gaps_e - gaps_s).sum())
+    return [
+        ctx.finding(
+            name,
+            F,
+            Msg(
+                "progress.sample-ledger.gaps",
+                n=n,
+                ranges=describe(gaps_s, gaps_e),
+            ),
+            skipped=n,
+        )
+    ]
+
+
+def _exactly_once(
+    ctx: CheckContext, name: str, chain: list[Segment], total: int, basis: Msg
+) -> Finding:
+    """:func:`sample_ledger`'s pass: ``total`` samples of the committed ``chain`` consumed
+    exactly once (judged on ``basis``), with the recomputed steps beside it."""
+    tl = ctx.timeline
     recomputed = tl.recomputed(chain)
     redo_n = length(*tl.steps.ranges(tl.rows_in(recomputed)))
     info = {
@@ -578,26 +616,22 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
         "recomputed": [{"inc": g.inc, "first": g.first, "last": g.last} for g in recomputed],
         "recomputed_samples": redo_n,
     }
-    if not out:
-        rec = [
-            Msg("progress.sample-ledger.recomputed-range", first=g.first, last=g.last, inc=g.inc)
-            for g in recomputed
-        ]
-        out.append(
-            ctx.finding(
-                name,
-                P,
-                Msg(
-                    "progress.sample-ledger.exactly-once",
-                    total=total,
-                    basis=basis,
-                    recomputed=rec or Msg("value.nothing"),
-                    samples=redo_n,
-                ),
-                **info,
-            )
-        )
-    return out
+    rec = [
+        Msg("progress.sample-ledger.recomputed-range", first=g.first, last=g.last, inc=g.inc)
+        for g in recomputed
+    ]
+    return ctx.finding(
+        name,
+        P,
+        Msg(
+            "progress.sample-ledger.exactly-once",
+            total=total,
+            basis=basis,
+            recomputed=rec or Msg("value.nothing"),
+            samples=redo_n,
+        ),
+        **info,
+    )
 
 
 def _sorted_ranges(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,7 @@ from faultdrill.checks.progress import no_committed_progress
 from faultdrill.judge.reference import (
     EvalKey,
     LossLookup,
+    Reference,
     committed_evaluations,
     evaluation_values,
     mean_loss_by_step,
@@ -92,71 +93,100 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     if not chain:
         return [ctx.finding(name, R, no_committed_progress(notes))]
     rows = tl.rows_in(chain)
-    st = tl.steps
     n_got = int(rows.sum())
     mode, why = comparison_mode(ctx)
     if mode == "bitwise":
-        n_cmp, silent, unknown, differing, first = _compare_bitwise(ref.losses, st, rows)
-        if not n_cmp and not unknown:
-            return [
-                ctx.finding(
-                    name,
-                    R,
-                    Msg("results.loss-matches-baseline.nothing-compared", n=n_got),
-                    mode=mode,
-                )
-            ]
-        out = []
-        if first is not None:
-            i, base_loss = first
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg(
-                        "results.loss-matches-baseline.differ",
-                        n=differing,
-                        compared=n_cmp,
-                        why=why,
-                        step=int(st.step[i]),
-                        rank=int(st.rank[i]),
-                        got=float(st.loss[i]),
-                        baseline=base_loss,
-                    ),
-                    first_step=int(st.step[i]),
-                    differing=differing,
-                    mode=mode,
-                )
+        return _loss_bitwise(ctx, ref, name, mode, why, rows, n_got)
+    return _loss_within_tolerance(ctx, ref, name, mode, why, rows)
+
+
+def _loss_bitwise(
+    ctx: CheckContext,
+    ref: Reference,
+    name: str,
+    mode: str,
+    why: Msg,
+    rows: np.ndarray,
+    n_got: int,
+) -> list[Finding]:
+    """:func:`loss_matches_baseline` in bitwise mode: the committed ``rows`` (``n_got`` of
+    them) against the baseline's loss at the same step and rank."""
+    st = ctx.timeline.steps
+    n_cmp, silent, unknown, differing, first = _compare_bitwise(ref.losses, st, rows)
+    if not n_cmp and not unknown:
+        return [
+            ctx.finding(
+                name,
+                R,
+                Msg("results.loss-matches-baseline.nothing-compared", n=n_got),
+                mode=mode,
             )
-        if unknown:
-            out.append(
-                ctx.finding(
-                    name,
-                    F,
-                    Msg("results.loss-matches-baseline.unknown", n=unknown),
-                    unknown=unknown,
-                    mode=mode,
-                )
-            )
-        if not out:
-            out.append(
-                ctx.finding(
-                    name,
-                    P,
-                    Msg(
-                        "results.loss-matches-baseline.bitwise-some-silent"
-                        if silent
-                        else "results.loss-matches-baseline.bitwise",
-                        n=n_cmp,
-                        why=why,
-                        silent=silent,
-                    ),
-                    mode=mode,
+        ]
+    out = []
+    if first is not None:
+        i, base_loss = first
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                Msg(
+                    "results.loss-matches-baseline.differ",
+                    n=differing,
                     compared=n_cmp,
-                    not_reported=silent,
-                )
+                    why=why,
+                    step=int(st.step[i]),
+                    rank=int(st.rank[i]),
+                    got=float(st.loss[i]),
+                    baseline=base_loss,
+                ),
+                first_step=int(st.step[i]),
+                differing=differing,
+                mode=mode,
             )
-        return out
+        )
+    if unknown:
+        out.append(
+            ctx.finding(
+                name,
+                F,
+                Msg("results.loss-matches-baseline.unknown", n=unknown),
+                unknown=unknown,
+                mode=mode,
+            )
+        )
+    if not out:
+        out.append(_bitwise_equal(ctx, name, mode, why, n_cmp, silent))
+    return out
+
+
+def _bitwise_equal(
+    ctx: CheckContext, name: str, mode: str, why: Msg, n_cmp: int, silent: int
+) -> Finding:
+    """:func:`loss_matches_baseline`'s bitwise pass: ``n_cmp`` losses equal to the
+    baseline's, ``silent`` pairs without a loss on either side (said, not compared)."""
+    return ctx.finding(
+        name,
+        P,
+        Msg(
+            "results.loss-matches-baseline.bitwise-some-silent"
+            if silent
+            else "results.loss-matches-baseline.bitwise",
+            n=n_cmp,
+            why=why,
+            silent=silent,
+        ),
+        mode=mode,
+        compared=n_cmp,
+        not_reported=silent,
+    )
+
+
+def _loss_within_tolerance(
+    ctx: CheckContext, ref: Reference, name: str, mode: str, why: Msg, rows: np.ndarray
+) -> list[Finding]:
+    """:func:`loss_matches_baseline` in tolerance mode: the mean loss per step of the
+    committed ``rows`` against the baseline's, within the plan's rtol/atol."""
+    st = ctx.timeline.steps
     tol = ctx.plan.tolerance
     g_steps, g_loss = mean_loss_by_step(st.step[rows], st.loss[rows])
     r_steps, r_loss = ref.step_loss()
@@ -384,22 +414,7 @@ def evaluation_matches_baseline(ctx: CheckContext) -> list[Finding]:
     if ref is None:
         return [ctx.finding(name, R, Msg("results.evaluation-matches-baseline.no-baseline"))]
     if not ref.evaluations:
-        if tl.of("probe", "evaluation"):
-            return [
-                ctx.finding(
-                    name,
-                    R,
-                    Msg("results.evaluation-matches-baseline.not-in-baseline"),
-                )
-            ]
-        return [
-            ctx.finding(
-                name,
-                P,
-                Msg("results.evaluation-matches-baseline.none"),
-                to_be_verified="held-out evaluation",
-            )
-        ]
+        return [_no_evaluation_in_baseline(ctx, name)]
     events = committed_evaluations(tl)
     if not events:
         n = len(tl.of("probe", "evaluation"))
@@ -420,42 +435,68 @@ def evaluation_matches_baseline(ctx: CheckContext) -> list[Finding]:
     steps = sorted({int(e.get("step", -1)) for e in events})
     if differ:
         return [_evaluation_differs(ctx, name, mode, why, compared, differ)]
+    return [_no_evaluation_differs(ctx, ref, name, mode, why, compared, steps)]
+
+
+def _no_evaluation_in_baseline(ctx: CheckContext, name: str) -> Finding:
+    """:func:`evaluation_matches_baseline` when the baseline evaluated nothing: retest if
+    the item evaluated, else pass with the held-out results left to be verified."""
+    if ctx.timeline.of("probe", "evaluation"):
+        return ctx.finding(
+            name,
+            R,
+            Msg("results.evaluation-matches-baseline.not-in-baseline"),
+        )
+    return ctx.finding(
+        name,
+        P,
+        Msg("results.evaluation-matches-baseline.none"),
+        to_be_verified="held-out evaluation",
+    )
+
+
+def _no_evaluation_differs(
+    ctx: CheckContext,
+    ref: Reference,
+    name: str,
+    mode: str,
+    why: Msg,
+    compared: int,
+    steps: list[int],
+) -> Finding:
+    """:func:`evaluation_matches_baseline` when none of the ``compared`` evaluations
+    differs: retest if none was compared or the baseline's last evaluated step is not among
+    the item's ``steps``, else pass."""
     if not compared:
-        return [
-            ctx.finding(
-                name,
-                R,
-                Msg("results.evaluation-matches-baseline.no-common", steps=steps),
-                mode=mode,
-            )
-        ]
+        return ctx.finding(
+            name,
+            R,
+            Msg("results.evaluation-matches-baseline.no-common", steps=steps),
+            mode=mode,
+        )
     last = max(k[0] for k in ref.evaluations)
     if last not in steps:
-        return [
-            ctx.finding(
-                name,
-                R,
-                Msg("results.evaluation-matches-baseline.final-missing", n=compared, last=last),
-                mode=mode,
-            )
-        ]
-    return [
-        ctx.finding(
+        return ctx.finding(
             name,
-            P,
-            Msg(
-                "results.evaluation-matches-baseline.bitwise"
-                if mode == "bitwise"
-                else "results.evaluation-matches-baseline.within-tolerance",
-                n=compared,
-                steps=steps,
-                why=why,
-            ),
+            R,
+            Msg("results.evaluation-matches-baseline.final-missing", n=compared, last=last),
             mode=mode,
-            compared=compared,
-            steps=steps,
         )
-    ]
+    return ctx.finding(
+        name,
+        P,
+        Msg(
+            "results.evaluation-matches-baseline.bitwise"
+            if mode == "bitwise"
+            else "results.evaluation-matches-baseline.within-tolerance",
+            n=compared,
+            steps=steps,
+            why=why,
+        ),
+        mode=mode,
+        compared=compared,
+        steps=steps,
+    )
 
 
 @check("results.artifact-intact", "results")

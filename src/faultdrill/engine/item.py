@@ -23,6 +23,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -216,6 +217,77 @@ def execute_item(
     normal end; no signal cuts the cleanup short. Raises DrillError when the platform could
     not even start; every other outcome is recorded as events.
     """
+    r = _open_item(plan, kind, item, run_dir)
+    pending: list[str] = []  # filled in place by the cleanup; a DrillInterrupted carries it
+    guard = signal_guard()
+    phase = PhaseClock(r.sink)
+    with guard:
+        try:
+            try:
+                _run_item(plan, kind, item, run_dir, r, phase, report)
+            except DrillInterrupted as exc:
+                r.outcome = "interrupted"
+                r.sink.emit("harness", "interrupted", signal=signal.Signals(exc.signum).name)
+                exc.pending = pending
+                raise
+            finally:
+                guard.cleaning = True  # from here on signals are noted, never raised
+                pending[:] = _finish(
+                    plan,
+                    r.fault,
+                    r.ctx,
+                    r.platform,
+                    r.sampler,
+                    r.watch,
+                    r.ledger,
+                    r.work,
+                    r.natural_end,
+                    phase,
+                    r.tail,
+                )
+        finally:
+            if guard.late is not None:  # the job's outcome stands; the run stops after it
+                r.sink.emit(
+                    "harness",
+                    "interrupted",
+                    signal=signal.Signals(guard.late).name,
+                    during="cleanup",
+                )
+            r.sink.emit("harness", "item_end", item=r.item_id, outcome=r.outcome)
+            r.sink.close()
+    if guard.late is not None:
+        raise DrillInterrupted(guard.late, pending)
+    return r.work
+
+
+@dataclass
+class _ItemParts:
+    """What :func:`execute_item` runs one item with, and what is known of its outcome so
+    far: ``outcome`` and ``natural_end`` are set as soon as the job's watch returns, so the
+    cleanup and the ``item_end`` event see them even when a later phase raised."""
+
+    item_id: str
+    run_id: str
+    work: Path
+    sink: EventSink
+    ledger: Ledger
+    platform: Platform
+    stop: StopConditions
+    fault: Fault | None
+    ctx: FaultContext
+    sampler: ProcessSampler
+    watch: Watch
+    tail: LogTail | None
+    outcome: str = "unknown"
+    natural_end: bool = False
+
+
+def _open_item(
+    plan: Plan, kind: ItemKind, item: Scenario | Control | None, run_dir: Path
+) -> _ItemParts:
+    """Make the item's directory, event sink, ledger (activated), platform, fault,
+    samplers and log tail, and record ``item_start``. Raises DrillError when the directory
+    already holds a drill."""
     item_id = "baseline" if item is None else item.id
     # Absolute: every path here reaches processes that run elsewhere (agents, workers).
     work = item_dir(run_dir.resolve(), kind, item_id)
@@ -242,16 +314,7 @@ def execute_item(
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
     # the probe files, tailed while the job runs, into the columnar step store
     watch = Watch(rundir.events_dir(work), StepStoreWriter(rundir.events_dir(work)))
-    tail = None  # a job that cannot be changed: its progress read from its log lines
-    if plan.logs is not None:
-        tail = LogTail(
-            plan.logs,
-            rundir.logs_dir(work),
-            sink,
-            platform.replicas,
-            world_size=plan.resources.world_size,
-            ckpt_dir=work / plan.checkpoint.dir,
-        )
+    tail = _log_tail(plan, work, sink, platform)
     sink.emit(
         "harness",
         "item_start",
@@ -262,72 +325,74 @@ def execute_item(
         environment=environment_facts(),
         stop=stop.model_dump(),
     )
-    outcome = "unknown"
-    natural_end = False
-    pending: list[str] = []  # filled in place by the cleanup; a DrillInterrupted carries it
-    guard = signal_guard()
-    phase = PhaseClock(sink)
-    with guard:
-        try:
-            try:
-                with phase("bring-up"):
-                    platform.prepare()
-                    job = build_job(plan, item, work, run_id)
-                    if fault is not None:
-                        _prepare_fault(fault, ctx)
-                with phase("job"):
-                    platform.submit(job)
-                    sampler.start()
-                    if tail is not None:
-                        tail.start()
-                    if isinstance(platform, NetworkTrack):
-                        platform.start_network_track(plan.observation.net_hz)
-                    outcome, natural_end = _watch_job(
-                        plan, kind, item, fault, ctx, platform, stop, watch, report
-                    )
-                if outcome == JobState.FAILED.value:  # say why, from the launcher's logs
-                    with phase("sampling", part="why the job failed"):
-                        facts = failure_facts(work, job.argv, run_dir.resolve())
-                        sink.emit("harness", "job_failed", **facts)
-                if natural_end:
-                    with phase("settle"):
-                        _settle(platform, sampler, sink, plan.observation.settle_s)
-                    if plan.observation.post_s > 0:
-                        with phase("post-window"):
-                            _observe_after_end(plan.observation.post_s, platform, sampler, sink)
-            except DrillInterrupted as exc:
-                outcome = "interrupted"
-                sink.emit("harness", "interrupted", signal=signal.Signals(exc.signum).name)
-                exc.pending = pending
-                raise
-            finally:
-                guard.cleaning = True  # from here on signals are noted, never raised
-                pending[:] = _finish(
-                    plan,
-                    fault,
-                    ctx,
-                    platform,
-                    sampler,
-                    watch,
-                    ledger,
-                    work,
-                    natural_end,
-                    phase,
-                    tail,
-                )
-        finally:
-            if guard.late is not None:  # the job's outcome stands; the run stops after it
-                sink.emit(
-                    "harness",
-                    "interrupted",
-                    signal=signal.Signals(guard.late).name,
-                    during="cleanup",
-                )
-            sink.emit("harness", "item_end", item=item_id, outcome=outcome)
-            sink.close()
-    if guard.late is not None:
-        raise DrillInterrupted(guard.late, pending)
-    return work
+    return _ItemParts(
+        item_id=item_id,
+        run_id=run_id,
+        work=work,
+        sink=sink,
+        ledger=ledger,
+        platform=platform,
+        stop=stop,
+        fault=fault,
+        ctx=ctx,
+        sampler=sampler,
+        watch=watch,
+        tail=tail,
+    )
+
+
+def _log_tail(plan: Plan, work: Path, sink: EventSink, platform: Platform) -> LogTail | None:
+    """For a job that cannot be changed (the plan's ``logs``): the tail that reads its
+    progress from its log lines; None for a job that reports through the probe."""
+    if plan.logs is None:
+        return None
+    return LogTail(
+        plan.logs,
+        rundir.logs_dir(work),
+        sink,
+        platform.replicas,
+        world_size=plan.resources.world_size,
+        ckpt_dir=work / plan.checkpoint.dir,
+    )
+
+
+def _run_item(
+    plan: Plan,
+    kind: ItemKind,
+    item: Scenario | Control | None,
+    run_dir: Path,
+    r: _ItemParts,
+    phase: PhaseClock,
+    report: Reporter,
+) -> None:
+    """The item's phases up to its cleanup: bring-up, the job (watched until it ends or is
+    stopped; sets ``r.outcome`` and ``r.natural_end``), why it failed, and after a natural
+    end the settle and post-windows. The caller's ``finally`` cleans up."""
+    with phase("bring-up"):
+        r.platform.prepare()
+        job = build_job(plan, item, r.work, r.run_id)
+        if r.fault is not None:
+            _prepare_fault(r.fault, r.ctx)
+    with phase("job"):
+        r.platform.submit(job)
+        r.sampler.start()
+        if r.tail is not None:
+            r.tail.start()
+        if isinstance(r.platform, NetworkTrack):
+            r.platform.start_network_track(plan.observation.net_hz)
+        r.outcome, r.natural_end = _watch_job(
+            plan, kind, item, r.fault, r.ctx, r.platform, r.stop, r.watch, report
+        )
+    if r.outcome == JobState.FAILED.value:  # say why, from the launcher's logs
+        with phase("sampling", part="why the job failed"):
+            facts = failure_facts(r.work, job.argv, run_dir.resolve())
+            r.sink.emit("harness", "job_failed", **facts)
+    if r.natural_end:
+        with phase("settle"):
+            _settle(r.platform, r.sampler, r.sink, plan.observation.settle_s)
+        if plan.observation.post_s > 0:
+            with phase("post-window"):
+                _observe_after_end(plan.observation.post_s, r.platform, r.sampler, r.sink)
 
 
 def _settle(platform: Platform, sampler: ProcessSampler, sink: EventSink, settle_s: float) -> None:

@@ -208,37 +208,6 @@ def answer_questions(tl: Timeline) -> Answers:
     rescheduled = old is not None and new is not None and _rescheduled(old, new)
     lost, by = _deemed_lost(tl, t0, done, rescheduled)
     stopped, note = _old_stopped(tl, old)
-    resumed = None
-    if new is not None and new.load is not None:
-        ld = new.load
-        if ld.kind == "ckpt_load":
-            resumed = {
-                "checkpoint": ld.get("id"),
-                "step": ld.get("step"),
-                "data_position": ld.get("data_position"),
-                "verified": ld.get("verified"),
-            }
-        else:
-            resumed = {"checkpoint": None, "step": 0, "data_position": 0, "verified": None}
-        if "handed_over" in ld.fields:
-            resumed["handed_over"] = ld.get("handed_over")
-    recomputed = None
-    if old is not None and new is not None and new.resume_step is not None:
-        # Only steps the old generation made before its successor started count: a stale
-        # replica stepping on afterwards is a resource finding, not recomputation.
-        st = tl.steps
-        before = (st.inc == old.index) & (st.mono < new.started_mono)
-        if before.any():
-            last = int(st.step.max(where=before, initial=np.iinfo(np.int64).min))
-            recomputed = max(0, last - new.resume_step)
-    ready = next(
-        (
-            e.mono
-            for e in tl.events
-            if t0 <= e.mono < done and e.src == "platform" and e.kind in READY_KINDS
-        ),
-        None,
-    )
     return Answers(
         injected_at=t0,
         worker_lost_at=lost.mono if lost else None,
@@ -247,14 +216,63 @@ def answer_questions(tl: Timeline) -> Answers:
         old_replica_note=note,
         new_replicas_ready_at=new.ready_mono if new else None,
         first_step_after_at=new.first_step_mono if new else None,
-        resumed_from=resumed,
+        resumed_from=_resumed_from(new),
         old_incarnation=old.index if old else None,
         new_incarnation=new.index if new else None,
-        recomputed_steps=recomputed,
+        recomputed_steps=_recomputed_steps(tl, old, new),
         offset=offset,
         note="" if new is not None else "no new incarnation started after the fault",
         worker_lost_source=str(lost.get("source") or "") if lost else "",
-        resources_ready_at=ready,
+        resources_ready_at=_resources_ready(tl, t0, done),
+    )
+
+
+def _resumed_from(new: Incarnation | None) -> dict[str, Any] | None:
+    """Where the new incarnation resumed, as its load decision recorded it (a fresh start
+    is step 0; None: no new incarnation, or it recorded no load decision)."""
+    if new is None or new.load is None:
+        return None
+    ld = new.load
+    resumed: dict[str, Any]
+    if ld.kind == "ckpt_load":
+        resumed = {
+            "checkpoint": ld.get("id"),
+            "step": ld.get("step"),
+            "data_position": ld.get("data_position"),
+            "verified": ld.get("verified"),
+        }
+    else:
+        resumed = {"checkpoint": None, "step": 0, "data_position": 0, "verified": None}
+    if "handed_over" in ld.fields:
+        resumed["handed_over"] = ld.get("handed_over")
+    return resumed
+
+
+def _recomputed_steps(tl: Timeline, old: Incarnation | None, new: Incarnation | None) -> int | None:
+    """How many steps the new incarnation makes again: the old one's last step before the
+    new one started, less the new one's resume step (None: not known)."""
+    if old is None or new is None or new.resume_step is None:
+        return None
+    # Only steps the old generation made before its successor started count: a stale
+    # replica stepping on afterwards is a resource finding, not recomputation.
+    st = tl.steps
+    before = (st.inc == old.index) & (st.mono < new.started_mono)
+    if not before.any():
+        return None
+    last = int(st.step.max(where=before, initial=np.iinfo(np.int64).min))
+    return max(0, last - new.resume_step)
+
+
+def _resources_ready(tl: Timeline, t0: float, done: float) -> float | None:
+    """When the platform first said the replacement's resources were ready, between the
+    injection ``t0`` and the job's end ``done``."""
+    return next(
+        (
+            e.mono
+            for e in tl.events
+            if t0 <= e.mono < done and e.src == "platform" and e.kind in READY_KINDS
+        ),
+        None,
     )
 
 

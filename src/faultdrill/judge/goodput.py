@@ -39,7 +39,8 @@ import numpy as np
 
 from faultdrill.checks.api import Msg
 from faultdrill.checks.progress import chain_note
-from faultdrill.timeline import Timeline
+from faultdrill.events import Event
+from faultdrill.timeline import Incarnation, Segment, Timeline
 
 __all__ = ["CATEGORIES", "account"]
 
@@ -93,7 +94,6 @@ def account(tl: Timeline, *, checkpoint_every: int | None = None) -> dict[str, A
     chain, chain_notes = tl.committed_chain()
     notes += [chain_note(n) for n in chain_notes]
     committed = tl.rows_in(chain) if chain else np.zeros(len(tl.steps), dtype=bool)
-    st = tl.steps
     saves = [
         e for e in tl.events if e.src == "probe" and e.kind in ("ckpt_save", "ckpt_save_failed")
     ]
@@ -103,39 +103,11 @@ def account(tl: Timeline, *, checkpoint_every: int | None = None) -> dict[str, A
     for e in saves:
         secs["checkpoint_save"] += float(e.get("duration_s") or 0.0)
     stepped = [inc for inc in tl.incarnations if inc.first_step is not None]
-    last_activity: float | None = None
+    last_activity = start  # the first incarnation's gap runs from the job's submission
     for n, inc in enumerate(stepped):
-        rank = min(inc.ranks)
-        rows = np.flatnonzero((st.inc == inc.index) & (st.rank == rank))
-        rows = rows[np.lexsort((st.mono[rows], st.step[rows]))]
-        pids = {pid for pid, r in inc.members.items() if r == rank}
-        load = next((e for e in inc.loads if int(e.get("pid", -1)) in pids), None)
-        restore = float(load.get("duration_s") or 0.0) if load is not None else 0.0
-        secs["checkpoint_restore"] += restore
-        if load is not None and load.kind == "ckpt_load" and load.get("duration_s") is None:
-            notes.append(Msg("goodput.note.load-duration", inc=inc.index))
-        begin = load.mono if load is not None else inc.ready_mono
-        gap = begin - (start if n == 0 else (last_activity or begin))
-        secs["startup" if n == 0 else "recovery"] += max(0.0, gap - restore)
-        prev, dts = begin, []
-        for i in rows:
-            mono = float(st.mono[i])
-            inside = sum(
-                float(e.get("duration_s") or 0.0)
-                for e in saves
-                if prev < e.mono <= mono and int(e.get("pid", -1)) in inc.members
-            )
-            dts.append((max(0.0, mono - prev - inside), bool(committed[i])))
-            prev = mono
-        if dts:
-            typical = statistics.median(d for d, _ in dts[1:]) if len(dts) > 1 else dts[0][0]
-            extra = max(0.0, dts[0][0] - typical)
-            secs["startup"] += extra
-            dts[0] = (dts[0][0] - extra, dts[0][1])
-        for dt, is_committed in dts:
-            secs["productive" if is_committed else "wasted_progress"] += dt
-        own_saves = [e.mono for e in saves if int(e.get("pid", -1)) in inc.members]
-        last_activity = max([prev, *own_saves])
+        last_activity = _account_incarnation(
+            tl, inc, n == 0, last_activity, saves, committed, secs, notes
+        )
     if not stepped:
         notes.append(Msg("goodput.note.no-step"))
     attributed = sum(v for k, v in secs.items() if k != "other")
@@ -144,6 +116,83 @@ def account(tl: Timeline, *, checkpoint_every: int | None = None) -> dict[str, A
         notes.append(Msg("goodput.note.over", seconds=attributed - total))
     if state != "succeeded":
         notes.append(Msg("goodput.note.ended", state=state or "none"))
+    return _breakdown(tl, chain, total, secs, notes, checkpoint_every)
+
+
+def _account_incarnation(
+    tl: Timeline,
+    inc: Incarnation,
+    first: bool,
+    since: float,
+    saves: list[Event],
+    committed: np.ndarray,
+    secs: dict[str, float],
+    notes: list[Msg | str],
+) -> float:
+    """Add one stepped incarnation's seconds to ``secs`` and its notes to ``notes``: its
+    restore, the gap before it (``startup`` for the ``first``, else ``recovery``), its step
+    times. ``since`` is where the gap starts: the job's submission for the first
+    incarnation, else the previous one's last activity (0.0: no gap). Returns this
+    incarnation's last activity (its last step or save)."""
+    st = tl.steps
+    rank = min(inc.ranks)
+    rows = np.flatnonzero((st.inc == inc.index) & (st.rank == rank))
+    rows = rows[np.lexsort((st.mono[rows], st.step[rows]))]
+    pids = {pid for pid, r in inc.members.items() if r == rank}
+    load = next((e for e in inc.loads if int(e.get("pid", -1)) in pids), None)
+    restore = float(load.get("duration_s") or 0.0) if load is not None else 0.0
+    secs["checkpoint_restore"] += restore
+    if load is not None and load.kind == "ckpt_load" and load.get("duration_s") is None:
+        notes.append(Msg("goodput.note.load-duration", inc=inc.index))
+    begin = load.mono if load is not None else inc.ready_mono
+    gap = begin - (since if first else (since or begin))
+    secs["startup" if first else "recovery"] += max(0.0, gap - restore)
+    dts, last_step = _step_times(tl, inc, rows, begin, saves, committed)
+    if dts:
+        typical = statistics.median(d for d, _ in dts[1:]) if len(dts) > 1 else dts[0][0]
+        extra = max(0.0, dts[0][0] - typical)
+        secs["startup"] += extra
+        dts[0] = (dts[0][0] - extra, dts[0][1])
+    for dt, is_committed in dts:
+        secs["productive" if is_committed else "wasted_progress"] += dt
+    own_saves = [e.mono for e in saves if int(e.get("pid", -1)) in inc.members]
+    return max([last_step, *own_saves])
+
+
+def _step_times(
+    tl: Timeline,
+    inc: Incarnation,
+    rows: np.ndarray,
+    begin: float,
+    saves: list[Event],
+    committed: np.ndarray,
+) -> tuple[list[tuple[float, bool]], float]:
+    """Each step's time on one rank of ``inc`` (from the step before it, or ``begin`` for
+    the first, less the saves of ``inc`` in between) and whether it is committed; and the
+    time of its last step (``begin`` if none)."""
+    st = tl.steps
+    prev, dts = begin, []
+    for i in rows:
+        mono = float(st.mono[i])
+        inside = sum(
+            float(e.get("duration_s") or 0.0)
+            for e in saves
+            if prev < e.mono <= mono and int(e.get("pid", -1)) in inc.members
+        )
+        dts.append((max(0.0, mono - prev - inside), bool(committed[i])))
+        prev = mono
+    return dts, prev
+
+
+def _breakdown(
+    tl: Timeline,
+    chain: list[Segment],
+    total: float,
+    secs: dict[str, float],
+    notes: list[Msg | str],
+    checkpoint_every: int | None,
+) -> dict[str, Any]:
+    """The breakdown as :func:`account` returns it, from the seconds per category."""
     out: dict[str, Any] = {
         "available": True,
         "total_s": round(total, 3),
