@@ -22,7 +22,8 @@ from faultdrill.platforms.local import procfs
 from tests.drillkit import demo_raw, kill_task
 from tests.test_netns_kit import ledger_records
 
-pytestmark = [pytest.mark.drill]
+# slow: the default run drills kill-worker on this platform through the recorded demo
+pytestmark = [pytest.mark.drill, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

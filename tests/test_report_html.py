@@ -347,7 +347,9 @@ def test_report_loads_in_chromium(
             assert all(len(a) > 10 for a in item["answers"]), item
             [(w, h)] = item["timeline"]
             assert w > 600 and h > 150, item
-            assert item["timeline_marks"] == 4  # the four questions marked on the timeline
+            # the four questions marked on the timeline; the stale replica's old replica
+            # was never stopped by the platform, so question 2 has no moment to mark
+            assert item["timeline_marks"] == (3 if item["id"] == "ctl-stale-replica" else 4)
             assert item["replicas"] >= 4  # two ranks x two incarnations, at least
             assert item["windows"] == 1
             [(lw, lh)] = item["loss"]
