@@ -35,8 +35,20 @@ from typing import IO
 
 from faultdrill.errors import RunDirError
 
-__all__ = ["UnsafePathError", "escape", "open_file", "read_bytes", "replacing", "write_file"]
+__all__ = [
+    "UnsafePathError",
+    "escape",
+    "open_file",
+    "open_named",
+    "read_bytes",
+    "read_named",
+    "replacing",
+    "write_file",
+]
 
+#: Non-blocking so that opening a FIFO (or a device) someone put in its place returns at
+#: once instead of waiting for a writer; the type is then checked by descriptor.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -216,7 +228,7 @@ def open_file(path: Path, *, within: Path, limit: int | None = None) -> IO[bytes
     fd, name = _open_parent(path, within, create=False)
     try:
         try:
-            ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            ffd = os.open(name, _READ_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # the final name is a link
                 raise UnsafePathError(
@@ -225,13 +237,35 @@ def open_file(path: Path, *, within: Path, limit: int | None = None) -> IO[bytes
             raise
     finally:
         os.close(fd)
-    f = os.fdopen(ffd, "rb")
-    st = os.fstat(ffd)
+    return _regular(ffd, path, limit)
+
+
+def _regular(fd: int, path: Path, limit: int | None) -> IO[bytes]:
+    """``fd`` (opened non-blocking) as a blocking binary reader, if it is a regular file
+    of at most ``limit`` bytes; else closed and UnsafePathError."""
+    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or (limit is not None and st.st_size > limit):
-        f.close()
+        os.close(fd)
         what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"{st.st_size} bytes"
         raise UnsafePathError(f"{path} is {what}; not read")
-    return f
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def open_named(path: Path | str, *, limit: int | None = None) -> IO[bytes]:
+    """A file the user named (a plan, a key, a report to diff), opened for reading: links
+    are followed (the user chose the path), but a FIFO, device, socket or directory is
+    refused without blocking, and so is a file larger than ``limit``. Raises
+    UnsafePathError, FileNotFoundError, PermissionError."""
+    p = Path(path)
+    fd = os.open(p, _READ_FLAGS)
+    return _regular(fd, p, limit)
+
+
+def read_named(path: Path | str, *, limit: int | None = None) -> bytes:
+    """The bytes of a file the user named (see :func:`open_named`)."""
+    with open_named(path, limit=limit) as f:
+        return f.read()
 
 
 def read_bytes(path: Path, *, within: Path, limit: int | None = None) -> bytes:
