@@ -176,6 +176,19 @@ def test_deactivate_removes_only_the_entry_naming_this_very_ledger(
     assert index.exists(), "deactivate removed the index entry of another ledger"
 
 
+def test_an_index_entry_naming_another_runs_ledger_is_refused(tmp_path: Path, state: Path) -> None:
+    """The index is the state directory's, but the ledger it names must be that run's:
+    an entry of run X pointing at a ledger signed as run Y undoes nothing."""
+    ledger, index = _real_run(state, tmp_path / "real", RUN)
+    index.unlink()
+    other = state / "active" / f"{VICTIM}.ledger"
+    other.write_text(json.dumps({"ledger": str(ledger.path), "pid": 2**22 + 11}) + "\n")
+    done = _cleanup(state)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"its signed header names run {RUN}" in done.stderr and other.exists()
+    assert (ledger.path.parent / ".faultdrill-fill").exists()
+
+
 def test_the_real_ledger_is_still_cleaned_up_and_its_entry_dropped(
     tmp_path: Path, state: Path
 ) -> None:
