@@ -161,8 +161,11 @@ def test_a_damaged_ledger_does_not_stop_the_others(
 ) -> None:
     bad, bad_marker = _ledger(tmp_path, "bad")
     _, good_marker = _ledger(tmp_path, "good")
-    with open(bad.path, "a") as f:
-        f.write(json.dumps(line) + "\n")
+    if isinstance(line, dict):
+        bad._append(line)  # signed: damaged as the harness could have written it
+    else:
+        with open(bad.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
     for run in ("run-bad", "run-good"):
         _as_dead_harness(_state, run)
     rc, text = _cleanup(capsys)
@@ -183,8 +186,19 @@ def test_unreadable_index_entry_is_reported(
     assert not marker.exists()
 
 
-def test_run_id_of_a_ledger_with_odd_lines(tmp_path: Path) -> None:
+def test_a_ledger_without_a_signed_header_is_refused_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its run cannot be known (the directory's name, a ``run-processes`` record or an
+    unsigned header are what anyone may write): nothing is done, and the way out is said."""
     path = tmp_path / "r1" / "ledger.jsonl"
     path.parent.mkdir()
-    path.write_text('[1, 2]\n"text"\n{"kind": "run-processes", "data": []}\n')
-    assert cli._run_id_of(path) == "r1"
+    marker = tmp_path / "r1" / "marker"
+    marker.touch()
+    rec = {"op": "record", "id": "x1", "kind": "test-marker", "data": {"path": str(marker)}}
+    path.write_text('[1, 2]\n"text"\n{"op": "run", "run_id": "r1"}\n' + json.dumps(rec) + "\n")
+    rc, text = _cleanup(capsys, str(path))
+    assert rc == 1 and marker.exists()
+    assert "its run header is not signed by faultdrill on this machine" in text
+    assert "on the machine that ran the drill" in text and "test-marker" in text
+    assert path.read_text().count("\n") == 4, "cleanup wrote to an untrusted ledger"

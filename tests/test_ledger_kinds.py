@@ -22,7 +22,7 @@ import pytest
 
 from faultdrill import faults as _faults  # noqa: F401  (registers the fault kinds)
 from faultdrill import platforms as _platforms  # noqa: F401  (registers the platforms)
-from faultdrill.ledger import UNDOERS
+from faultdrill.ledger import UNDOERS, Ledger
 from faultdrill.platforms.local import procfs
 from faultdrill.platforms.local.linux import fresh_rule_id, link_exists, netns_exists, ns_run
 from faultdrill.platforms.local.mounts import mounts_at
@@ -58,21 +58,22 @@ def test_every_previous_kind_is_still_registered() -> None:
 
 
 class OldLedger:
-    """A ledger file written line by line as the previous version wrote it."""
+    """A ledger file written line by line as the previous version wrote it (its records'
+    kinds and data), signed as every ledger is now (an unsigned one is refused whole:
+    tests/test_cleanup_forged.py)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, run_id: str) -> None:
         self.path = path
-        self.lines: list[str] = []
+        self.ledger = Ledger(path, run_id=run_id)
 
     def applied(self, kind: str, data: dict[str, Any], label: str = "") -> None:
         eid = uuid.uuid4().hex[:12]
         rec = {"op": "record", "id": eid, "kind": kind, "data": data, "label": label, "ts": 1.0}
-        self.lines.append(json.dumps(rec, separators=(",", ":")))
-        self.lines.append(json.dumps({"op": "applied", "id": eid, "ts": 1.0}))
+        self.ledger._append(rec)
+        self.ledger._append({"op": "applied", "id": eid, "ts": 1.0})
 
     def cleanup(self, state: Path) -> dict[str, Any]:
         """``faultdrill cleanup LEDGER`` in a fresh process; the ledger read back."""
-        self.path.write_text("".join(line + "\n" for line in self.lines))
         done = subprocess.run(
             [sys.executable, "-m", "faultdrill.cli", "cleanup", str(self.path)],
             env=cli_env(state),
@@ -123,6 +124,12 @@ def _resume_recorder(flag: Path, env: dict[str, str]) -> subprocess.Popen[bytes]
     return proc
 
 
+@pytest.fixture(autouse=True)
+def _state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The state directory (the signing key) that ``cleanup`` gets too (``cli_env``)."""
+    monkeypatch.setenv("FAULTDRILL_STATE_DIR", str(tmp_path / "state"))
+
+
 def test_an_old_ledger_is_cleaned_up_by_kind(tmp_path: Path) -> None:
     run_id = f"t-old-{uuid.uuid4().hex[:8]}"
     ours = {**os.environ, "FAULTDRILL_RUN_ID": run_id}  # what the run's processes carry
@@ -136,7 +143,7 @@ def test_an_old_ledger_is_cleaned_up_by_kind(tmp_path: Path) -> None:
     scratch = scratch_root(run_id)  # as the previous version named it
     (scratch / "n1").mkdir(parents=True)
     never = tmp_path / "never"
-    old = OldLedger(tmp_path / "ledger.jsonl")
+    old = OldLedger(tmp_path / "ledger.jsonl", run_id)
     old.applied("run-processes", {"run_id": run_id}, run_id)
     old.applied("scratch-dir", {"path": str(scratch)}, f"scratch dir {scratch}")
     old.applied("signal", {"pid": left.pid, "start_time": 1, "signal": "SIGKILL"}, "SIGKILL")
@@ -188,7 +195,7 @@ def test_an_old_ledger_of_mounts_groups_and_links_is_cleaned_up(tmp_path: Path) 
     ro.mkdir()
     fs.mkdir()
     source = f"faultdrill-{uuid.uuid4().hex}"
-    old = OldLedger(tmp_path / "ledger.jsonl")
+    old = OldLedger(tmp_path / "ledger.jsonl", run_id)
     old.applied("run-processes", {"run_id": run_id}, run_id)
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True, timeout=30)

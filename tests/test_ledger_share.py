@@ -37,5 +37,16 @@ def test_what_was_shared_is_read_back_by_cleanup(tmp_path: Path) -> None:
     assert (again.run_id, again.shared, again.problems) == (ITEM, [CLUSTER], [])
     lines = path.read_text().splitlines()
     assert '"op":"shares"' in lines[1] and '"op":"record"' in lines[2]  # before the entry
-    path.write_text(path.read_text() + '{"op":"shares","run_id":"../x"}\n')
+    ledger._append({"op": "shares", "run_id": "../x"})  # signed, but no run id
     assert Ledger(path, run_id=ITEM).problems == ["line 4: a shared scope without a valid run id"]
+
+
+def test_an_unsigned_share_widens_nothing(tmp_path: Path) -> None:
+    """A ``shares`` line added by hand would make another run's namespaces, cgroups and
+    processes this run's: it is not signed, so it is ignored and said."""
+    path = tmp_path / "ledger.jsonl"
+    Ledger(path, run_id=ITEM).record("link-down", _link(ITEM), "n2 down")
+    path.write_text(path.read_text() + f'{{"op":"shares","run_id":"{OTHER}"}}\n')
+    again = Ledger(path, run_id=ITEM)
+    assert again.shared == [] and "line 3: not signed" in again.problems[0]
+    assert refusal("link-down", _link(OTHER), again.scope, again.shared) is not None

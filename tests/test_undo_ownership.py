@@ -207,7 +207,8 @@ def test_escalation_sigkill_is_recorded_before_it_is_sent(tmp_path: Path) -> Non
             proc.kill()
             proc.wait(10)
     recs = [json.loads(line) for line in ledger.path.read_text().splitlines()]
-    assert recs[0] == {"op": "run", "run_id": "t-esc", "ts": recs[0]["ts"]}
+    mac = recs[0]["mac"]  # every line is signed (faultdrill.ledger)
+    assert recs[0] == {"op": "run", "run_id": "t-esc", "ts": recs[0]["ts"], "mac": mac}
     recs = recs[1:]
     assert [r["op"] for r in recs] == ["record", "applied", "reverted"]
     assert recs[0]["kind"] == "signal"

@@ -466,13 +466,25 @@ def _ledgers_below(run_dir: Path) -> list[Path]:
 
 def _clean_ledger(path: Path, run_id: str | None) -> int:
     """Undo what one ledger left pending; 1 if anything could not be undone or read, or
-    was refused (an entry naming what this run could not have made: never acted on)."""
+    was refused (unsigned, or naming what this run could not have made: never acted on).
+    The run is the one the ledger's signed header names (:mod:`faultdrill.ledger`), and,
+    for an index entry (``run_id``), must be that entry's; an unsigned ledger is refused
+    whole."""
     from faultdrill.ledger import Ledger
 
     if not os.path.lexists(path):
         print(f"{path}: ledger file is gone; nothing recorded to undo")
         return 0
-    ledger = Ledger(path, run_id=run_id or _run_id_of(path))
+    ledger = Ledger(path, run_id=run_id or "unverified")
+    if not ledger.trusted:
+        return _refuse_untrusted(path, ledger)
+    if run_id is not None and ledger.run_id != run_id:
+        print(
+            f"{path}: refused: its signed header names run {ledger.run_id}, but the index "
+            f"entry that led here is run {run_id}; nothing done, check both by hand",
+            file=sys.stderr,
+        )
+        return 1
     for problem in ledger.problems:
         print(
             f"  {path}: {problem}: skipped; what that line recorded cannot be undone "
@@ -480,6 +492,7 @@ def _clean_ledger(path: Path, run_id: str | None) -> int:
             file=sys.stderr,
         )
     pending = ledger.pending()
+    unsigned = len(ledger.refused)
     errors = ledger.revert_all()
     for e in errors:
         print(f"  could not undo: {e}", file=sys.stderr)
@@ -493,44 +506,22 @@ def _clean_ledger(path: Path, run_id: str | None) -> int:
         )
     if not ledger.pending():
         ledger.deactivate()
-    undone = len(pending) - len(ledger.pending()) - len(ledger.refused)
-    print(f"{path}: {undone} of {len(pending)} pending change(s) undone")
+    undone = len(pending) - len(ledger.pending()) - (len(ledger.refused) - unsigned)
+    print(f"{path}: {undone} of {len(pending)} pending change(s) undone (run {ledger.run_id})")
     return int(bool(errors or ledger.problems or ledger.refused))
 
 
-def _run_id_of(path: Path) -> str:
-    """The run id the ledger was opened with: its header line, its index entry, its first
-    ``run-processes`` record, else its directory's name (ledgers of older versions).
-    DrillError when the file is a symbolic link or the id is not a plain name."""
-    from faultdrill.ledger import active_entries, check_run_id
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        why = "a symbolic link, not a ledger" if path.is_symlink() else exc.strerror
-        raise DrillError(f"{path}: {why}; refusing to read or write it") from exc
-    with os.fdopen(fd, "rb") as f:
-        lines = f.read(64 << 20).decode(errors="replace").splitlines()
-    records = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            records.append(rec)
-    header = next((r for r in records if r.get("op") == "run"), None)
-    if header is not None:
-        return check_run_id(header.get("run_id"))
-    resolved = path.resolve()
-    for entry in active_entries():
-        if entry.ledger is not None and entry.ledger == resolved:
-            return check_run_id(entry.run_id)
-    for rec in records:
-        data = rec.get("data")
-        if rec.get("kind") == "run-processes" and isinstance(data, dict) and data.get("run_id"):
-            return check_run_id(str(data["run_id"]))
-    return check_run_id(path.parent.name)
+def _refuse_untrusted(path: Path, ledger: Any) -> int:
+    """Say why nothing of an unsigned ledger is done, what it holds, and the way out."""
+    print(
+        f"{path}: refused: {ledger.untrusted}. Run `faultdrill cleanup` on the machine that "
+        "ran the drill, on the ledger where the drill wrote it (or with no argument there); "
+        "what a ledger of another machine recorded must be undone by hand on that machine",
+        file=sys.stderr,
+    )
+    for why in ledger.refused:
+        print(f"  not acted on: {why}", file=sys.stderr)
+    return 1
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -15,7 +15,16 @@ idempotent and must tolerate that the change was never applied (the harness may 
 between recording and applying).
 
 A ledger is untrusted input: a run directory can be copied, edited by hand or received
-from someone else, and ``cleanup`` runs as root. So every kind also states, beside its
+from someone else, and ``cleanup`` runs as root. A ledger proves nothing about who wrote
+it, so every line is **signed**: an HMAC-SHA256 (``"mac"``, its last field) under a
+per-machine key that only the state directory holds (``<state dir>/ledger.key``, 0600, in
+a directory only its owner may write), over the ledger file's resolved path, the run id of
+its header and the line. Reading a ledger back keeps only the lines that verify: the run
+id comes from the signed header (an unsigned or edited header makes the whole ledger
+untrusted: :attr:`Ledger.trusted` is False and nothing in it is acted on), a ``shares``
+line counts only when signed, and a record without a valid signature is refused unread.
+A ledger copied from another machine, moved to another path, or written before ledgers
+were signed verifies nothing here. So every kind also states, beside its
 undo, what its entry may name: ``@undoer(kind, owns={field: claim})``. Before an undo
 runs, each claim checks its field against the run the ledger belongs to
 (:class:`RunScope`: the run id and the ledger's own directory); an entry that names
@@ -33,10 +42,14 @@ that a cleanup without arguments can leave alone the ledgers of drills still run
 
 from __future__ import annotations
 
+import contextvars
+import hashlib
+import hmac
 import json
 import math
 import os
 import re
+import secrets
 import stat
 import threading
 import time
@@ -62,6 +75,7 @@ __all__ = [
     "LedgerEntry",
     "NotOursError",
     "RunScope",
+    "acting_for",
     "active_entries",
     "active_ledgers",
     "check_run_id",
@@ -77,6 +91,14 @@ UNDOERS: dict[str, Undo] = {}
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 #: A ledger is a few KB; a file far larger is not one (and is not read into memory).
 _MAX_LEDGER_BYTES = 64 << 20
+#: The per-machine signing key, in the state directory.
+_KEY_FILE = "ledger.key"
+#: A signed line: the record's JSON with ``,"mac":"<64 hex>"`` as its last field.
+_SIGNED = re.compile(r'(\{.*),"mac":"([0-9a-f]{64})"\}')
+#: The runs whose entry an undo is acting for now (:meth:`Ledger.revert`), trusted ones.
+_ACTING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "faultdrill_acting_for", default=()
+)
 
 
 def check_run_id(run_id: object) -> str:
@@ -211,6 +233,65 @@ def state_dir() -> Path:
     return Path.home() / ".local" / "state" / "faultdrill"
 
 
+def acting_for() -> tuple[str, ...]:
+    """The run ids (the run and the runs it shares, from its signed ledger) whose entry is
+    being undone now by :meth:`Ledger.revert`; empty outside an undo. An undo that looks
+    processes up by a pattern acts only on those carrying one of these ids."""
+    return _ACTING.get()
+
+
+def _owned_private(path: Path, what: str) -> os.stat_result:
+    """lstat of ``path``; DrillError unless it is owned by this user, writable by no one
+    else, and not a symbolic link (what a signing key and its directory must be)."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise DrillError(
+            f"{path}: the {what} must be owned by uid {os.geteuid()}, writable by it alone and "
+            f"not a symbolic link (found uid {st.st_uid}, mode {stat.filemode(st.st_mode)}); "
+            f"fix: chown {os.geteuid()} {path} && chmod go-w {path}"
+        )
+    return st
+
+
+def _machine_key() -> bytes:
+    """This machine's ledger signing key (``<state dir>/ledger.key``), made on first use:
+    32 random bytes, mode 0600, published atomically (a link to a finished file)."""
+    base = state_dir()
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _owned_private(base, "state directory")
+    key = base / _KEY_FILE
+    if not os.path.lexists(key):
+        tmp = base / f".{_KEY_FILE}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, secrets.token_bytes(32))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, key)
+        except FileExistsError:
+            pass  # another process made it first: theirs is the key
+        finally:
+            tmp.unlink(missing_ok=True)
+    st = _owned_private(key, "ledger signing key")
+    if st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
+        raise DrillError(
+            f"{key}: the ledger signing key must be a file of mode 0600; fix: chmod 600 {key}"
+        )
+    fd = os.open(key, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(65)
+    if len(raw) != 32:
+        raise DrillError(f"{key}: not a ledger signing key (32 bytes); remove it and run again")
+    return raw
+
+
+def _mac(key: bytes, ledger: str, run_id: str, body: str) -> str:
+    msg = "\0".join(("faultdrill-ledger-v1", ledger, run_id, body)).encode()
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
 @dataclass
 class ActiveEntry:
     """One index entry of ``<state dir>/active``: a run that has not finished cleanly."""
@@ -305,6 +386,9 @@ class Ledger:
     def __init__(self, path: Path, *, run_id: str) -> None:
         self.path = path
         self.run_id = check_run_id(run_id)
+        #: The path every line's signature binds (a copy elsewhere verifies nothing).
+        self._signed_path = os.path.realpath(path)
+        self._key = _machine_key()
         #: The run an entry's claims are checked against (the ledger's directory).
         self.scope = RunScope(self.run_id, Path(os.path.realpath(path.parent)))
         # Reentrant: an undo may record what it starts again (the Kubernetes test cluster's
@@ -316,10 +400,15 @@ class Ledger:
         self.problems: list[str] = []
         #: What undos left alone as not ours (``NotOursError``), for the caller to report.
         self.notes: list[str] = []
-        #: Entries refused before any undo: they name what this run could not have made.
+        #: Entries refused before any undo: unsigned, or naming what this run could not
+        #: have made.
         self.refused: list[str] = []
         #: Run ids of the scopes this run acts within (:meth:`share`).
         self.shared: list[str] = []
+        #: Whether the file is this machine's run's: its header's signature verified (a new
+        #: file is). An untrusted ledger is never acted on nor written; ``untrusted`` says why.
+        self.trusted = True
+        self.untrusted = ""
         #: A new file starts with a header naming its run (written with the first record).
         self._header = not os.path.lexists(path)
         if not self._header:
@@ -349,10 +438,17 @@ class Ledger:
         idx.write_text(json.dumps(entry) + "\n")
 
     def deactivate(self) -> None:
-        """Drop the index entry; only when every entry is reverted."""
-        if self.pending():
+        """Drop the index entry; only when every entry is reverted, the ledger is trusted,
+        and the entry names this very ledger file (an entry of the same run id pointing
+        elsewhere is another ledger's, and stays)."""
+        if self.pending() or not self.trusted:
             return
-        self._index_file().unlink(missing_ok=True)
+        idx = self._index_file()
+        if not os.path.lexists(idx):
+            return
+        entry = _read_index(idx)
+        if entry.ledger is not None and os.path.realpath(entry.ledger) == self._signed_path:
+            idx.unlink(missing_ok=True)
 
     # --- records --------------------------------------------------------------------
 
@@ -377,12 +473,31 @@ class Ledger:
             )
         return fd
 
+    def _signed(self, rec: dict[str, Any]) -> str:
+        """One line: ``rec`` as JSON with its signature (see the module docstring) last."""
+        body = json.dumps(rec, separators=(",", ":"))
+        mac = _mac(self._key, self._signed_path, self.run_id, body)
+        return f'{body[:-1]},"mac":"{mac}"}}\n'
+
+    def _verified(self, raw: str, run_id: str) -> dict[str, Any] | None:
+        """The record of a line whose signature verifies for ``run_id``; else None."""
+        m = _SIGNED.fullmatch(raw)
+        if m is None:
+            return None
+        body = m.group(1) + "}"
+        if not hmac.compare_digest(m.group(2), _mac(self._key, self._signed_path, run_id, body)):
+            return None
+        rec = json.loads(body)
+        return rec if isinstance(rec, dict) else None
+
     def _append(self, rec: dict[str, Any], *, durable: bool = True) -> None:
-        """Append one line; ``durable``: fsynced before returning (a record of intent)."""
-        line = json.dumps(rec, separators=(",", ":")) + "\n"
+        """Append one signed line; ``durable``: fsynced before returning (a record of
+        intent). An untrusted ledger is never written (DrillError)."""
+        if not self.trusted:
+            raise DrillError(f"{self.path}: {self.untrusted}; not writing to it")
+        line = self._signed(rec)
         if self._header:
-            head = {"op": "run", "run_id": self.run_id, "ts": time.time()}
-            line = json.dumps(head, separators=(",", ":")) + "\n" + line
+            line = self._signed({"op": "run", "run_id": self.run_id, "ts": time.time()}) + line
             self._header = False
         fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
@@ -393,62 +508,108 @@ class Ledger:
             os.close(fd)
 
     def _load(self) -> None:
-        """Read the file back. A torn line is skipped silently (the change it announced was
-        never made); any other line that is not a well-formed record is skipped and said
-        in :attr:`problems`, so one damaged line never hides the rest of the ledger."""
+        """Read the file back, keeping only what verifies (see the module docstring). A
+        torn last line is skipped silently (the change it announced was never made); any
+        other line that is not a well-formed signed record is skipped and said in
+        :attr:`problems` (an unsigned record in :attr:`refused`), so one damaged line
+        never hides the rest of the ledger."""
         fd = self._open(os.O_RDONLY)
         with os.fdopen(fd, "rb") as f:
             lines = f.read(_MAX_LEDGER_BYTES + 1).decode(errors="replace").splitlines()
+        if not any(line.strip() for line in lines):
+            self._header = True  # an empty file: as a new one
+            return
+        run_id = self._signed_run(lines)
+        if run_id is None:
+            self.trusted = False
+            self.untrusted = (
+                "its run header is not signed by faultdrill on this machine: the ledger was "
+                "copied from another machine or another path, edited, or written by a "
+                "faultdrill older than signed ledgers; nothing in it is acted on"
+            )
+        else:
+            self.run_id = run_id
+            self.scope = RunScope(run_id, self.scope.run_dir)
         for n, raw in enumerate(lines, 1):
+            rec = self._verified(raw, run_id) if run_id is not None else None
+            if rec is None:
+                self._unverified(n, raw, last=n == len(lines))
+            elif rec.get("op") != "run":
+                self._apply(n, rec)
+
+    def _signed_run(self, lines: Sequence[str]) -> str | None:
+        """The run id of the first header whose signature verifies, or None."""
+        for raw in lines:
             try:
-                rec = json.loads(raw)
+                head = json.loads(raw)
             except json.JSONDecodeError:
-                if n < len(lines):
-                    self.problems.append(f"line {n}: not JSON")
-                continue  # a torn last line: the change it announced was never recorded
-            if not isinstance(rec, dict):
-                self.problems.append(f"line {n}: not a JSON object")
                 continue
-            op, eid = rec.get("op"), rec.get("id")
-            if op == "run":  # the header: the run this file belongs to wins over the caller's
-                if isinstance(rec.get("run_id"), str) and _RUN_ID.fullmatch(rec["run_id"]):
-                    self.run_id = rec["run_id"]
-                    self.scope = RunScope(self.run_id, self.scope.run_dir)
-                else:
-                    self.problems.append(f"line {n}: a run header without a valid run id")
+            if not isinstance(head, dict) or head.get("op") != "run":
                 continue
-            if op == "shares":
-                if isinstance(rec.get("run_id"), str) and _RUN_ID.fullmatch(rec["run_id"]):
-                    self.shared.append(rec["run_id"])
-                else:
-                    self.problems.append(f"line {n}: a shared scope without a valid run id")
+            claimed = head.get("run_id")
+            if not isinstance(claimed, str) or not _RUN_ID.fullmatch(claimed):
                 continue
-            if not isinstance(eid, str):
-                self.problems.append(f"line {n}: no entry id")
-                continue
-            if op == "record":
-                kind, data = rec.get("kind"), rec.get("data")
-                if not isinstance(kind, str) or not isinstance(data, dict):
-                    self.problems.append(f"line {n}: a record without 'kind' or 'data'")
-                    continue
-                self.entries[eid] = LedgerEntry(
-                    id=eid,
-                    kind=kind,
-                    data=data,
-                    label=str(rec.get("label", "")),
-                    recorded_at=rec.get("ts", 0.0),
-                )
-            elif eid in self.entries:
-                entry = self.entries[eid]
-                if op == "applied":
-                    entry.applied = True
-                elif op == "reverted":
-                    entry.reverted = True
-                elif op == "refused":
-                    entry.reverted = True
-                    entry.refused = str(rec.get("reason", "refused"))
-                elif op == "revert_failed":
-                    entry.errors.append(rec.get("error", ""))
+            if self._verified(raw, claimed) is not None:
+                return claimed
+        return None
+
+    def _unverified(self, n: int, raw: str, *, last: bool) -> None:
+        """Say a line that does not verify: a record is refused, anything else a problem."""
+        try:
+            rec = json.loads(raw)
+        except json.JSONDecodeError:
+            if not last:  # a torn last line: the change it announced was never recorded
+                self.problems.append(f"line {n}: not JSON")
+            return
+        if not isinstance(rec, dict):
+            self.problems.append(f"line {n}: not a JSON object")
+        elif rec.get("op") == "record":
+            what = f"{rec.get('kind')!s:.40} {rec.get('label')!s:.80}".strip()
+            data = json.dumps(rec.get("data"))[:200]
+            self.refused.append(
+                f"line {n}: {what} {data}: not signed by faultdrill on this machine for this "
+                "ledger (forged, edited, or copied from elsewhere)"
+            )
+        elif rec.get("op") != "run" or self.trusted:
+            self.problems.append(
+                f"line {n}: not signed by faultdrill on this machine for this ledger; ignored"
+            )
+
+    def _apply(self, n: int, rec: dict[str, Any]) -> None:
+        """Take one verified line into the entries (or the shared scopes)."""
+        op, eid = rec.get("op"), rec.get("id")
+        if op == "shares":
+            if isinstance(rec.get("run_id"), str) and _RUN_ID.fullmatch(rec["run_id"]):
+                self.shared.append(rec["run_id"])
+            else:
+                self.problems.append(f"line {n}: a shared scope without a valid run id")
+            return
+        if not isinstance(eid, str):
+            self.problems.append(f"line {n}: no entry id")
+            return
+        if op == "record":
+            kind, data = rec.get("kind"), rec.get("data")
+            if not isinstance(kind, str) or not isinstance(data, dict):
+                self.problems.append(f"line {n}: a record without 'kind' or 'data'")
+                return
+            self.entries[eid] = LedgerEntry(
+                id=eid,
+                kind=kind,
+                data=data,
+                label=str(rec.get("label", "")),
+                recorded_at=rec.get("ts", 0.0),
+            )
+        elif eid in self.entries:
+            entry = self.entries[eid]
+            if op == "applied":
+                entry.applied = True
+            elif op == "reverted":
+                entry.reverted = True
+            elif op == "refused":
+                entry.reverted = True
+                entry.refused = str(rec.get("reason", "refused"))
+            elif op == "revert_failed":
+                entry.errors.append(rec.get("error", ""))
 
     def share(self, run_id: str) -> None:
         """This run acts within the scope of run ``run_id`` too (a cluster brought up once
@@ -515,6 +676,7 @@ class Ledger:
                 entry.reverted, entry.refused = True, why
                 self._append({"op": "refused", "id": entry_id, "ts": time.time(), "reason": why})
                 return
+            token = _ACTING.set((self.run_id, *self.shared))
             try:
                 UNDOERS[entry.kind](entry.data)
             except NotOursError as exc:  # nothing of ours is left there: closed, and said
@@ -528,6 +690,8 @@ class Ledger:
                 entry.errors.append(str(exc))
                 self._append({"op": "revert_failed", "id": entry_id, "error": str(exc)})
                 raise FaultError(f"could not undo {entry.kind} {entry.label}: {exc}") from exc
+            finally:
+                _ACTING.reset(token)
             entry.reverted = True
             self._append({"op": "reverted", "id": entry_id, "ts": time.time()}, durable=False)
 

@@ -17,6 +17,9 @@ left to delete. Deletions use ``propagationPolicy: Background``.
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,25 @@ from faultdrill.ledger import PATH, RunScope, undoer
 from faultdrill.platforms.kubernetes.client import api_client
 from faultdrill.platforms.local import owned
 
-__all__ = ["Objects", "api_for", "is_not_found"]
+__all__ = [
+    "CORDONED_BY",
+    "KINDS",
+    "KUBECONFIG",
+    "NAMESPACE",
+    "NODE",
+    "RUN_LABEL",
+    "Objects",
+    "api_for",
+    "is_not_found",
+]
+
+#: The annotation a drill's cordon puts on the node: the run's label; the undo uncordons
+#: only a node that still carries it (never one an administrator cordoned).
+CORDONED_BY = "faultdrill.io/cordoned-by"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_API_VERSION = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?")
+_KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
 
 _AUTH = ["BearerToken"]
 _JSON = {"Accept": "application/json", "Content-Type": "application/json"}
@@ -153,9 +174,73 @@ def _run_selector(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
         raise NotOursError(f"selector {value!r} does not select this run's objects ({own})")
 
 
-@undoer("k8s-objects", owns={"selector": _run_selector, "netns": owned.NETNS})
+def _run_label(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    """Claim: this run's label value (``faultdrill.io/run``)."""
+    from faultdrill.platforms.kubernetes.manifest import run_label
+
+    if value != run_label(run.run_id):
+        raise NotOursError(f"label {value!r} is not this run's ({run_label(run.run_id)})")
+
+
+def _namespace(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    """Claim: one Kubernetes namespace name (a DNS label: nothing to climb out of a path)."""
+    if not isinstance(value, str) or not _DNS_LABEL.fullmatch(value):
+        raise NotOursError(f"{value!r} is not a Kubernetes namespace name")
+
+
+def _node(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    """Claim: one Kubernetes node name (a DNS subdomain)."""
+    if not isinstance(value, str) or not _DNS_NAME.fullmatch(value):
+        raise NotOursError(f"{value!r} is not a Kubernetes node name")
+
+
+def _kinds(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    """Claim: a list of [apiVersion, kind] pairs, each a plain API name (they make the
+    request's path: nothing else may reach it)."""
+    for pair in value if isinstance(value, list) else [None]:
+        api_version, kind = pair if isinstance(pair, list) and len(pair) == 2 else ("", "")
+        plain = isinstance(api_version, str) and isinstance(kind, str)
+        if not plain or not _API_VERSION.fullmatch(api_version) or not _KIND.fullmatch(kind):
+            raise NotOursError(f"{pair!r} is not an [apiVersion, kind] pair")
+
+
+def _kubeconfig(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    """Claim: an absolute path to a regular file (never a FIFO, device or directory read
+    as root); the test cluster's own is writable by this user alone."""
+    if not isinstance(value, str) or not os.path.isabs(value):
+        raise NotOursError(f"kubeconfig {value!r} is not an absolute path")
+    try:
+        st = os.stat(value)
+    except OSError:
+        return  # gone: the undo finds no cluster through it
+    if not stat.S_ISREG(st.st_mode):
+        raise NotOursError(f"kubeconfig {value} is not a regular file")
+    if data.get("test_cluster") and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
+        raise NotOursError(f"kubeconfig {value} is not the test cluster's (owner, mode)")
+
+
+#: Claims of the Kubernetes kinds' fields (see :mod:`faultdrill.ledger`).
+RUN_LABEL = _run_label
+NAMESPACE = _namespace
+NODE = _node
+KINDS = _kinds
+KUBECONFIG = _kubeconfig
+
+
+@undoer(
+    "k8s-objects",
+    owns={
+        "selector": _run_selector,
+        "netns": owned.NETNS,
+        "namespace": _namespace,
+        "kinds": _kinds,
+        "kubeconfig": _kubeconfig,
+    },
+)
 def _undo_objects(data: dict[str, Any]) -> None:
-    """Delete the recorded kinds' objects (and pods) carrying the recorded labels."""
+    """Delete the recorded kinds' objects (and pods) carrying the recorded labels: the
+    selector names this run's label (its claim), and the API server matches it on each
+    live object, so only objects labelled as this run's are deleted."""
     api = api_for(data)
     if api is None:
         return

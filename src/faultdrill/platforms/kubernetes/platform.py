@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
-from faultdrill.errors import FaultError, PlatformError
+from faultdrill.errors import FaultError, NotOursError, PlatformError
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import (
     Ability,
@@ -62,7 +62,15 @@ from faultdrill.platforms.kubernetes.job import (
     rdzv_conf,
     template_values,
 )
-from faultdrill.platforms.kubernetes.objects import Objects, api_for, is_not_found
+from faultdrill.platforms.kubernetes.objects import (
+    CORDONED_BY,
+    KUBECONFIG,
+    NODE,
+    RUN_LABEL,
+    Objects,
+    api_for,
+    is_not_found,
+)
 from faultdrill.platforms.local import owned
 from faultdrill.probe import ENV_CLOCK_OFFSET, ENV_PID_PER_HOST
 
@@ -83,21 +91,39 @@ _NEEDS_MACHINES = (
 )
 
 
-@undoer("k8s-cordon", owns={"netns": owned.NETNS})
+@undoer(
+    "k8s-cordon",
+    owns={
+        "netns": owned.NETNS,
+        "node": NODE,
+        "kubeconfig": KUBECONFIG,
+        "label": RUN_LABEL,
+    },
+)
 def _undo_cordon(data: dict[str, Any]) -> None:
-    """Uncordon the recorded node (gone with its test cluster, or gone: nothing to do)."""
+    """Uncordon the recorded node, only while the live node still carries this run's
+    :data:`~.CORDONED_BY` annotation (the recorded ``label``, claimed to be this
+    run's): a node cordoned by someone else, or uncordoned since, is left alone (said,
+    NotOursError). Gone with its test cluster, or gone: nothing to do."""
+    label = data.get("label")
+    if not isinstance(label, str):
+        raise NotOursError(f"cordon of {data.get('node')!r} records no run label to verify")
     api = api_for(data)
     if api is None:
         return
     from kubernetes import client
 
+    core, node = client.CoreV1Api(api), str(data["node"])
     try:
-        client.CoreV1Api(api).patch_node(
-            str(data["node"]), {"spec": {"unschedulable": None}}, _request_timeout=10
-        )
+        live = core.read_node(node, _request_timeout=10)
     except Exception as exc:
-        if not is_not_found(exc):
-            raise
+        if is_not_found(exc):
+            return
+        raise
+    if ((live.metadata.annotations or {}).get(CORDONED_BY)) != label:
+        raise NotOursError(f"node {node} is not cordoned by this run ({CORDONED_BY})")
+    patch = {"metadata": {"annotations": {CORDONED_BY: None}}}
+    core.patch_node(node, {**patch, "spec": {"unschedulable": None}}, _request_timeout=10)
 
 
 #: The variants ``variant_for`` picks, by name; each registers itself on import (its
@@ -523,10 +549,18 @@ class KubernetesPlatform(Platform):
 
     def _cordon(self, node: str) -> Change:
         def apply(note: Note) -> dict[str, Any]:
-            self.core().patch_node(node, {"spec": {"unschedulable": True}}, _request_timeout=10)
+            mark = {"metadata": {"annotations": {CORDONED_BY: self.label}}}
+            self.core().patch_node(
+                node, {**mark, "spec": {"unschedulable": True}}, _request_timeout=10
+            )
             return {"node": node, "cordoned": True}
 
-        data = {**self.api_record(), "node": node, "test_cluster": self.test_cluster}
+        data = {
+            **self.api_record(),
+            "node": node,
+            "label": self.label,
+            "test_cluster": self.test_cluster,
+        }
         return Change("k8s-cordon", data, f"cordon {node}", f"kubectl cordon {node}", apply)
 
     def _evict(self, node: str, pods: list[str]) -> Change:

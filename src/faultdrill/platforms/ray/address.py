@@ -87,7 +87,7 @@ class RayAddressPlatform(RayPlatform):
         with open(rundir.logs_dir(job.work_dir) / "ray-observer.log", "ab") as log:
             proc = subprocess.Popen(
                 argv,
-                env={**os.environ, MARKER_ENV: marker},
+                env={**os.environ, MARKER_ENV: marker, "FAULTDRILL_RUN_ID": self.ledger.run_id},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -53,7 +53,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, PlatformError
-from faultdrill.ledger import SECONDS, undoer
+from faultdrill.ledger import SECONDS, acting_for, undoer
 from faultdrill.platforms.local import owned, procfs
 
 if TYPE_CHECKING:
@@ -119,10 +119,14 @@ def _children_map() -> dict[int, list[int]]:
     return out
 
 
-def process_tree(pid: int | None, start: int | None, marker: str | None) -> dict[int, int]:
+def process_tree(
+    pid: int | None, start: int | None, marker: str | None, runs: tuple[str, ...] | None = None
+) -> dict[int, int]:
     """pid -> start time of a daemon, its live descendants, and every live process whose
     environment carries ``MARKER_ENV=marker`` (those reparented after a parent died).
-    A recorded pid whose start time changed is not ours and not included."""
+    A recorded pid whose start time changed is not ours and not included. ``runs`` (an
+    undo's trusted run ids): only processes whose ``FAULTDRILL_RUN_ID`` is one of them,
+    looked at when listed, so a process that took the marker since is never included."""
     found: set[int] = set()
     if pid is not None and procfs.alive(pid, start):
         children = _children_map()
@@ -138,21 +142,29 @@ def process_tree(pid: int | None, start: int | None, marker: str | None) -> dict
     out = {}
     for p in found:
         st = procfs.start_time(p)
-        if st is not None and p != me and procfs.alive(p):
+        if st is None or p == me or not procfs.alive(p):
+            continue
+        if runs is None or procfs.environ(p).get("FAULTDRILL_RUN_ID") in runs:
             out[p] = st
     return out
 
 
 def stop_tree(
-    pid: int | None, start: int | None, marker: str | None, *, grace_s: float = 5.0
+    pid: int | None,
+    start: int | None,
+    marker: str | None,
+    *,
+    grace_s: float = 5.0,
+    runs: tuple[str, ...] | None = None,
 ) -> list[int]:
     """Stop a daemon's tree (:func:`process_tree`): SIGTERM to the daemon alone when it
     still runs (``ray start --block`` then stops its children in Ray's own order, in ~2 s;
     a SIGTERM to every process at once left GCS and raylet waiting on each other for more
     than 8 s), else to every process of the tree; wait up to ``grace_s`` for the whole tree;
     SIGKILL what is left (looked up again: a dying raylet may have forked), wait up to 5 s
-    more. Returns the pids still alive (empty when stopped). Idempotent."""
-    tree = process_tree(pid, start, marker)
+    more. Returns the pids still alive (empty when stopped). Idempotent. ``runs``: see
+    :func:`process_tree`."""
+    tree = process_tree(pid, start, marker, runs)
     if pid is not None and pid in tree and tree[pid] == start:
         procfs.kill_checked(pid, start, signal.SIGTERM)
     else:
@@ -162,7 +174,7 @@ def stop_tree(
     while time.monotonic() < deadline and any(procfs.alive(p, st) for p, st in tree.items()):
         time.sleep(0.05)
     left = {p: st for p, st in tree.items() if procfs.alive(p, st)}
-    left.update(process_tree(pid, start, marker))
+    left.update(process_tree(pid, start, marker, runs))
     for p, st in left.items():
         procfs.kill_checked(p, st, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
@@ -179,14 +191,17 @@ def stop_tree(
     owns={"pid": owned.PROCESS, "marker": owned.env_marker(MARKER_ENV), "grace_s": SECONDS},
 )
 def _undo_daemon(data: dict[str, Any]) -> None:
-    """Stop a Ray daemon (or redis) by its recorded pid tree and marker. Idempotent; never
-    ``ray stop``."""
+    """Stop a Ray daemon (or redis) by its recorded pid tree and marker: only processes
+    carrying the id of the run being cleaned up (:func:`~faultdrill.ledger.acting_for`;
+    every daemon started for a run carries it), checked when they are signalled, not only
+    when the entry's claims were. Idempotent; never ``ray stop``."""
     pid, start = data.get("pid"), data.get("start_time")
     left = stop_tree(
         int(pid) if pid is not None else None,
         int(start) if start is not None else None,
         str(data.get("marker") or "") or None,
         grace_s=float(data.get("grace_s", 5.0)),
+        runs=acting_for(),
     )
     if left:
         raise OSError(f"{data.get('role')} on {data.get('node')}: pids {left} survived SIGKILL")

@@ -32,16 +32,18 @@ the permission each needs, are in the runbook: :meth:`SlurmPlatform.resubmit_ste
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
-from faultdrill.ledger import PATH, undoer
+from faultdrill.errors import EnvironmentPrepError, FaultError, NotOursError, PlatformError
+from faultdrill.ledger import PATH, RunScope, undoer
 from faultdrill.platforms.api import (
     Ability,
     Change,
@@ -64,7 +66,7 @@ if TYPE_CHECKING:
     from faultdrill.ledger import Ledger
     from faultdrill.plan import Resources, SlurmSettings
 
-__all__ = ["EMBEDDED_ABILITIES", "REAL_ABILITIES", "HostSlurm", "SlurmPlatform"]
+__all__ = ["EMBEDDED_ABILITIES", "REAL_ABILITIES", "HostSlurm", "SlurmPlatform", "drain_reason"]
 
 #: What faultdrill can do to a real cluster: through Slurm's commands and shared files.
 REAL_ABILITIES = frozenset({Ability.NODE_DRAIN, Ability.CHECKPOINT_FILES})
@@ -76,6 +78,7 @@ _NEEDS_NODES = (
     "only on an embedded cluster: set resources.slurm.embedded: true (on a real cluster, "
     "inject it by hand on the node and drill what Slurm does with a plan that observes it)"
 )
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _OPERATOR = "a Slurm operator (AdminLevel=Operator or Admin), root or SlurmUser"
 #: How often each node's agent samples its processes on a real cluster.
 NODE_SAMPLE_HZ = 5.0
@@ -98,13 +101,41 @@ def _scontrol(
         raise OSError(f"`{' '.join(cmd)}` did not answer within 15 s") from exc
 
 
-@undoer("slurm-drain", owns={"ns": owned.NETNS, "conf": PATH})
+def drain_reason(run_id: str) -> str:
+    """The ``Reason`` a drill's drain sets: it names the run, so that only this run's
+    cleanup resumes the node, and never a node an administrator drained."""
+    return f"faultdrill {run_id}: node-drain"
+
+
+def _this_runs_reason(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    """Claim: the recorded drain reason is this run's (:func:`drain_reason`)."""
+    if value != drain_reason(run.run_id):
+        raise NotOursError(
+            f"drain reason {value!r} is not this run's ({drain_reason(run.run_id)!r}): a node "
+            "drained for another reason is not resumed"
+        )
+
+
+def _node_name(value: Any, data: Mapping[str, Any], run: RunScope) -> None:
+    """Claim: one Slurm node name (no hostlist, no option for ``scontrol``)."""
+    if not isinstance(value, str) or not _NODE_NAME.fullmatch(value):
+        raise NotOursError(f"{value!r} is not one Slurm node name")
+
+
+@undoer(
+    "slurm-drain",
+    owns={"ns": owned.NETNS, "conf": PATH, "reason": _this_runs_reason, "node": _node_name},
+)
 def _undo_drain(data: dict[str, Any]) -> None:
-    """``scontrol update State=RESUME`` of the node this run drained, only while it is
-    still drained for this run's reason: a node resumed since, or drained since by someone
-    else, is left alone. An embedded cluster that is gone (its namespace) or no longer
+    """``scontrol update State=RESUME`` of the node this run drained, only while the live
+    node is still drained for this run's reason (the recorded reason must be this run's
+    :func:`drain_reason`, and it is compared with what ``scontrol show node`` says now): a
+    node resumed since, or drained since by someone else, is left alone. An entry without a
+    reason is not resumed. An embedded cluster that is gone (its namespace) or no longer
     answers takes its nodes with it: nothing to resume."""
     ns, conf = data.get("ns"), data.get("conf")
+    if not isinstance(data.get("reason"), str) or not data["reason"].startswith("faultdrill "):
+        raise NotOursError(f"drain of {data.get('node')!r} records no faultdrill reason")
     node, reason = str(data["node"]), str(data["reason"])
     embedded = bool(data.get("embedded"))
     if embedded and (ns is None or not netns_exists(str(ns))):
@@ -519,7 +550,7 @@ class SlurmPlatform(Platform):
                 f"node-drain: the job does not run on {node} ({slurm_name}) now "
                 f"(its nodes: {', '.join(current) or 'none'}; ever: {', '.join(on) or 'none'})"
             )
-        reason = f"faultdrill {self.ledger.run_id}: node-drain"
+        reason = drain_reason(self.ledger.run_id)
         argv = ["scontrol", "update", f"NodeName={slurm_name}", "State=DRAIN", f"Reason={reason}"]
         ns, conf = self._drain_target()
 
