@@ -62,7 +62,7 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
     ("path", "value", "where", "phrase"),
     [
         ("task.entrypont", {"module": "x"}, "task.entrypont", "unknown key 'entrypont'"),
-        ("resources.nodes", "two", "resources.nodes", "valid integer"),
+        ("resources.nodes", "two", "resources.nodes", "must be a number, not the string 'two'"),
         ("resources.nodes", 0, "resources.nodes", "greater than or equal to 1"),
         ("responsibility", KeyError, "responsibility", "required field is missing"),
         (
