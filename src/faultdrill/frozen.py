@@ -184,13 +184,13 @@ def _strict_numbers(value: Any, annotation: Any) -> Any:
 
 class Frozen(BaseModel):
     """Base of every model of a plan: immutable, no unknown keys, numbers finite, numbers
-    never booleans (see the module docstring)."""
+    written as numbers, never booleans or quoted (see the module docstring)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
-    def _strict_numbers(cls, raw: Any) -> Any:
+    def _numbers_as_written(cls, raw: Any) -> Any:
         # A model validator, not a field one: a "before" field validator may not touch a
         # union's discriminator (every fault spec's ``kind``). Pydantic's lax mode would
         # read '15' or true as a number; each such value becomes a Refused, which pydantic

@@ -1,7 +1,10 @@
 """Loading a plan: the one edge where raw YAML or JSON becomes a :class:`Plan`.
 
 Past :func:`load_plan` nothing handles raw dicts. Every error names the file, the field
-path, the rule broken and how to fix it (:class:`~faultdrill.errors.PlanError`).
+path, the rule broken and how to fix it (:class:`~faultdrill.errors.PlanError`), and one
+error lists every problem found: a value YAML gave that is no plain data (``!!binary``
+bytes, an unquoted date) and a number written as text (:mod:`faultdrill.frozen`) are put
+in place as a :class:`~faultdrill.frozen.Refused`, so that pydantic goes on with the rest.
 """
 
 from __future__ import annotations
