@@ -3,9 +3,13 @@
 :func:`corpus` builds the cases deterministically from the demo plan: every input class of
 issue 11 (bytes that are not UTF-8, nesting of 500 levels and more, format widths in
 ``entrypoint.args``, alias bombs, non-finite / absurd / boolean numbers in every numeric
-field of the schema, duplicate keys, several cross-field problems at once, and odd files).
-Each case says whether the plan must be refused (and where the error must point) or
-accepted.
+field of the schema, duplicate keys, several cross-field problems at once, and odd files),
+and those of issue 21 (a quoted or fractional-looking number in every numeric field, binary
+data and dates where text goes, empty responsibility names, entry point modules that are no
+module name, plans that drill nothing, triggers past the job's last step or checkpoint, a
+FIFO for the plan or for a file it names, and several of these at once). Each case says
+whether the plan must be refused (and where the error must point, with ``also`` the other
+places) or accepted.
 
 ``python -m tests.plan_fuzz MANIFEST`` is the driver: it imports faultdrill once, then
 forks one child per case that runs ``faultdrill validate FILE`` (``faultdrill.cli.main``)
@@ -17,6 +21,7 @@ seconds, and every case still runs in a process of its own.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import functools
 import json
 import os
@@ -47,6 +52,10 @@ class Case:
     data: bytes
     expect: str
     where: str = ""
+    #: Names to make FIFOs of in the case's directory ("plan.yaml": the plan file itself).
+    fifos: tuple[str, ...] = ()
+    #: More places the error must name besides ``where`` (problems said all at once).
+    also: tuple[str, ...] = ()
 
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -347,7 +356,10 @@ def odd_file_cases() -> Iterator[Case]:
         "task.config_version",
     )
     yield Case(
-        "odd-binary-tag", text.replace("id: demo-lm", "id: !!binary aGVsbG8=").encode(), "either"
+        "odd-binary-tag",
+        text.replace("id: demo-lm", "id: !!binary aGVsbG8=").encode(),
+        "refuse",
+        "task.id",
     )
     yield Case(
         "odd-task-not-mapping",
@@ -401,6 +413,208 @@ def odd_file_cases() -> Iterator[Case]:
     yield Case("odd-merge-key-valid", merged.encode(), "accept")
 
 
+# --- issue 21: plans that cannot do what they say ------------------------------------------
+
+
+def _mutated(changes: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The demo plan with each (dotted path, value) set."""
+    raw = demo_raw()
+    for dotted, value in changes:
+        parent, _, last = dotted.rpartition(".")
+        holder = _node(raw, parent)
+        holder[int(last) if last.isdigit() else last] = copy.deepcopy(value)
+    return raw
+
+
+def quoted_number_cases(schema: dict[str, Any]) -> Iterator[Case]:
+    """Every numeric field as a quoted number ('2'), and every integer one as 2.0: pydantic's
+    lax mode would take both; a plan's numbers are strict."""
+    for model, field, kind in numeric_fields(schema):
+        labels = [("quoted", "2")] + ([("float", 2.0)] if kind == "integer" else [])
+        for label, value in labels:
+            raw = demo_raw()
+            node = _set_site(raw, model)
+            where = _display(SITES[model][0])
+            name = field.removesuffix("[*]")
+            if field.endswith("[*]"):
+                node.setdefault(name, {})["global"] = value
+                name = f"{name}.global"
+            else:
+                node[name] = value
+            path = f"{where}.{name}" if where else name
+            yield Case(f"strict-{model}-{name}-{label}", dump(raw), "refuse", path)
+
+
+#: Text fields of the demo plan (dotted path), each of which must refuse bytes and dates.
+TEXT_FIELDS = (
+    "task.id",
+    "task.config_version",
+    "task.code_id",
+    "task.submitter",
+    "task.entrypoint.module",
+    "data.snapshot",
+    "data.digest",
+    "checkpoint.dir",
+    "responsibility.observer",
+    "rounds.0.name",
+    "rounds.0.scenarios.0.id",
+    "rounds.0.scenarios.0.title",
+    "rounds.0.scenarios.0.fault.kind",
+    "rounds.0.scenarios.0.expected.state",
+    "controls.0.expected_check",
+    "controls.0.workload.bad_mode",
+)
+
+
+def not_text_cases() -> Iterator[Case]:
+    """Binary data (``!!binary``) and dates where text goes: refused at the field."""
+    for dotted in TEXT_FIELDS:
+        where = _display(dotted)
+        for label, value in (("binary", b"hello"), ("date", dt.date(2026, 11, 30))):
+            raw = _mutated([(dotted, value)])
+            yield Case(f"text-{dotted}-{label}", dump(raw), "refuse", where)
+    raw = _mutated([("task.env", {"NOTE": b"x", "WHEN": dt.date(2026, 1, 2)})])
+    yield Case("text-env-both", dump(raw), "refuse", "task.env.NOTE", also=("task.env.WHEN",))
+    raw = _mutated([("task.env", {b"KEY": "x"})])
+    yield Case("text-binary-key", dump(raw), "refuse", "task.env.b'KEY'")
+    raw = _mutated([("task.env", {"SET": {1, 2}})])
+    yield Case("text-set", dump(raw), "refuse", "task.env.SET")
+
+
+ROLES = ("injector", "observer", "recovery_operator", "signer")
+
+
+def responsibility_cases() -> Iterator[Case]:
+    for role in ROLES:
+        for label, value in (("empty", ""), ("blank", "   "), ("tab", "\t"), ("newline", "\n")):
+            raw = _mutated([(f"responsibility.{role}", value)])
+            yield Case(f"names-{role}-{label}", dump(raw), "refuse", f"responsibility.{role}")
+    raw = _mutated([("responsibility", dict.fromkeys(ROLES, ""))])
+    paths = tuple(f"responsibility.{r}" for r in ROLES)
+    yield Case("names-all-empty", dump(raw), "refuse", paths[0], also=paths[1:])
+
+
+#: Entry point modules that are no dotted Python module name.
+BAD_MODULES = (
+    "os; rm -rf /",
+    "$(reboot)",
+    "`id`",
+    "a b",
+    "a\nb",
+    ".lm",
+    "lm.",
+    "a..b",
+    "1lm",
+    "pkg.class",
+    "pkg-name",
+    "pkg/train",
+    "",
+    "é.train",
+    "a" * 300,
+)
+
+
+def module_cases() -> Iterator[Case]:
+    for i, module in enumerate(BAD_MODULES):
+        raw = _mutated([("task.entrypoint.module", module)])
+        yield Case(f"module-bad-{i}", dump(raw), "refuse", "task.entrypoint.module")
+    raw = _mutated([("task.entrypoint.module", "my_pkg.train_2"), ("task.workload", {})])
+    raw["controls"] = []
+    yield Case("module-other-package-valid", dump(raw), "accept")
+
+
+def nothing_to_drill_cases() -> Iterator[Case]:
+    raw = _mutated([("rounds", []), ("controls", [])])
+    yield Case("drill-nothing-empty", dump(raw), "refuse", "rounds")
+    raw = demo_raw()
+    del raw["rounds"], raw["controls"]
+    yield Case("drill-nothing-absent", dump(raw), "refuse", "rounds")
+    raw = _mutated([("rounds", [])])
+    yield Case("drill-controls-only-valid", dump(raw), "accept")
+    raw = _mutated([("controls", [])])
+    yield Case("drill-scenarios-only-valid", dump(raw), "accept")
+
+
+def _items(raw: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for r, rnd in enumerate(raw["rounds"]):
+        for i, sc in enumerate(rnd["scenarios"]):
+            yield f"rounds.{r}.scenarios.{i}", sc
+    for i, control in enumerate(raw["controls"]):
+        yield f"controls.{i}", control
+
+
+def trigger_cases() -> Iterator[Case]:
+    """Each item's trigger moved past the job's last step or last checkpoint (refused),
+    and onto the last ones (either: the item may have other needs of its trigger)."""
+    base = demo_raw()
+    steps_of_task = base["task"]["workload"]["steps"]
+    every = base["checkpoint"]["every_steps"]
+    for dotted, item in _items(base):
+        steps = item.get("workload", {}).get("steps", steps_of_task)
+        saves = -(-steps // every)
+        where = _display(dotted) + ".trigger"
+        for label, trigger, expect in (
+            ("step-past", {"at_step": steps + 1}, "refuse"),
+            ("step-far", {"at_step": 10**9}, "refuse"),
+            ("ckpt-past", {"after_checkpoint": saves + 1}, "refuse"),
+            ("step-last", {"at_step": steps}, "either"),
+            ("ckpt-last", {"after_checkpoint": saves}, "either"),
+        ):
+            raw = _mutated([(f"{dotted}.trigger", trigger)])
+            path = f"{where}.{next(iter(trigger))}"
+            yield Case(f"trigger-{item['id']}-{label}", dump(raw), expect, path)
+
+
+def fifo_cases() -> Iterator[Case]:
+    """A FIFO for the plan, and for each file a plan names: refused at once, never read."""
+    yield Case("fifo-plan", b"", "refuse", "is a FIFO (named pipe)", fifos=("plan.yaml",))
+    raw = _mutated([("task.entrypoint", {"script": "train.py"}), ("task.workload", {})])
+    yield Case("fifo-script", dump(raw), "refuse", "task.entrypoint.script", fifos=("train.py",))
+    k8s = {"platform": "kubernetes", "nodes": 2}
+    raw = _mutated([("resources", k8s), ("controls", [])])
+    raw["resources"]["kubernetes"] = {"test_cluster": True, "manifest": "job.yaml"}
+    yield Case(
+        "fifo-manifest", dump(raw), "refuse", "resources.kubernetes.manifest", fifos=("job.yaml",)
+    )
+    manifest = Path(__file__).resolve().parents[1] / "examples" / "kubernetes-job.yaml"
+    raw["resources"]["kubernetes"] = {
+        "kubeconfig": "kc",
+        "manifest": str(manifest),
+        "rendezvous": "store:29400",
+    }
+    yield Case(
+        "fifo-kubeconfig", dump(raw), "refuse", "resources.kubernetes.kubeconfig", fifos=("kc",)
+    )
+
+
+def combined_cases() -> Iterator[Case]:
+    """Several field mutations at once (seeded): every one is named in one error."""
+    pool: list[tuple[str, Any, str]] = [
+        (
+            "rounds.0.scenarios.0.trigger",
+            {"at_step": "15"},
+            "rounds[0].scenarios[0].trigger.at_step",
+        ),
+        ("rounds.0.scenarios.1.fault.for_s", "2", "rounds[0].scenarios[1].fault.for_s"),
+        ("observation.sample_hz", "10", "observation.sample_hz"),
+        ("checkpoint.every_steps", 10.0, "checkpoint.every_steps"),
+        ("seeds.global", "1", "seeds.global"),
+        ("task.id", b"demo", "task.id"),
+        ("data.snapshot", dt.date(2026, 1, 1), "data.snapshot"),
+        ("task.entrypoint.module", "os; rm -rf /", "task.entrypoint.module"),
+        ("responsibility.observer", "", "responsibility.observer"),
+        ("responsibility.signer", " ", "responsibility.signer"),
+        ("resources.nodes", True, "resources.nodes"),
+        ("controls.0.id", b"ctl", "controls[0].id"),
+    ]
+    rng = random.Random(21)
+    for n in range(40):
+        picked = rng.sample(pool, rng.randint(2, 5))
+        raw = _mutated([(dotted, value) for dotted, value, _ in picked])
+        paths = tuple(where for _, _, where in picked)
+        yield Case(f"combined-{n}", dump(raw), "refuse", paths[0], also=paths[1:])
+
+
 def corpus() -> list[Case]:
     """Every case, in a fixed order (the same bytes on every run)."""
     from faultdrill.plan import plan_schema
@@ -414,8 +628,16 @@ def corpus() -> list[Case]:
         cross_field_cases,
         odd_file_cases,
         workload_number_cases,
+        not_text_cases,
+        responsibility_cases,
+        module_cases,
+        nothing_to_drill_cases,
+        trigger_cases,
+        fifo_cases,
+        combined_cases,
     ]
-    cases = list(number_cases(plan_schema()))
+    schema = plan_schema()
+    cases = [*number_cases(schema), *quoted_number_cases(schema)]
     for make in makers:
         cases.extend(make())
     names = [c.name for c in cases]

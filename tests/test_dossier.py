@@ -4,6 +4,7 @@ resource dossier's devices, quotas and scheduling result, the observation window
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,16 @@ def test_a_data_tree_digest_follows_its_content(tmp_path: Path) -> None:
     assert tree_digest(tmp_path / "d")["sha256"] != first["sha256"]
     assert tree_digest(tmp_path / "d" / "a.bin")["files"] == 1
     assert tree_digest(tmp_path / "nope")["problem"].endswith("no such file")
+
+
+def test_a_fifo_for_the_data_is_said_not_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "data")
+    assert tree_digest(tmp_path / "data") == {
+        "sha256": None,
+        "files": 0,
+        "bytes": 0,
+        "problem": f"{tmp_path / 'data'} is a FIFO (named pipe), not a file",
+    }
 
 
 def dossier_of(tmp_path: Path, plan: Plan, tl: TL) -> dict[str, Any]:

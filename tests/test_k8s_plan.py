@@ -86,7 +86,9 @@ def test_a_real_cluster_needs_a_manifest_and_a_rendezvous_and_no_spares(tmp_path
     raw = _k8s(plan_raw(), kubeconfig=str(kc))
     raw["resources"]["spares"] = 0
     assert "needs manifest: PATH" in _errors(raw, tmp_path)[0][1]
-    raw = _k8s(plan_raw(), kubeconfig=str(kc), manifest=str(EXAMPLES / "kubernetes-job.yaml"))
+    # a plan read from a file must drill something: one fault a real cluster can do
+    kill = scenario("kill", {"kind": "kill-worker", "target": {"rank": 1}})
+    raw = _k8s(plan_raw(kill), kubeconfig=str(kc), manifest=str(EXAMPLES / "kubernetes-job.yaml"))
     raw["resources"]["spares"] = 0
     assert "set rendezvous: HOST:PORT" in _errors(raw, tmp_path)[0][1]
     raw["resources"]["kubernetes"]["rendezvous"] = "store.default.svc:29400"
@@ -118,7 +120,8 @@ def test_a_real_cluster_offers_only_what_the_api_can_do(tmp_path: Path) -> None:
     [(_where, why)] = _errors(raw, tmp_path)
     assert "needs ability node-down" in why and "test_cluster: true" in why
     cls = PLATFORMS["kubernetes"]
-    plan_res = parse_plan({**raw, "rounds": []}, plan_dir=tmp_path).resources
+    kill = scenario("kill", {"kind": "kill-worker", "target": {"rank": 1}})
+    plan_res = parse_plan({**raw, "rounds": plan_raw(kill)["rounds"]}, plan_dir=tmp_path).resources
     assert cls.abilities_for(plan_res) == {
         Ability.SIGNAL_RANK,
         Ability.NODE_DRAIN,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,7 +64,7 @@ def mutate(path: str, value: Any) -> dict[str, Any]:
     ("path", "value", "where", "phrase"),
     [
         ("task.entrypont", {"module": "x"}, "task.entrypont", "unknown key 'entrypont'"),
-        ("resources.nodes", "two", "resources.nodes", "valid integer"),
+        ("resources.nodes", "two", "resources.nodes", "must be a number, not the string 'two'"),
         ("resources.nodes", 0, "resources.nodes", "greater than or equal to 1"),
         ("responsibility", KeyError, "responsibility", "required field is missing"),
         (
@@ -302,3 +304,278 @@ def test_a_script_plan_workload_is_not_checked_as_the_reference_one(tmp_path: Pa
         {**raw["controls"][0], "workload": {"whatever": 1}, "expected_check": "progress.no-jump"}
     ]
     assert load_plan(write(tmp_path, raw)).task.workload == {"anything": "goes"}
+
+
+# --- issue 21: a plan that cannot do what it says is refused (exit 2), never a hang --------
+
+
+def validate_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``faultdrill ARGV`` in a process of its own, killed after 60 s (a hang fails)."""
+    return subprocess.run(
+        [sys.executable, "-m", "faultdrill.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_fifo_for_a_plan_is_refused_at_once_not_waited_on(tmp_path: Path, command: str) -> None:
+    fifo = tmp_path / "plan.yaml"
+    os.mkfifo(fifo)
+    done = validate_cli(
+        command, str(fifo), *(["--out", str(tmp_path / "run")] * (command == "run"))
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"{fifo}: invalid plan (1 problem)\n  - (file): is a FIFO (named pipe), not a file; "
+        "give the path of a plan file" in done.stderr
+    )
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_directory_for_a_plan_is_named_as_one(tmp_path: Path) -> None:
+    err = error_of(tmp_path, "x: 1")  # writes plan.yaml; the directory is what is named
+    assert err.problems
+    with pytest.raises(PlanError) as info:
+        load_plan(tmp_path)
+    assert info.value.problems == [
+        ("(file)", "is a directory, not a file; give the path of a plan file")
+    ]
+
+
+def test_a_fifo_the_plan_names_is_refused_as_one(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "train.py")
+    os.mkfifo(tmp_path / "job.yaml")
+    err = error_of(tmp_path, script_raw("train.py"))
+    assert err.problems == [
+        (
+            "task.entrypoint.script",
+            f"script 'train.py' is a FIFO (named pipe), not a file (looked for "
+            f"{tmp_path.resolve() / 'train.py'}); give a path relative to the plan file's "
+            f"directory ({tmp_path.resolve()}) or an absolute one",
+        )
+    ]
+    raw = demo_raw()
+    raw["resources"] = {"platform": "kubernetes", "nodes": 2}
+    raw["resources"]["kubernetes"] = {"test_cluster": True, "manifest": "job.yaml"}
+    raw["rounds"], raw["controls"] = raw["rounds"][:1], []
+    done = validate_cli("validate", str(write(tmp_path, raw)))
+    assert done.returncode == 2, done.stderr
+    assert (
+        "resources.kubernetes.manifest: manifest 'job.yaml' is a FIFO (named pipe), not a file"
+        in done.stderr
+    )
+
+
+def test_the_runs_copy_of_a_plan_file_swapped_for_a_fifo_is_refused(tmp_path: Path) -> None:
+    """The engine reads the plan file again for the run's copy: a FIFO put there since
+    ``load_plan`` read it is refused, not waited on."""
+    fifo = tmp_path / "plan.yaml"
+    os.mkfifo(fifo)
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from faultdrill.engine.item import write_plan_copy\n"
+        "from faultdrill.errors import DrillError\n"
+        "from faultdrill.plan import load_plan\n"
+        f"plan = load_plan({str(DEMO)!r})\n"
+        f"try: write_plan_copy(plan, Path({str(fifo)!r}), Path({str(tmp_path / 'run')!r}))\n"
+        "except DrillError as exc: print(exc); sys.exit(2)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"{fifo} is not a regular file; not read" in done.stdout
+
+
+def test_a_plan_that_drills_nothing_is_refused(tmp_path: Path) -> None:
+    raw = demo_raw()
+    raw["rounds"], raw["controls"] = [], []
+    done = validate_cli("validate", str(write(tmp_path, raw)))
+    assert done.returncode == 2
+    assert (
+        f"{tmp_path / 'plan.yaml'}: invalid plan (1 problem)\n  - rounds: the plan drills "
+        "nothing (rounds: [] and controls: []); add a round with a scenario" in done.stderr
+    )
+    raw["controls"] = demo_raw()["controls"][:1]  # a control alone is something to drill
+    assert load_plan(write(tmp_path, raw)).controls
+
+
+def test_a_derived_plan_may_drill_nothing() -> None:
+    """The demo without what this machine lacks may be its baseline alone; a run's recorded
+    copy is judged again wherever it is (neither is a plan someone wrote)."""
+    raw = demo_raw()
+    raw["rounds"], raw["controls"] = [], []
+    assert parse_plan(raw, source="run/plan.json").items() == []
+
+
+@pytest.mark.parametrize(
+    ("item", "trigger", "where", "phrase"),
+    [
+        (
+            "rounds.0.scenarios.0",
+            {"at_step": 4000},
+            "rounds[0].scenarios[0].trigger.at_step",
+            "kill-worker: at_step 4000 is past the job's last step (40, from "
+            "task.workload.steps): the fault would never fire; trigger at a step from 1 to 40",
+        ),
+        (
+            "rounds.0.scenarios.0",
+            {"after_checkpoint": 5},
+            "rounds[0].scenarios[0].trigger.after_checkpoint",
+            "kill-worker: after_checkpoint 5 never comes: the job saves 4 checkpoint(s) (40 "
+            "steps from task.workload.steps, one every 10 (checkpoint.every_steps)",
+        ),
+        (
+            "controls.0",
+            {"at_step": 41},
+            "controls[0].trigger.at_step",
+            "ctl-resume-ignored: at_step 41 is past the job's last step (40, from",
+        ),
+    ],
+)
+def test_a_trigger_past_the_end_of_the_job_is_refused(
+    tmp_path: Path, item: str, trigger: dict[str, int], where: str, phrase: str
+) -> None:
+    err = error_of(tmp_path, mutate(f"{item}.trigger", trigger))
+    assert len(err.problems) == 1, err.problems
+    assert err.problems[0][0] == where
+    assert phrase in err.problems[0][1]
+
+
+def test_a_trigger_is_checked_against_the_steps_the_item_runs(tmp_path: Path) -> None:
+    raw = mutate("rounds.0.scenarios.0.trigger", {"at_step": 40})  # the last step: fires
+    raw["controls"][0]["workload"] = {**raw["controls"][0]["workload"], "steps": 20}
+    raw["controls"][0]["trigger"] = {"at_step": 30}
+    err = error_of(tmp_path, raw)
+    assert [loc for loc, _ in err.problems] == ["controls[0].trigger.at_step"]
+    assert "(20, from controls[0].workload.steps)" in err.problems[0][1]
+
+
+def test_a_trigger_of_a_job_of_its_own_is_not_judged(tmp_path: Path) -> None:
+    """The step count of a script's job is not the plan's to know: nothing is said."""
+    (tmp_path / "train.py").write_text("")
+    raw = script_raw("train.py")
+    raw["rounds"][0]["scenarios"][0]["trigger"] = {"at_step": 4000}
+    raw["controls"] = []
+    assert load_plan(write(tmp_path, raw)).scenarios()[0].trigger.at_step == 4000
+
+
+@pytest.mark.parametrize(
+    "module", ["os; rm -rf /", "faultdrill.workloads.lm ", "1abc", "a..b", "pkg.class", "", "é"]
+)
+def test_an_entrypoint_module_must_be_a_dotted_module_name(tmp_path: Path, module: str) -> None:
+    err = error_of(tmp_path, mutate("task.entrypoint.module", module))
+    assert err.problems == [
+        (
+            "task.entrypoint.module",
+            f"module {module!r} is not a dotted Python module name; write one such as "
+            "'mypkg.train' (letters, digits and '_', parts joined by '.', none starting with "
+            "a digit), or use script: PATH for a file",
+        )
+    ]
+
+
+def test_a_dotted_module_name_of_another_package_is_accepted() -> None:
+    raw = mutate("task.entrypoint.module", "my_pkg.train_2")
+    raw["task"]["workload"], raw["controls"] = {}, []
+    assert parse_plan(raw).task.entrypoint.module == "my_pkg.train_2"
+
+
+def test_quoted_numbers_are_refused_every_one_at_once(tmp_path: Path) -> None:
+    raw = mutate("rounds.0.scenarios.1.fault.for_s", "15")
+    raw["rounds"][0]["scenarios"][0]["trigger"] = {"at_step": "15"}
+    raw["observation"]["sample_hz"] = "15"
+    raw["checkpoint"]["every_steps"] = 10.0
+    raw["seeds"]["global"] = "7"
+    done = validate_cli("validate", str(write(tmp_path, raw)))
+    assert done.returncode == 2
+    assert f"{tmp_path / 'plan.yaml'}: invalid plan (5 problems)" in done.stderr
+    for line in (
+        "checkpoint.every_steps: must be a whole number, not 10.0; write 10",
+        "seeds.global: must be a number, not the string '7'; write it without quotes (7)",
+        "observation.sample_hz: must be a number, not the string '15'; write it without "
+        "quotes (15)",
+        "rounds[0].scenarios[0].trigger.at_step: must be a number, not the string '15'",
+        "rounds[0].scenarios[1].fault.for_s: must be a number, not the string '15'",
+    ):
+        assert f"  - {line}" in done.stderr
+
+
+def test_yaml_numbers_stay_numbers(tmp_path: Path) -> None:
+    text = DEMO.read_text().replace("sample_hz: 10", "sample_hz: 10.5")
+    text = text.replace("percent: 10, for_s: 2}", "percent: 10, for_s: 2.5}")
+    plan = load_plan(write(tmp_path, text.replace("every_steps: 10", "every_steps: 0xa")))
+    assert plan.observation.sample_hz == 10.5 and plan.checkpoint.every_steps == 10
+    assert load_plan(DEMO).observation.sample_hz == 10.0  # a YAML int for a float field
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where", "message"),
+    [
+        (
+            "id: demo-lm",
+            "id: !!binary aGVsbG8=",
+            "task.id",
+            "b'hello' is binary data (a YAML !!binary value) where the plan takes text; write "
+            "the text itself",
+        ),
+        (
+            "  submitter: faultdrill demo",
+            "  submitter: faultdrill demo\n  env: {NOTE: !!binary aGVsbG8=}",
+            "task.env.NOTE",
+            "b'hello' is binary data (a YAML !!binary value) where the plan takes text",
+        ),
+        (
+            "  submitter: faultdrill demo",
+            "  submitter: faultdrill demo\n  env: {STARTED: 2026-11-30}",
+            "task.env.STARTED",
+            "2026-11-30 is a date (YAML reads an unquoted date as one) where the plan takes "
+            "text; quote it: '2026-11-30'",
+        ),
+        (
+            "  submitter: faultdrill demo",
+            "  submitter: faultdrill demo\n  env: {!!binary aGVsbG8=: x}",
+            "task.env.b'hello'",
+            "key b'hello' is binary data",
+        ),
+    ],
+)
+def test_a_value_that_is_not_plain_data_is_refused(
+    tmp_path: Path, old: str, new: str, where: str, message: str
+) -> None:
+    err = error_of(tmp_path, DEMO.read_text().replace(old, new, 1))
+    assert len(err.problems) == 1, err.problems
+    assert err.problems[0][0] == where
+    assert err.problems[0][1].startswith(message)
+
+
+def test_a_value_that_is_not_plain_data_is_refused_where_any_value_goes(tmp_path: Path) -> None:
+    """A script's workload takes any value, and is written out as JSON: bytes, a date or a
+    set would break that at run time; refused at load, each at its path."""
+    (tmp_path / "train.py").write_text("")
+    raw = script_raw("train.py")
+    raw["task"]["workload"] = {"note": b"hello", "when": {"day": dt.date(2026, 11, 30)}}
+    raw["controls"] = []
+    err = error_of(tmp_path, raw)
+    assert [loc for loc, _ in err.problems] == ["task.workload.note", "task.workload.when.day"]
+
+
+@pytest.mark.parametrize("name", ["", "   "])
+def test_responsibility_must_name_someone(tmp_path: Path, name: str) -> None:
+    raw = demo_raw()
+    raw["responsibility"] = dict.fromkeys(raw["responsibility"], name)
+    err = error_of(tmp_path, raw)
+    assert err.problems == [
+        (
+            f"responsibility.{role}",
+            f"must name a person or role (got {name!r}); write who does it, e.g. 'on-call "
+            "SRE' or a name",
+        )
+        for role in ("injector", "observer", "recovery_operator", "signer")
+    ]
+
+
+def test_a_script_under_an_unknown_home_is_not_found_not_a_traceback(tmp_path: Path) -> None:
+    err = error_of(tmp_path, script_raw("~nosuchuser-faultdrill/train.py"))
+    assert err.problems[0][0] == "task.entrypoint.script"
+    assert "'~nosuchuser-faultdrill/train.py' not found" in err.problems[0][1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 import time
@@ -34,9 +35,13 @@ MAX_MESSAGE = 20_000
 def run_corpus(cases: list[Case], tmp_path: Path) -> dict[str, dict[str, Any]]:
     manifest = []
     for i, case in enumerate(cases):
-        path = tmp_path / "plans" / f"{i:04d}-{case.name[:60]}.yaml"
+        # a directory per case: the files a plan names (a FIFO script...) sit beside it
+        path = tmp_path / "plans" / f"{i:04d}-{case.name[:60]}" / "plan.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(case.data)
+        for name in case.fifos:
+            os.mkfifo(path.parent / name)
+        if "plan.yaml" not in case.fifos:
+            path.write_bytes(case.data)
         manifest.append(
             {"name": case.name, "file": str(path), "out": str(tmp_path / "out" / str(i))}
         )
@@ -107,6 +112,10 @@ def test_fuzz_corpus_no_traceback_no_hang_every_refusal_named(tmp_path: Path) ->
                 problems.append(f"{case.name}: accepted: {out[-300:]}")
             elif r["file"] not in r["stderr"] or case.where not in r["stderr"]:
                 problems.append(f"{case.name}: error does not name {case.where!r}: {out[-800:]}")
+            else:
+                missed = [w for w in case.also if f"  - {w}: " not in r["stderr"]]
+                if missed:
+                    problems.append(f"{case.name}: error does not also name {missed}: {out[-800:]}")
     refused = sum(results[c.name]["rc"] == 2 for c in cases)
     print(f"fuzz corpus: {len(cases)} plans, {refused} refused, 0 tracebacks expected")
     assert problems == []

@@ -134,6 +134,19 @@ def example_plan(tmp_path: Path) -> Path:
             "signer": "d",
         },
         "stop": {"max_wall_s": 90, "max_no_progress_s": 60},
+        # a plan read from a file drills something; the tests here run its baseline only
+        "rounds": [
+            {
+                "round": 1,
+                "scenarios": [
+                    {
+                        "id": "kill-rank-0",
+                        "fault": {"kind": "kill-worker", "target": {"rank": 0}},
+                        "trigger": {"at_step": 15},
+                    }
+                ],
+            }
+        ],
     }
     path = tmp_path / "plans" / "plan.yaml"
     path.parent.mkdir()

@@ -5,7 +5,9 @@ spec) derives from :class:`Frozen`, which makes it immutable, refuses unknown ke
 every number to the same rules, whatever the field:
 
 * a number is finite (``.inf`` and ``.nan`` are refused, not clamped);
-* ``true``/``false`` is never a number (pydantic would read ``true`` as 1);
+* a number is written as one: ``true``/``false`` and a quoted ``'15'`` are refused where a
+  number goes (pydantic's lax mode would read them as 1 and 15), and so is ``10.0`` where
+  a whole number goes; an int where a float goes is fine (YAML writes ``5`` for 5.0);
 * each numeric field declares its range with ``Field(ge=..., le=...)``: a value such as
   ``settle_s: 1e300`` or ``at_step: 2**63`` is refused at load, where it can be named,
   not later in ``time.sleep`` or a numpy column (``tests/test_plan_fuzz.py`` walks the
@@ -22,11 +24,12 @@ import functools
 import reprlib
 import types
 import typing
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-__all__ = ["FieldProblems", "Frozen", "shown"]
+__all__ = ["FieldProblems", "Frozen", "Refused", "shown"]
 
 _NUMBERS = (int, float)
 
@@ -57,89 +60,150 @@ def shown(value: Any) -> str:
     return _short.repr(value)
 
 
+class Refused:
+    """A value already judged wrong, put in its place before pydantic validates, so that
+    pydantic reports it at its own field path, with every other problem of the plan, in
+    :attr:`message` rather than in its own words (the loader, :mod:`faultdrill.plan.validate`,
+    prints the message). It is no number, string or mapping: every typed field refuses it."""
+
+    __slots__ = ("message", "value")
+
+    def __init__(self, value: Any, message: str) -> None:
+        self.value = value
+        self.message = message
+
+    def __repr__(self) -> str:
+        return shown(self.value)
+
+
+@dataclass(frozen=True)
+class _Kinds:
+    """What a field's annotation takes: scalars, and the item type of a container."""
+
+    ints: bool = False
+    floats: bool = False
+    strs: bool = False
+    bools: bool = False  # bool, or Any
+    values: Any = None  # mapping value type
+    items: Any = None  # sequence item type
+
+    @property
+    def numbers(self) -> bool:
+        return self.ints or self.floats
+
+
 @functools.cache
-def _kinds(annotation: Any) -> tuple[bool, bool, Any, Any]:
-    """(takes a number, takes a bool or anything, mapping value type, sequence item type)
-    of a field's annotation; the last two are None when the field is no such container."""
+def _kinds(annotation: Any) -> _Kinds:
+    """What a field of this annotation takes (see :class:`_Kinds`)."""
     origin = typing.get_origin(annotation)
     if origin is Annotated:
         return _kinds(typing.get_args(annotation)[0])
     if origin in (Union, types.UnionType):
         parts = [_kinds(a) for a in typing.get_args(annotation)]
-        return (
-            any(p[0] for p in parts),
-            any(p[1] for p in parts),
-            next((p[2] for p in parts if p[2] is not None), None),
-            next((p[3] for p in parts if p[3] is not None), None),
+        return _Kinds(
+            ints=any(p.ints for p in parts),
+            floats=any(p.floats for p in parts),
+            strs=any(p.strs for p in parts),
+            bools=any(p.bools for p in parts),
+            values=next((p.values for p in parts if p.values is not None), None),
+            items=next((p.items for p in parts if p.items is not None), None),
         )
-    if annotation is Any or annotation is bool:
-        return False, True, None, None
-    if annotation in _NUMBERS:
-        return True, False, None, None
+    if annotation is Any:
+        return _Kinds(ints=True, floats=True, strs=True, bools=True)
+    if annotation is bool:
+        return _Kinds(bools=True)
+    if annotation is int:
+        return _Kinds(ints=True)
+    if annotation is float:
+        return _Kinds(floats=True)
+    if annotation is str or (isinstance(annotation, type) and issubclass(annotation, str)):
+        return _Kinds(strs=True)
     if origin is Literal:
         values = typing.get_args(annotation)
-        return (
-            any(type(v) in _NUMBERS for v in values),
-            any(type(v) is bool for v in values),
-            None,
-            None,
+        return _Kinds(
+            ints=any(type(v) in _NUMBERS for v in values),
+            strs=any(isinstance(v, str) for v in values),
+            bools=any(type(v) is bool for v in values),
         )
     if origin is dict:
-        return False, False, typing.get_args(annotation)[1], None
+        return _Kinds(values=typing.get_args(annotation)[1])
     if origin in (tuple, list):
         args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
-        return False, False, None, args[0] if len(args) == 1 else None
-    return False, False, None, None
+        return _Kinds(items=args[0] if len(args) == 1 else None)
+    return _Kinds()
 
 
 def _may_hold_a_number(annotation: Any) -> bool:
     """Whether a value of this type is, or contains, a number field (sub-models check
     their own fields)."""
-    number, _, values, items = _kinds(annotation)
-    return number or values is not None or items is not None
+    kinds = _kinds(annotation)
+    return kinds.numbers or kinds.values is not None or kinds.items is not None
 
 
-def _bool_for_number(value: Any, annotation: Any, where: str) -> str | None:
-    """Where ``value`` holds true/false in a place that wants a number: a message, or None."""
-    number, takes_bool, values, items = _kinds(annotation)
-    if isinstance(value, bool):
-        if number and not takes_bool:
-            return f"{where}must be a number, not {str(value).lower()}"
+def _number_problem(value: Any, kinds: _Kinds) -> str | None:
+    """Why ``value`` is not a number a field of these kinds takes as one, or None. Strict:
+    YAML's own numbers only (an int is fine for a float field), never a quoted one."""
+    if not kinds.numbers:
         return None
-    if values is not None and isinstance(value, dict) and _may_hold_a_number(values):
-        for key, item in value.items():
-            problem = _bool_for_number(item, values, f"{where}{shown(key)}: ")
-            if problem:
-                return problem
-    if items is not None and isinstance(value, (list, tuple)) and _may_hold_a_number(items):
-        for i, item in enumerate(value):
-            problem = _bool_for_number(item, items, f"{where}[{i}]: ")
-            if problem:
-                return problem
+    if isinstance(value, bool):
+        return None if kinds.bools else f"must be a number, not {str(value).lower()}"
+    if isinstance(value, str) and not kinds.strs:
+        try:
+            float(value)
+        except ValueError:
+            return f"must be a number, not the string {shown(value)}"
+        return (
+            f"must be a number, not the string {shown(value)}; write it without quotes "
+            f"({value.strip()})"
+        )
+    if type(value) is float and kinds.ints and not kinds.floats and value.is_integer():
+        return f"must be a whole number, not {value!r}; write {int(value)}"
     return None
+
+
+def _strict_numbers(value: Any, annotation: Any) -> Any:
+    """``value`` with each number that a field of ``annotation`` would take only by lax
+    coercion (``true``, ``'15'``, ``10.0`` for an int) replaced by a :class:`Refused`;
+    ``value`` itself (the same object) when there is none."""
+    kinds = _kinds(annotation)
+    problem = _number_problem(value, kinds)
+    if problem:
+        return Refused(value, problem)
+    if kinds.values is not None and isinstance(value, dict) and _may_hold_a_number(kinds.values):
+        out = {k: _strict_numbers(v, kinds.values) for k, v in value.items()}
+        return value if all(out[k] is v for k, v in value.items()) else out
+    if (
+        kinds.items is not None
+        and isinstance(value, list | tuple)
+        and _may_hold_a_number(kinds.items)
+    ):
+        items = [_strict_numbers(v, kinds.items) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
 
 
 class Frozen(BaseModel):
     """Base of every model of a plan: immutable, no unknown keys, numbers finite, numbers
-    never booleans (see the module docstring)."""
+    written as numbers, never booleans or quoted (see the module docstring)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
-    def _no_bool_for_a_number(cls, raw: Any) -> Any:
+    def _numbers_as_written(cls, raw: Any) -> Any:
         # A model validator, not a field one: a "before" field validator may not touch a
-        # union's discriminator (every fault spec's ``kind``).
+        # union's discriminator (every fault spec's ``kind``). Pydantic's lax mode would
+        # read '15' or true as a number; each such value becomes a Refused, which pydantic
+        # then reports at its own path with every other problem.
         if not isinstance(raw, dict):
             return raw
-        problems = []
+        out = None
         for name, value in raw.items():
             field = cls.model_fields.get(name) if isinstance(name, str) else None
-            if field is None or not isinstance(value, (bool, dict, list, tuple)):
+            if field is None or not isinstance(value, (bool, str, float, dict, list, tuple)):
                 continue
-            problem = _bool_for_number(value, field.annotation, "")
-            if problem:
-                problems.append((name, problem))
-        if problems:
-            raise FieldProblems(problems)
-        return raw
+            checked = _strict_numbers(value, field.annotation)
+            if checked is not value:
+                out = out if out is not None else dict(raw)
+                out[name] = checked
+        return raw if out is None else out

@@ -27,6 +27,8 @@ from faultdrill.judge.dossier import (
     reported_data_digests,
     scheduling_result,
 )
+from faultdrill.plan.source import file_kind
+from faultdrill.safepath import UnsafePathError, open_named
 
 if TYPE_CHECKING:
     from faultdrill.plan import Plan
@@ -46,14 +48,22 @@ __all__ = [
 def tree_digest(path: Path) -> dict[str, Any]:
     """sha256 over a file's bytes, or over a directory's files (relative path, NUL, the
     file's sha256, newline; sorted by path); with the number of files and bytes."""
-    if path.is_file():
+    if not path.is_dir():
+        # opened as a regular file only: a FIFO at data.path (or put there since) is said,
+        # never waited on
+        try:
+            f = open_named(path)
+        except FileNotFoundError:
+            return {"sha256": None, "files": 0, "bytes": 0, "problem": f"{path}: no such file"}
+        except UnsafePathError:
+            return {"sha256": None, "files": 0, "bytes": 0, "problem": f"{path} {file_kind(path)}"}
         h = hashlib.sha256()
-        with open(path, "rb") as f:
+        size = 0
+        with f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
-        return {"sha256": h.hexdigest(), "files": 1, "bytes": path.stat().st_size}
-    if not path.is_dir():
-        return {"sha256": None, "files": 0, "bytes": 0, "problem": f"{path}: no such file"}
+                size += len(block)
+        return {"sha256": h.hexdigest(), "files": 1, "bytes": size}
     outer = hashlib.sha256()
     files = size = 0
     for sub in sorted(p for p in path.rglob("*") if p.is_file()):

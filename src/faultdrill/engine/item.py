@@ -50,10 +50,11 @@ from faultdrill.plan import (
     Scenario,
     StopConditions,
 )
+from faultdrill.plan.source import MAX_BYTES
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
 from faultdrill.rundir import ItemKind, item_dir
-from faultdrill.safepath import write_file
+from faultdrill.safepath import read_named, write_file
 from faultdrill.timeline import Timeline
 from faultdrill.timeline.store import StepStoreWriter
 
@@ -668,8 +669,10 @@ def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     as_json = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
     write_file(run_dir / "plan.json", as_json, within=run_dir)
+    # the file as the user wrote it, read again: opened as load_plan opens it (a FIFO put
+    # in its place since is refused, not waited on), bounded the same way
     text = (
-        source.read_text()
+        read_named(source, limit=MAX_BYTES).decode("utf-8-sig", errors="replace")
         if source
         else yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False)
     )

@@ -15,7 +15,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from faultdrill import faults as _faults  # noqa: F401  (registers every fault kind)
 from faultdrill.faults.api import FAULTS, FaultSpec
@@ -169,8 +169,9 @@ class Plan(Frozen):
         return rounds
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> Plan:
-        """Every cross-field problem of the plan at once, each at its field path."""
+    def _cross_checks(self, info: ValidationInfo) -> Plan:
+        """Every cross-field problem of the plan at once, each at its field path; for a
+        plan read from a file (``plan_dir`` in the context), :meth:`drill_problems` too."""
         from faultdrill.platforms import PLATFORMS
 
         problems: list[tuple[str, str]] = []
@@ -199,9 +200,69 @@ class Plan(Frozen):
             problems += self._fault_problems(platform, paths)
         problems += self._control_problems(paths)
         problems += self._check_reference_workload()
+        if (info.context or {}).get("plan_dir") is not None:
+            problems += self.drill_problems()
         if problems:
             raise FieldProblems(problems)
         return self
+
+    def drill_problems(self) -> list[tuple[str, str]]:
+        """What makes a plan someone wrote unable to do what it says: it drills nothing (no
+        scenario, no control), or an item's trigger comes after the job's last step or
+        last checkpoint, so its fault never fires. Said only where the step count is
+        known: the reference workload's config (``steps``, ``checkpoint.every_steps``).
+        A derived plan (the demo without what this machine lacks) may drill nothing."""
+        if not self.rounds and not self.controls:
+            return [
+                (
+                    "rounds",
+                    "the plan drills nothing (rounds: [] and controls: []); add a round with "
+                    "a scenario (one fault and its trigger) or a control (`faultdrill schema` "
+                    "lists the fields)",
+                )
+            ]
+        paths = self._item_paths()
+        problems = []
+        for item in self.items():
+            problem = self._trigger_problem(item)
+            if problem is not None:
+                field, message = problem
+                problems.append((f"{paths[id(item)]}.trigger.{field}", f"{item.id}: {message}"))
+        return problems
+
+    def _trigger_problem(self, item: Scenario | Control) -> tuple[str, str] | None:
+        """(trigger field, why it never fires) when ``item``'s trigger comes after the last
+        step or the last checkpoint of the reference workload as it runs; else None."""
+        if self.task.entrypoint.module != REFERENCE_WORKLOAD or item.trigger.after_s is not None:
+            return None  # a job of its own: its step count is not the plan's to know
+        from faultdrill.workloads.lm_config import ConfigError, config_from_dict
+
+        try:
+            cfg = config_from_dict(self.workload_config(item, "<ckpt_dir>"), source="-")
+        except ConfigError:
+            return None  # said by _check_reference_workload
+        if isinstance(item, Control) and "steps" in item.workload:
+            where = f"controls[{next(i for i, c in enumerate(self.controls) if c is item)}].workload.steps"
+        elif "steps" in self.task.workload:
+            where = "task.workload.steps"
+        else:
+            where = "the reference workload's default steps (set task.workload.steps)"
+        at_step, after = item.trigger.at_step, item.trigger.after_checkpoint
+        if at_step is not None and at_step > cfg.steps:
+            return "at_step", (
+                f"at_step {at_step} is past the job's last step ({cfg.steps}, from {where}): "
+                f"the fault would never fire; trigger at a step from 1 to {cfg.steps}, or "
+                "run more steps"
+            )
+        saves = -(-cfg.steps // cfg.ckpt_every)  # every ckpt_every steps, and the last
+        if after is not None and after > saves:
+            return "after_checkpoint", (
+                f"after_checkpoint {after} never comes: the job saves {saves} checkpoint(s) "
+                f"({cfg.steps} steps from {where}, one every {cfg.ckpt_every} "
+                "(checkpoint.every_steps) and one at the last step); use 1 to "
+                f"{saves}, or run more steps"
+            )
+        return None
 
     def _item_paths(self) -> dict[int, str]:
         """Each item (by identity) -> its field path in the plan."""

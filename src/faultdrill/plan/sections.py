@@ -8,6 +8,9 @@ models for all of them. The plan that puts them together is :mod:`faultdrill.pla
 
 from __future__ import annotations
 
+import keyword
+import os
+import re
 from enum import Enum
 from pathlib import Path, PurePosixPath
 from string import Formatter
@@ -16,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from faultdrill.frozen import FieldProblems, Frozen, shown
+from faultdrill.plan.source import file_kind
 
 __all__ = [
     "ARG_PLACEHOLDERS",
@@ -88,6 +92,24 @@ class Entrypoint(Frozen):
             raise ValueError("set exactly one of 'module' or 'script'")
         return self
 
+    @field_validator("module")
+    @classmethod
+    def _a_module_name(cls, value: str | None) -> str | None:
+        """A dotted Python module name: it becomes ``python -m NAME`` on every node (in a
+        batch script too), so nothing else may pass."""
+        if value is None:
+            return value
+        parts = value.split(".")
+        if len(value) > 255 or not all(
+            _IDENTIFIER.fullmatch(p) and not keyword.iskeyword(p) for p in parts
+        ):
+            raise ValueError(
+                f"module {shown(value)} is not a dotted Python module name; write one such as "
+                "'mypkg.train' (letters, digits and '_', parts joined by '.', none starting "
+                "with a digit), or use script: PATH for a file"
+            )
+        return value
+
     @field_validator("script")
     @classmethod
     def _script_exists(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -96,17 +118,14 @@ class Entrypoint(Frozen):
             return value  # not loaded from a file (a recorded run's copy): nothing to resolve
         if len(value) > 4096:  # PATH_MAX: no file has such a name
             raise ValueError(f"script path {shown(value)} is longer than 4096 characters")
-        path = Path(value).expanduser()
+        path = Path(os.path.expanduser(value))  # Path.expanduser raises for ~nosuchuser
         if not path.is_absolute():
             path = Path(base) / path
-        try:
-            found = path.is_file()
-        except (OSError, ValueError):  # a name too long, a NUL byte: no such file either
-            found = False
-        if not found:
+        kind = file_kind(path)
+        if kind != "file":
             raise ValueError(
-                f"script {shown(value)} not found (looked for {path}); give a path relative "
-                f"to the plan file's directory ({base}) or an absolute one"
+                f"script {shown(value)} {kind} (looked for {path}); give a path "
+                f"relative to the plan file's directory ({base}) or an absolute one"
             )
         return str(path.resolve())
 
@@ -124,6 +143,10 @@ class Entrypoint(Frozen):
                     "and '{{' / '}}' for a literal brace"
                 )
         return args
+
+
+#: One part of a dotted module name (ASCII: a name that travels through shells and configs).
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _placeholder_problem(arg: str) -> str | None:
@@ -453,15 +476,16 @@ def _plan_relative(value: str, info: ValidationInfo, what: str) -> str:
     """``value`` as an absolute path (relative to the plan file's directory when the plan
     was loaded from a file), which must be a file then; unchanged without a plan file."""
     base = (info.context or {}).get("plan_dir")
-    path = Path(value).expanduser()
+    path = Path(os.path.expanduser(value))  # Path.expanduser raises for ~nosuchuser
     if base is None:
         return value  # a recorded run's copy: resolved when it was loaded
     if not path.is_absolute():
         path = Path(base) / path
-    if not path.is_file():
+    kind = file_kind(path)
+    if kind != "file":
         raise ValueError(
-            f"{what} {value!r} not found (looked for {path}); give a path relative to the "
-            f"plan file's directory ({base}) or an absolute one"
+            f"{what} {shown(value)} {kind} (looked for {path}); give a path "
+            f"relative to the plan file's directory ({base}) or an absolute one"
         )
     return str(path.resolve())
 
@@ -684,10 +708,22 @@ class Observation(Frozen):
 
 
 class Responsibility(Frozen):
+    """Who injects, observes, recovers and signs: each a person or a role, by name."""
+
     injector: str
     observer: str
     recovery_operator: str
     signer: str
+
+    @field_validator("injector", "observer", "recovery_operator", "signer")
+    @classmethod
+    def _names_someone(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError(
+                f"must name a person or role (got {shown(value)}); write who does it, "
+                "e.g. 'on-call SRE' or a name"
+            )
+        return value
 
 
 #: Who can own what a recovery depends on.

@@ -1,6 +1,8 @@
 """Reading a plan file: bytes -> UTF-8 text -> YAML data, each step bounded.
 
-A plan file is untrusted input, and YAML can make a small file expensive. Before any
+A plan file is untrusted input, and YAML can make a small file expensive. It is opened as a
+regular file only (:func:`faultdrill.safepath.open_named`: a FIFO put in its place is refused
+at once, never waited on) and read up to :data:`MAX_BYTES`. Before any
 object is built, one streaming pass over the parser's events (no recursion, no values
 kept) refuses:
 
@@ -16,6 +18,8 @@ Then the C parser (libyaml, when PyYAML has it) builds the data. Every problem i
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +28,17 @@ import yaml
 
 from faultdrill.errors import PlanError
 from faultdrill.frozen import shown
+from faultdrill.safepath import UnsafePathError, open_named
 
-__all__ = ["MAX_ALIAS_NODES", "MAX_BYTES", "MAX_DEPTH", "read_plan_data"]
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "file_kind",
+    "read_plan_data",
+    "read_yaml_documents",
+    "read_yaml_text",
+]
 
 #: Deepest nesting of mappings and sequences a plan may have.
 MAX_DEPTH = 64
@@ -40,29 +53,73 @@ _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def read_plan_data(path: Path) -> Any:
     """The data of a YAML (or JSON) plan file. Raises PlanError, never anything else."""
     source = str(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise PlanError(source, [("(file)", f"cannot read: {exc.strerror or exc}")]) from exc
-    if len(data) > MAX_BYTES:
-        raise PlanError(
-            source,
-            [
-                (
-                    "(file)",
-                    f"larger than {MAX_BYTES >> 20} MiB; a plan is far smaller: is this a plan?",
-                )
-            ],
-        )
-    text = _decode(data, source)
-    _check_events(text, source)
+    text = read_yaml_text(path, source, what="a plan")
     try:
         return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         raise PlanError(source, [_yaml_problem(exc, text)]) from exc
     except RecursionError as exc:  # the events pass bounds nesting; kept as a backstop
         raise PlanError(source, [("(file)", f"nested deeper than {MAX_DEPTH} levels")]) from exc
+
+
+def read_yaml_documents(path: Path, source: str, *, what: str) -> list[Any]:
+    """The documents of a YAML file that a plan names (a job's manifest), read under the
+    plan's own bounds (:func:`read_yaml_text`). Raises PlanError naming ``source``."""
+    text = read_yaml_text(path, source, what=what)
+    try:
+        return list(yaml.load_all(text, Loader=_Loader))
+    except yaml.YAMLError as exc:
+        raise PlanError(source, [_yaml_problem(exc, text)]) from exc
+    except RecursionError as exc:
+        raise PlanError(source, [("(file)", f"nested deeper than {MAX_DEPTH} levels")]) from exc
+
+
+def read_yaml_text(path: Path, source: str, *, what: str) -> str:
+    """The text of a YAML file, checked before anything is built from it: a regular file
+    (a FIFO, device or directory is refused without waiting for a writer), at most
+    :data:`MAX_BYTES`, UTF-8, and its events within the module's bounds. ``what`` names
+    what the file should be, for the messages. Raises PlanError naming ``source``."""
+    try:
+        with open_named(path) as f:
+            data = f.read(MAX_BYTES + 1)
+    except UnsafePathError as exc:  # not a regular file: say what it is instead
+        raise PlanError(
+            source, [("(file)", f"{file_kind(path)}; give the path of {what} file")]
+        ) from exc
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise PlanError(source, [("(file)", f"cannot read: {reason}")]) from exc
+    if len(data) > MAX_BYTES:
+        raise PlanError(
+            source,
+            [
+                (
+                    "(file)",
+                    f"larger than {MAX_BYTES >> 20} MiB; {what} is far smaller: is this {what}?",
+                )
+            ],
+        )
+    text = _decode(data, source)
+    _check_events(text, source)
+    return text
+
+
+def file_kind(path: Path) -> str:
+    """``"file"`` when ``path`` is a regular file (links followed), else what it is, said to
+    follow its name: ``"not found"``, ``"is a directory"``, ``"is a FIFO (named pipe), not
+    a file"``... Asked with ``stat``, which never blocks on a FIFO the way opening it would."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # absent, a name too long, a NUL byte: no such file
+        return "not found"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    what = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket"}.get(
+        stat.S_IFMT(mode), "a device"
+    )
+    return f"is {what}, not a file"
 
 
 def _decode(data: bytes, source: str) -> str:

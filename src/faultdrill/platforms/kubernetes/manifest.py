@@ -117,9 +117,22 @@ def kind_key(doc: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def load_template(path: Path) -> list[dict[str, Any]]:
-    """The template's documents (empty ones dropped). Raises OSError, yaml.YAMLError,
-    ValueError (a document that is not an object with apiVersion and kind)."""
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    """The template's documents (empty ones dropped), read under the plan's own bounds
+    (a regular file, its size, nesting and aliases: :mod:`faultdrill.plan.source`).
+    Raises OSError, yaml.YAMLError, ValueError (a file that is none of those, a document
+    that is not an object with apiVersion and kind)."""
+    from faultdrill.errors import PlanError
+    from faultdrill.plan.source import read_yaml_documents
+
+    try:
+        raw = read_yaml_documents(path, str(path), what="a manifest")
+    except PlanError as exc:
+        raise ValueError(
+            "; ".join(
+                msg if where == "(file)" else f"{where}: {msg}" for where, msg in exc.problems
+            )
+        ) from exc
+    docs = [d for d in raw if d is not None]
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict) or not doc.get("apiVersion") or not doc.get("kind"):
             raise ValueError(f"document {i + 1} is not an object with apiVersion and kind")
