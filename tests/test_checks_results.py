@@ -353,6 +353,16 @@ def test_the_plan_can_ask_for_the_band_after_the_world_size_changed(long_judge: 
     assert g.verdict is P and "bitwise equal" in g.message
 
 
+def test_the_band_fails_steps_the_baseline_never_ran(long_judge: Judge) -> None:
+    band = long_judge.scenario("pass_criteria", results="band")
+    found = band.run(LM, noisy(restart(last=22), shifted))
+    assert (found[0].verdict, found[0].message) == (
+        F,
+        "2 committed step(s) have no baseline loss to compare with, from step 21",
+    )
+    assert [f.verdict for f in found][1:] == [P]  # the 20 common steps are within the band
+
+
 def test_the_band_without_a_baseline_is_retest(long_judge: Judge) -> None:
     assert long_judge.replace(reference=None).one(LM, noisy(long_restart(), shifted))[0] is R
 

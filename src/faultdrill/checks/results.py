@@ -122,7 +122,16 @@ def _compare_bitwise(
 
 @check("results.loss-matches-baseline", "results")
 def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
-    """The loss of every committed step equals the baseline's at that step."""
+    """The loss of every committed step equals the baseline's at that step.
+
+    Bitwise per (step, rank) first: pass when every pair is equal. Where some differ, fail
+    in ``bitwise`` mode; in ``auto`` (world size and config unchanged) and ``band`` mode,
+    the mean loss over ranks per step is judged in the band measured on the baseline
+    (:mod:`faultdrill.checks.band`: what it can and cannot tell apart), and the finding
+    states the method, the band, the deviation and the first step outside; retest when the
+    baseline is too short to measure it. ``tolerance`` mode: the mean loss per step within
+    the plan's rtol/atol. Committed pairs (or, in ``band`` mode, steps) the baseline never
+    reported fail."""
     name, ref, tl = "results.loss-matches-baseline", ctx.reference, ctx.timeline
     if ref is None or ref.rows == 0:
         return [ctx.finding(name, R, Msg("results.loss-matches-baseline.no-baseline"))]
@@ -161,36 +170,20 @@ def _loss_bitwise(
             )
         ]
     out = []
+    if mode == "band" and (first is not None or unknown):
+        # ranks the baseline did not have (a changed world) count through the mean over
+        # ranks; steps it did not have are what the band fails
+        not_bitwise = (
+            _not_bitwise(st, first[0], differing, n_cmp, why)
+            if first is not None
+            else Msg("results.band.other-ranks", n=unknown, why=why)
+        )
+        return _loss_by_band(ctx, ref, name, mode, not_bitwise, rows)
     if first is not None and band_fallback(ctx, mode):
-        not_bitwise = Msg(
-            "results.band.not-bitwise",
-            n=differing,
-            compared=n_cmp,
-            step=int(st.step[first[0]]),
-            why=why,
-        )
-        out.append(_loss_by_band(ctx, ref, name, mode, not_bitwise, rows))
+        not_bitwise = _not_bitwise(st, first[0], differing, n_cmp, why)
+        out.extend(_loss_by_band(ctx, ref, name, mode, not_bitwise, rows))
     elif first is not None:
-        i, base_loss = first
-        out.append(
-            ctx.finding(
-                name,
-                F,
-                Msg(
-                    "results.loss-matches-baseline.differ",
-                    n=differing,
-                    compared=n_cmp,
-                    why=why,
-                    step=int(st.step[i]),
-                    rank=int(st.rank[i]),
-                    got=float(st.loss[i]),
-                    baseline=base_loss,
-                ),
-                first_step=int(st.step[i]),
-                differing=differing,
-                mode=mode,
-            )
-        )
+        out.append(_bitwise_differ(ctx, name, mode, why, first, differing, n_cmp))
     if unknown:
         out.append(
             ctx.finding(
@@ -204,6 +197,48 @@ def _loss_bitwise(
     if not out:
         out.append(_bitwise_equal(ctx, name, mode, why, n_cmp, silent))
     return out
+
+
+def _not_bitwise(st: StepTable, row: int, differing: int, n_cmp: int, why: Msg) -> Msg:
+    """What the bitwise comparison found: ``differing`` of ``n_cmp``, first at ``row``."""
+    return Msg(
+        "results.band.not-bitwise",
+        n=differing,
+        compared=n_cmp,
+        step=int(st.step[row]),
+        why=why,
+    )
+
+
+def _bitwise_differ(
+    ctx: CheckContext,
+    name: str,
+    mode: str,
+    why: Msg,
+    first: tuple[int, float],
+    differing: int,
+    n_cmp: int,
+) -> Finding:
+    """The bitwise failure: ``differing`` of ``n_cmp`` losses, ``first`` (row, baseline)."""
+    st = ctx.timeline.steps
+    i, base_loss = first
+    return ctx.finding(
+        name,
+        F,
+        Msg(
+            "results.loss-matches-baseline.differ",
+            n=differing,
+            compared=n_cmp,
+            why=why,
+            step=int(st.step[i]),
+            rank=int(st.rank[i]),
+            got=float(st.loss[i]),
+            baseline=base_loss,
+        ),
+        first_step=int(st.step[i]),
+        differing=differing,
+        mode=mode,
+    )
 
 
 def _bitwise_equal(
@@ -272,26 +307,35 @@ def band_method(band: Band, window: int) -> Msg:
 
 def _loss_by_band(
     ctx: CheckContext, ref: Reference, name: str, mode: str, not_bitwise: Msg, rows: np.ndarray
-) -> Finding:
+) -> list[Finding]:
     """The mean loss over ranks of the committed ``rows`` against the baseline's, in the
-    band measured on the baseline (``not_bitwise``: what the bitwise comparison found)."""
+    band measured on the baseline (``not_bitwise``: what the bitwise comparison found); in
+    ``band`` mode, committed steps the baseline never reported fail besides."""
     band = baseline_band(ref)
     if band is None:
-        return ctx.finding(
-            name,
-            R,
-            Msg(
-                "results.band.too-few-steps",
-                not_bitwise=not_bitwise,
-                n=int(ref.mean_steps.size),
-                min=MIN_STEPS,
-            ),
-            mode=mode,
+        said = Msg(
+            "results.band.too-few-steps",
+            not_bitwise=not_bitwise,
+            n=int(ref.mean_steps.size),
+            min=MIN_STEPS,
         )
+        return [ctx.finding(name, R, said, mode=mode)]
     g_steps, g_loss = _mean_loss_of_rows(ctx.timeline.steps, rows)
+    out = []
+    extra = np.setdiff1d(g_steps, ref.mean_steps) if mode == "band" else g_steps[:0]
+    if extra.size:
+        said = Msg("results.band.steps-not-in-baseline", n=int(extra.size), step=int(extra[0]))
+        out.append(ctx.finding(name, F, said, mode=mode, unknown_steps=int(extra.size)))
     res = compare_curves(band, g_steps, g_loss, ref.mean_steps, ref.mean_loss)
     if res is None:
-        return ctx.finding(name, R, Msg("results.no-common-step"), mode=mode)
+        return [*out, ctx.finding(name, R, Msg("results.no-common-step"), mode=mode)]
+    return [*out, _band_finding(ctx, name, mode, not_bitwise, band, res)]
+
+
+def _band_finding(
+    ctx: CheckContext, name: str, mode: str, not_bitwise: Msg, band: Band, res: BandResult
+) -> Finding:
+    """Pass or fail of :func:`_loss_by_band`, with the method, band and deviation said."""
     data = _band_data(band, res)
     method = band_method(band, res.window)
     if not res.inside:
@@ -433,13 +477,7 @@ def losses_not_bitwise(ctx: CheckContext) -> Msg | None:
     )
     if first is None:
         return None
-    return Msg(
-        "results.band.not-bitwise",
-        n=differing,
-        compared=n_cmp,
-        step=int(tl.steps.step[first[0]]),
-        why=comparison_mode(ctx)[1],
-    )
+    return _not_bitwise(tl.steps, first[0], differing, n_cmp, comparison_mode(ctx)[1])
 
 
 @check("results.final-model-digest", "results")

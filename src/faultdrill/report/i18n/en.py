@@ -462,6 +462,8 @@ CATALOG: dict[str, str] = {
     "results.band.over-window": "over steps {lo}–{hi} the mean loss differs from the baseline's by {diff:.3g} on average, beyond the band {limit:.3g} of a {window}-step mean: a systematic offset",
     "results.band.too-few-steps": "{not_bitwise}; the baseline reports a loss at only {n} step(s), too few to measure its noise (at least {min}): the difference cannot be judged",
     "results.band.evaluations-differ": "the evaluations are not bitwise equal to the baseline's",
+    "results.band.other-ranks": "{n} committed (rank, step) pairs are of ranks the baseline did not have ({why})",
+    "results.band.steps-not-in-baseline": "{n} committed step(s) have no baseline loss to compare with, from step {step}",
     "results.loss-matches-baseline.within-band": "not bitwise reproducible: {not_bitwise}, as non-deterministic kernels or a random stream drawn differently on resume give; judged by the band instead, the mean loss over ranks of all {steps} common steps is within it (largest difference at one step {worst_step:.3g}, largest {window}-step mean difference {worst_mean:.3g}; {method})",
     "results.loss-matches-baseline.outside-band": "the mean loss leaves the band measured on the baseline: {where}; {n} of {steps} step(s) and {m} window(s) outside (not bitwise reproducible: {not_bitwise}; {method})",
     "results.final-model-digest.no-baseline": "no baseline to compare the final model with",

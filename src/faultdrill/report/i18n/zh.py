@@ -464,6 +464,8 @@ CATALOG: dict[str, str] = {
     "results.band.over-window": "第 {lo}–{hi} 步平均损失与基线平均相差 {diff:.3g}，超出 {window} 步平均的波动带 {limit:.3g}：系统性偏移",
     "results.band.too-few-steps": "{not_bitwise}；基线只有 {n} 步报告了损失，不足以测量其噪声（至少需要 {min} 步）：无法判断该差异",
     "results.band.evaluations-differ": "评测结果与基线不逐位一致",
+    "results.band.other-ranks": "{n} 个已提交 (rank, step) 属于基线中没有的 rank（{why}）",
+    "results.band.steps-not-in-baseline": "{n} 个已提交步在基线中没有可比较的损失，自第 {step} 步起",
     "results.loss-matches-baseline.within-band": "不可逐位复现：{not_bitwise}，非确定性算子或恢复后随机数流不同都会如此；改按波动带判断，全部 {steps} 个共同步的各 rank 平均损失都在带内（单步最大差异 {worst_step:.3g}，{window} 步平均最大差异 {worst_mean:.3g}；{method}）",
     "results.loss-matches-baseline.outside-band": "平均损失超出在基线上测得的波动带：{where}；{steps} 步中有 {n} 步、{m} 个窗口在带外（不可逐位复现：{not_bitwise}；{method}）",
     "results.final-model-digest.no-baseline": "没有可用于对比最终模型的基线",
