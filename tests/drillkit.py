@@ -128,3 +128,33 @@ def assert_store_is_the_json_lines(run_dir: Path) -> int:
         same_timeline(Timeline.load(events), Timeline.load(events, use_store=False))
         n += 1
     return n
+
+
+#: Conclusion levels that prove the job continued from valid progress.
+_CONTINUED = ("valid-progress", "consistent-results")
+
+
+def class_level_contradiction(s: dict[str, Any]) -> str | None:
+    """Why a report item's recovery class, its why and its conclusion level contradict each
+    other, or None: "unrecoverable" (or a why saying the job did not continue from valid
+    progress) beside a level that proves valid progress."""
+    level = (s.get("conclusion") or {}).get("level")
+    if level not in _CONTINUED:
+        return None
+    if s.get("recovery_class") == "unrecoverable":
+        return (
+            f"{s.get('id')}: class unrecoverable (the job did not continue from valid "
+            f"progress) beside level {level}"
+        )
+    if "did not continue from valid progress" in str(s.get("recovery_class_why", "")):
+        return (
+            f"{s.get('id')}: the class's why says the job did not continue from valid "
+            f"progress, beside level {level}"
+        )
+    return None
+
+
+def assert_no_class_level_contradiction(report: dict[str, Any]) -> None:
+    """No item of a ``report.json`` has a class that contradicts its conclusion level."""
+    found = [class_level_contradiction(s) for s in report["scenarios"]]
+    assert not [f for f in found if f], found

@@ -5,9 +5,14 @@ the exported artefact."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import pytest
 
 from faultdrill.checks import Verdict
-from faultdrill.checks.results import comparison_mode
+from faultdrill.checks.band import K_STEP, measure_band
+from faultdrill.checks.results import baseline_band, comparison_mode
 from faultdrill.judge.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.timelines import (
@@ -113,7 +118,7 @@ def test_loss_compares_only_the_steps_a_sparse_log_reports(judge: Judge) -> None
 
 def test_a_sparse_log_still_catches_a_different_loss(judge: Judge) -> None:
     reference = Reference.from_timeline(sparse(baseline()).build())
-    j = dataclasses.replace(judge, reference=reference)
+    j = dataclasses.replace(judge, reference=reference).scenario("pass_criteria", results="bitwise")
     tl = sparse(restart()).edit(
         "probe", "step", lambda r: r["step"] == 6 and r["rank"] == 1, loss=9.0
     )
@@ -124,7 +129,7 @@ def test_a_reported_nan_is_not_taken_for_a_missing_loss(judge: Judge) -> None:
     tl = restart().edit(
         "probe", "step", lambda r: r["step"] == 6 and r["rank"] == 1, loss=float("nan")
     )
-    verdict, msg = judge.one(LM, tl)
+    verdict, msg = judge.scenario("pass_criteria", results="bitwise").one(LM, tl)
     assert verdict is F and "inf vs baseline" in msg
 
 
@@ -138,11 +143,11 @@ def test_no_loss_reported_anywhere_is_retest(judge: Judge) -> None:
 def test_loss_fails_on_the_smallest_difference_in_bitwise_mode(judge: Judge) -> None:
     off = loss_at(6, 1) + 1e-12
     tl = restart().edit("probe", "step", lambda r: r["pid"] == NEW[1] and r["step"] == 6, loss=off)
-    [f] = judge.run(LM, tl)
+    [f] = judge.scenario("pass_criteria", results="bitwise").run(LM, tl)
     assert f.verdict is F
     assert f.message.startswith(
         "1 of 12 committed (rank, step) losses differ from the "
-        "baseline (world size and config unchanged from the baseline); "
+        "baseline (the plan asks for bitwise equality); "
         "first at step 6 rank 1: "
     )
     assert f"{off!r} vs baseline {loss_at(6, 1)!r}" in f.message
@@ -152,10 +157,23 @@ def test_loss_fails_on_the_smallest_difference_in_bitwise_mode(judge: Judge) -> 
 def test_loss_fails_from_the_first_step_after_a_bad_restore(judge: Judge) -> None:
     # the optimizer state was not restored: every step after the resume differs
     tl = restart().edit("probe", "step", lambda r: r["pid"] in NEW, loss=9.0)
-    [f] = judge.run(LM, tl)
+    [f] = judge.scenario("pass_criteria", results="bitwise").run(LM, tl)
     assert f.verdict is F
     assert "4 of 12 committed (rank, step) losses differ" in f.message
     assert "first at step 5 rank 0" in f.message
+
+
+def test_a_difference_the_baseline_is_too_short_to_judge_is_retest(judge: Judge) -> None:
+    # auto: not bitwise, and 6 baseline steps cannot measure a band: "cannot tell"
+    tl = restart().edit("probe", "step", lambda r: r["pid"] in NEW, loss=9.0)
+    [f] = judge.run(LM, tl)
+    assert (f.verdict, f.message) == (
+        R,
+        "4 of 12 committed (rank, step) losses are not bitwise equal to the baseline's, "
+        "first at step 5 (world size and config unchanged from the baseline); the baseline "
+        "reports a loss at only 6 step(s), too few to measure its noise (at least 8): the "
+        "difference cannot be judged",
+    )
 
 
 def test_loss_ignores_recomputed_steps(judge: Judge) -> None:
@@ -216,6 +234,144 @@ def test_loss_retests_without_baseline(judge: Judge) -> None:
 
 def test_loss_retests_without_committed_progress(judge: Judge) -> None:
     assert judge.one(LM, restart().drop("probe", "step")) == (R, "no incarnation made progress")
+
+
+# --- the measured band (auto, not bitwise) ------------------------------------------------
+
+#: A fixed draw in [-1, 1] per step (PCG64 is stable across numpy versions): the
+#: baseline's batch noise ...
+NOISE = np.random.default_rng(7).uniform(-1, 1, 64).round(3).tolist()
+#: ... and another draw, the noise a resumed run sees when its random stream is shifted.
+OTHER = np.random.default_rng(8).uniform(-1, 1, 64).round(3).tolist()
+
+
+def noisy_loss(step: int, rank: int, draw: list[float] = NOISE) -> float:
+    return 3.0 - 0.05 * step + 0.2 * draw[step] + 0.001 * rank
+
+
+def noisy(tl: TL, after: Callable[[int, int], float] | None = None) -> TL:
+    """The run's losses with batch noise; the steps of incarnation 1 from ``after(step,
+    rank)`` when given (a resume that is not bitwise equal)."""
+    for r in tl.recs:
+        if r["kind"] == "step" and r["src"] == "probe":
+            fn = after if after is not None and r["pid"] in NEW else noisy_loss
+            r["loss"] = fn(r["step"], r["rank"])
+    return tl
+
+
+def long_restart() -> TL:
+    """The stock drill run on to step 20: rank 1 killed after step 5, resumed from 4."""
+    return restart(last=20)
+
+
+@pytest.fixture()
+def long_judge(judge: Judge) -> Judge:
+    """The judge with a 20-step noisy baseline: enough steps to measure its band."""
+    return judge.replace(reference=Reference.from_timeline(noisy(baseline(last=20)).build()))
+
+
+def shifted(step: int, rank: int) -> float:
+    """A healthy resume whose random stream is one draw later: other noise, same curve."""
+    return noisy_loss(step, rank, OTHER)
+
+
+def test_band_is_measured_on_the_baseline(long_judge: Judge) -> None:
+    assert long_judge.reference is not None
+    band = baseline_band(long_judge.reference)
+    assert band is not None and band.steps == 20 and not band.floored
+    # the MAD of the first differences of 0.2 x a uniform draw, as a standard deviation
+    assert 0.05 < band.sigma < 0.2
+    assert band.step_limit == K_STEP * band.sigma
+
+
+def test_a_bitwise_equal_resume_is_said_bitwise_even_where_a_band_exists(
+    long_judge: Judge,
+) -> None:
+    [f] = long_judge.run(LM, noisy(long_restart()))
+    assert f.verdict is P and f.message.startswith("all 40 committed (rank, step) losses are")
+    assert f.data["mode"] == "bitwise" and "basis" not in f.data
+
+
+def test_a_shifted_random_stream_passes_within_the_band(long_judge: Judge) -> None:
+    [f] = long_judge.run(LM, noisy(long_restart(), shifted))
+    assert f.verdict is P, f.message
+    assert f.message.startswith(
+        "not bitwise reproducible: 32 of 40 committed (rank, step) losses are not bitwise "
+        "equal to the baseline's, first at step 5 (world size and config unchanged from "
+        "the baseline), as non-deterministic kernels or a random stream drawn differently "
+        "on resume give; judged by the band instead, the mean loss over ranks of all 20 "
+        "common steps is within it"
+    )
+    assert "1.4826 × MAD of the first differences / √2, over 20 steps" in f.message
+    assert f.data["basis"] == "band" and f.data["window"] == 10
+    assert f.data["worst_mean"] <= f.data["mean_limit"]
+
+
+def test_a_systematic_offset_fails_the_band(long_judge: Judge) -> None:
+    # every step after the resume 0.3 higher: inside the per-step band, not over a window
+    [f] = long_judge.run(LM, noisy(long_restart(), lambda s, r: shifted(s, r) + 0.3))
+    assert f.verdict is F
+    assert f.data["first_step"] == 11 and f.data["worst_step"] < f.data["step_limit"]
+    assert f.message.startswith(
+        "the mean loss leaves the band measured on the baseline: over steps 2–11 the mean "
+        "loss differs from the baseline's by "
+    )
+    assert "a systematic offset; 0 of 20 step(s) and " in f.message
+
+
+def test_one_step_jump_fails_the_band(long_judge: Judge) -> None:
+    jump = lambda s, r: shifted(s, r) + (3.0 if s == 15 else 0.0)  # noqa: E731
+    [f] = long_judge.run(LM, noisy(long_restart(), jump))
+    assert f.verdict is F and f.data["first_step"] == 15
+    assert "at step 15 the mean loss is" in f.message
+    assert "beyond the per-step band" in f.message
+
+
+def test_a_non_finite_loss_is_outside_any_band(long_judge: Judge) -> None:
+    nan = lambda s, r: float("nan") if s == 18 and r == 1 else shifted(s, r)  # noqa: E731
+    [f] = long_judge.run(LM, noisy(long_restart(), nan))
+    assert f.verdict is F and f.data["first_step"] == 18
+
+
+def test_the_plan_can_still_demand_bitwise(long_judge: Judge) -> None:
+    bitwise = long_judge.scenario("pass_criteria", results="bitwise")
+    [f] = bitwise.run(LM, noisy(long_restart(), shifted))
+    assert f.verdict is F and "(the plan asks for bitwise equality)" in f.message
+
+
+def test_the_plan_can_ask_for_the_band_after_the_world_size_changed(long_judge: Judge) -> None:
+    band = long_judge.scenario("pass_criteria", results="band")
+    tl = noisy(long_restart(), shifted).edit(
+        "probe", "run_start", lambda r: r["pid"] in NEW, config_digest="cfg-2"
+    )
+    assert comparison_mode(band.ctx(tl))[0] == "band"
+    assert comparison_mode(long_judge.ctx(tl))[0] == "tolerance"
+    [f] = band.run(LM, tl)
+    assert f.verdict is P and "the plan asks for a comparison within the band" in f.message
+    # bitwise equality is still said where it holds
+    [g] = band.run(LM, noisy(long_restart()))
+    assert g.verdict is P and "bitwise equal" in g.message
+
+
+def test_the_band_fails_steps_the_baseline_never_ran(long_judge: Judge) -> None:
+    band = long_judge.scenario("pass_criteria", results="band")
+    found = band.run(LM, noisy(restart(last=22), shifted))
+    assert (found[0].verdict, found[0].message) == (
+        F,
+        "2 committed step(s) have no baseline loss to compare with, from step 21",
+    )
+    assert [f.verdict for f in found][1:] == [P]  # the 20 common steps are within the band
+
+
+def test_the_band_without_a_baseline_is_retest(long_judge: Judge) -> None:
+    assert long_judge.replace(reference=None).one(LM, noisy(long_restart(), shifted))[0] is R
+
+
+def test_the_band_says_its_floor_for_a_noiseless_baseline() -> None:
+    steps = np.arange(1, 21)
+    band = measure_band(steps, 3.0 - 0.05 * steps)  # a straight line: no noise at all
+    assert band is not None and band.floored and band.sigma == pytest.approx(2.475e-6)
+    assert measure_band(steps[:7], 3.0 - 0.05 * steps[:7]) is None
 
 
 # --- results.final-model-digest ---------------------------------------------------------
@@ -375,7 +531,7 @@ def test_evaluation_matches_bitwise(judge: Judge) -> None:
         "all 12 evaluated value(s) of committed progress (steps 2, 4, 6) bitwise equal to "
         "the baseline's (world size and config unchanged from the baseline)",
     )
-    assert f.data == {"mode": "bitwise", "compared": 12, "steps": [2, 4, 6]}
+    assert f.data == {"mode": "bitwise", "basis": "bitwise", "compared": 12, "steps": [2, 4, 6]}
 
 
 def test_evaluation_fails_when_the_restart_evaluates_a_stale_model(judge: Judge) -> None:
@@ -485,6 +641,64 @@ def test_evaluation_reported_nan_equals_nan_only() -> None:
     from faultdrill.checks.results import _same
 
     assert _same(float("nan"), float("nan")) and not _same(float("nan"), 1.0)
+
+
+def test_final_digest_is_not_compared_when_the_run_is_not_bitwise_reproducible(
+    long_judge: Judge,
+) -> None:
+    tl = digest(noisy(long_restart(), shifted), "d-other")
+    [f] = long_judge.run(FD, tl)
+    assert f.verdict is P
+    assert f.message.startswith(
+        "not compared: the run is not bitwise reproducible (32 of 40 committed (rank, step) "
+        "losses are not bitwise equal to the baseline's, first at step 5"
+    )
+    assert f.message.endswith("results judged by band")
+    # where the losses are bitwise equal, the digest must still be identical
+    assert long_judge.one(FD, digest(noisy(long_restart()), "d-other"))[0] is F
+    # and a plan that demands bitwise compares it whatever the losses
+    bitwise = long_judge.scenario("pass_criteria", results="bitwise")
+    assert bitwise.one(FD, tl)[0] is F
+
+
+def evaluated(tl: TL, scale: float) -> TL:
+    """Incarnation 1's evaluations, each metric ``scale`` times the healthy value."""
+    for r in tl.recs:
+        if r["kind"] == "evaluation" and r["pid"] in NEW:
+            r["metrics"] = {k: v * scale for k, v in eval_at(r["step"]).items()}
+    return tl
+
+
+def test_evaluation_within_the_band_when_the_run_is_not_bitwise(long_judge: Judge) -> None:
+    [f] = long_judge.run(EV, evaluated(noisy(long_restart(), shifted), 1.003))
+    assert f.verdict is P, f.message
+    assert f.message.startswith(
+        "all 20 evaluated value(s) of committed progress (steps 2, 4, 6, 8, 10, 12, 14, 16, "
+        "18, 20) within the band of the baseline's (the mean over ranks within ±1."
+    )
+    assert "standard error of a 10-step mean loss" in f.message
+    assert "not bitwise: 32 of 40 committed (rank, step) losses" in f.message
+    assert f.data["basis"] == "band"
+
+
+def test_a_stale_evaluation_fails_the_band(long_judge: Judge) -> None:
+    tl = stale_eval(noisy(long_restart(), shifted), step=20, as_of=14)
+    [f] = long_judge.run(EV, tl)
+    assert f.verdict is F
+    assert f.message.startswith("2 of 20 evaluated value(s) differ from the baseline (the mean")
+    assert "first at step 20 (heldout accuracy): 0.7000000000000001 vs baseline 1.0" in f.message
+
+
+def test_evaluation_differing_while_losses_are_bitwise_fails_bitwise(long_judge: Judge) -> None:
+    # a bitwise reproducible run evaluated differently: no band excuses that
+    [f] = long_judge.run(EV, evaluated(noisy(long_restart()), 1.003))
+    assert f.verdict is F and "(bitwise; world size and config unchanged" in f.message
+
+
+def test_evaluation_band_on_a_baseline_too_short_is_retest(judge: Judge) -> None:
+    tl = evaluated(restart().edit("probe", "step", lambda r: r["pid"] in NEW, loss=2.0), 1.003)
+    verdict, msg = judge.one(EV, tl)
+    assert verdict is R and "too few to measure its noise" in msg
 
 
 # --- results.artifact-intact ------------------------------------------------------------

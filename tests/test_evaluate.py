@@ -15,7 +15,9 @@ from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario
 from faultdrill.report.html import render_html
 from faultdrill.report.markdown import render_markdown
+from tests.drillkit import class_level_contradiction
 from tests.report_data import report_of, synthetic_report
+from tests.test_checks_results import stale_eval
 from tests.timelines import NEW, OLD, TL, baseline, first_run, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -252,12 +254,21 @@ def _evidence(**verdicts: Verdict) -> dict[str, EvidenceResult]:
             "progress evidence failed",
         ),
         (
+            # it continued from valid progress: the class says who acted, the why the failure
             _evidence(results=Verdict.FAIL),
             "succeeded",
             0,
             False,
-            RecoveryClass.UNRECOVERABLE,
-            "results evidence failed",
+            RecoveryClass.AUTOMATIC,
+            "by itself from valid progress; but its results evidence failed",
+        ),
+        (
+            _evidence(results=Verdict.FAIL),
+            "succeeded",
+            1,
+            False,
+            RecoveryClass.MANUAL_RESTART,
+            "resubmitted it; but its results evidence failed",
         ),
         (_evidence(), "succeeded", 1, False, RecoveryClass.MANUAL_RESTART, "resubmitted"),
         (
@@ -289,6 +300,47 @@ def test_recovery_class_follows_the_evidence(
 ) -> None:
     cls, reason = recovery_class(evidence, outcome, actions, confirm)
     assert cls is expected and why in reason
+
+
+def test_results_failing_after_valid_progress_keep_class_level_and_why_in_agreement(
+    tmp_path: Path, plan: Plan, scenario: Scenario, reference: Reference
+) -> None:
+    res = judge_item(tmp_path, plan, "scenario", scenario, stale_eval(restart()), reference)
+    out = res.to_json()
+    assert (out["verdict"], out["conclusion"]["level"], out["recovery_class"]) == (
+        "fail",
+        "valid-progress",
+        "automatic",
+    )
+    assert "results evidence failed" in out["recovery_class_why"]
+    assert class_level_contradiction(out) is None
+    # and a restart from zero: did not continue from valid progress, said alike
+    res = judge_item(tmp_path, plan, "scenario", scenario, restart(resume=None), reference)
+    out = res.to_json()
+    assert (out["conclusion"]["level"], out["recovery_class"]) == (
+        "running-again",
+        "unrecoverable",
+    )
+    assert class_level_contradiction(out) is None
+
+
+def test_the_contradiction_scanner_catches_the_old_contradiction() -> None:
+    old = {
+        "id": "s",
+        "recovery_class": "unrecoverable",
+        "recovery_class_why": "the job ran again but its results evidence failed: it did not "
+        "continue from valid progress with valid results",
+        "conclusion": {"level": "valid-progress"},
+    }
+    assert class_level_contradiction(old) == (
+        "s: class unrecoverable (the job did not continue from valid progress) beside level "
+        "valid-progress"
+    )
+    said = {**old, "recovery_class": "automatic"}
+    assert class_level_contradiction(said) == (
+        "s: the class's why says the job did not continue from valid progress, beside level "
+        "valid-progress"
+    )
 
 
 # --- what a buyer signs: conclusion level, failing layer, dependencies, trend -----------

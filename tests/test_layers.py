@@ -10,8 +10,9 @@ import pytest
 from faultdrill.checks import Verdict, run_checks
 from faultdrill.judge import layers
 from faultdrill.judge.layers import Layer, LayerContext, LayerResult, failing_layer
+from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, Scenario
-from tests.test_checks_results import stale_eval
+from tests.test_checks_results import long_restart, noisy, shifted, stale_eval
 from tests.test_checks_storage import _damaged, _outage
 from tests.timelines import NEW, OLD, TL, Judge, baseline, first_run, ids, restart
 
@@ -218,12 +219,18 @@ def test_a_failed_revert_of_a_link_fault_is_network(plan: Plan, judge: Judge) ->
 
 
 def optimizer_lost() -> TL:
-    """The restart restores model, step and data, not the optimizer: losses after it differ."""
-    return restart().edit("probe", "step", lambda r: r["pid"] in NEW and r["step"] == 6, loss=2.5)
+    """The restart restores model, step and data, not the optimizer: the losses after it
+    are offset from the baseline's (judged against :func:`long_reference`: a baseline long
+    enough to measure its band)."""
+    return noisy(long_restart(), lambda s, r: shifted(s, r) + 0.5)
+
+
+def long_reference() -> Reference:
+    return Reference.from_timeline(noisy(baseline(last=20)).build())
 
 
 def test_a_right_resume_with_wrong_results_is_framework(judge: Judge) -> None:
-    res = layer(judge, optimizer_lost())
+    res = layer(judge.replace(reference=long_reference()), optimizer_lost())
     assert res.layer is Layer.FRAMEWORK
     assert res.clue is not None and res.clue.rule == "resumed-right-but-diverged"
     assert "results.loss-matches-baseline" in res.clue.findings
@@ -311,6 +318,8 @@ def test_each_control_lands_on_the_layer_of_its_bug(
     assert isinstance(ctl, Control)
     shape, expected = CONTROLS[control_id]
     j = judge.replace(item=ctl)
+    if control_id == "ctl-optimizer-lost":
+        j = j.replace(reference=long_reference())
     ctx = j.ctx(shape())
     evidence = run_checks(ctx)
     caught = [f for e in evidence.values() for f in e.findings if f.check == ctl.expected_check]

@@ -1,9 +1,22 @@
 """Results evidence: after recovery the run computes what the baseline computed, evaluates
 the same on held-out data, and its artifacts are intact.
 
-Comparison mode (plan ``pass_criteria.results``): ``bitwise`` when world size and config
-are unchanged from the baseline (``auto`` picks it then), else ``tolerance`` on the mean
-loss per step (and the mean held-out metric per step) with the plan's ``rtol``/``atol``.
+Comparison mode (plan ``pass_criteria.results``):
+
+* ``auto`` (the default): when world size and config are unchanged from the baseline, the
+  losses are compared bitwise first, the strongest finding, said when it holds. When they
+  are not all bitwise equal (a job with non-deterministic kernels, or a random stream
+  drawn once more on resume), they are judged against the band a correct resume of this
+  job can stay in, measured on its baseline (:mod:`faultdrill.checks.band`: the baseline's
+  step-to-step noise; per step and over a moving window); the final model digest is then
+  not compared (a run that is not bitwise reproducible cannot match it), and held-out
+  evaluations are judged within the band too. When world size or config changed:
+  ``tolerance``.
+* ``bitwise``: bitwise equality only, whatever the run.
+* ``band``: bitwise equality said when it holds, else the measured band, whatever the run
+  (world size or config changed too).
+* ``tolerance``: the mean loss per step (and the mean held-out metric per step) within the
+  plan's ``rtol``/``atol``.
 """
 
 from __future__ import annotations
@@ -14,6 +27,16 @@ from collections import defaultdict
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
+from faultdrill.checks.band import (
+    K_EVAL,
+    K_MEAN,
+    K_STEP,
+    MIN_STEPS,
+    Band,
+    BandResult,
+    compare_curves,
+    measure_band,
+)
 from faultdrill.checks.progress import no_committed_progress
 from faultdrill.judge.reference import (
     EvalKey,
@@ -28,9 +51,15 @@ from faultdrill.timeline import StepTable
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
 
+def _wanted(ctx: CheckContext) -> str:
+    """The plan's ``pass_criteria.results`` for this item (``auto`` for the baseline)."""
+    return str(getattr(getattr(ctx.item, "pass_criteria", None), "results", "auto"))
+
+
 def comparison_mode(ctx: CheckContext) -> tuple[str, Msg]:
-    """('bitwise' | 'tolerance', why)."""
-    wanted = getattr(getattr(ctx.item, "pass_criteria", None), "results", "auto")
+    """('bitwise' | 'band' | 'tolerance', why). ``bitwise`` from ``auto`` still falls back
+    to the band where the run is not bitwise reproducible (:func:`band_fallback`)."""
+    wanted = _wanted(ctx)
     ref = ctx.reference
     tl = ctx.timeline
     sizes = {i.world_size for i in tl.incarnations if i.first_step is not None}
@@ -40,9 +69,17 @@ def comparison_mode(ctx: CheckContext) -> tuple[str, Msg]:
         return "bitwise", Msg("results.mode.plan-bitwise")
     if wanted == "tolerance":
         return "tolerance", Msg("results.mode.plan-tolerance")
+    if wanted == "band":
+        return "band", Msg("results.mode.plan-band")
     if same:
         return "bitwise", Msg("results.mode.unchanged")
     return "tolerance", Msg("results.mode.changed", sizes=sorted(sizes))
+
+
+def band_fallback(ctx: CheckContext, mode: str) -> bool:
+    """Whether a difference from the baseline in ``mode`` is judged by the measured band
+    rather than failed: in ``band`` mode, and in ``bitwise`` mode that ``auto`` chose."""
+    return mode == "band" or (mode == "bitwise" and _wanted(ctx) == "auto")
 
 
 #: Rows compared at a time: the temporaries of a comparison stay a few dozen MB whatever
@@ -85,7 +122,16 @@ def _compare_bitwise(
 
 @check("results.loss-matches-baseline", "results")
 def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
-    """The loss of every committed step equals the baseline's at that step."""
+    """The loss of every committed step equals the baseline's at that step.
+
+    Bitwise per (step, rank) first: pass when every pair is equal. Where some differ, fail
+    in ``bitwise`` mode; in ``auto`` (world size and config unchanged) and ``band`` mode,
+    the mean loss over ranks per step is judged in the band measured on the baseline
+    (:mod:`faultdrill.checks.band`: what it can and cannot tell apart), and the finding
+    states the method, the band, the deviation and the first step outside; retest when the
+    baseline is too short to measure it. ``tolerance`` mode: the mean loss per step within
+    the plan's rtol/atol. Committed pairs (or, in ``band`` mode, steps) the baseline never
+    reported fail."""
     name, ref, tl = "results.loss-matches-baseline", ctx.reference, ctx.timeline
     if ref is None or ref.rows == 0:
         return [ctx.finding(name, R, Msg("results.loss-matches-baseline.no-baseline"))]
@@ -95,9 +141,9 @@ def loss_matches_baseline(ctx: CheckContext) -> list[Finding]:
     rows = tl.rows_in(chain)
     n_got = int(rows.sum())
     mode, why = comparison_mode(ctx)
-    if mode == "bitwise":
-        return _loss_bitwise(ctx, ref, name, mode, why, rows, n_got)
-    return _loss_within_tolerance(ctx, ref, name, mode, why, rows)
+    if mode == "tolerance":
+        return _loss_within_tolerance(ctx, ref, name, mode, why, rows)
+    return _loss_bitwise(ctx, ref, name, mode, why, rows, n_got)
 
 
 def _loss_bitwise(
@@ -109,8 +155,9 @@ def _loss_bitwise(
     rows: np.ndarray,
     n_got: int,
 ) -> list[Finding]:
-    """:func:`loss_matches_baseline` in bitwise mode: the committed ``rows`` (``n_got`` of
-    them) against the baseline's loss at the same step and rank."""
+    """:func:`loss_matches_baseline` in bitwise (or band) mode: the committed ``rows``
+    (``n_got`` of them) against the baseline's loss at the same step and rank; where they
+    differ and :func:`band_fallback` allows, judged by the measured band instead."""
     st = ctx.timeline.steps
     n_cmp, silent, unknown, differing, first = _compare_bitwise(ref.losses, st, rows)
     if not n_cmp and not unknown:
@@ -123,27 +170,20 @@ def _loss_bitwise(
             )
         ]
     out = []
-    if first is not None:
-        i, base_loss = first
-        out.append(
-            ctx.finding(
-                name,
-                F,
-                Msg(
-                    "results.loss-matches-baseline.differ",
-                    n=differing,
-                    compared=n_cmp,
-                    why=why,
-                    step=int(st.step[i]),
-                    rank=int(st.rank[i]),
-                    got=float(st.loss[i]),
-                    baseline=base_loss,
-                ),
-                first_step=int(st.step[i]),
-                differing=differing,
-                mode=mode,
-            )
+    if mode == "band" and (first is not None or unknown):
+        # ranks the baseline did not have (a changed world) count through the mean over
+        # ranks; steps it did not have are what the band fails
+        not_bitwise = (
+            _not_bitwise(st, first[0], differing, n_cmp, why)
+            if first is not None
+            else Msg("results.band.other-ranks", n=unknown, why=why)
         )
+        return _loss_by_band(ctx, ref, name, mode, not_bitwise, rows)
+    if first is not None and band_fallback(ctx, mode):
+        not_bitwise = _not_bitwise(st, first[0], differing, n_cmp, why)
+        out.extend(_loss_by_band(ctx, ref, name, mode, not_bitwise, rows))
+    elif first is not None:
+        out.append(_bitwise_differ(ctx, name, mode, why, first, differing, n_cmp))
     if unknown:
         out.append(
             ctx.finding(
@@ -157,6 +197,48 @@ def _loss_bitwise(
     if not out:
         out.append(_bitwise_equal(ctx, name, mode, why, n_cmp, silent))
     return out
+
+
+def _not_bitwise(st: StepTable, row: int, differing: int, n_cmp: int, why: Msg) -> Msg:
+    """What the bitwise comparison found: ``differing`` of ``n_cmp``, first at ``row``."""
+    return Msg(
+        "results.band.not-bitwise",
+        n=differing,
+        compared=n_cmp,
+        step=int(st.step[row]),
+        why=why,
+    )
+
+
+def _bitwise_differ(
+    ctx: CheckContext,
+    name: str,
+    mode: str,
+    why: Msg,
+    first: tuple[int, float],
+    differing: int,
+    n_cmp: int,
+) -> Finding:
+    """The bitwise failure: ``differing`` of ``n_cmp`` losses, ``first`` (row, baseline)."""
+    st = ctx.timeline.steps
+    i, base_loss = first
+    return ctx.finding(
+        name,
+        F,
+        Msg(
+            "results.loss-matches-baseline.differ",
+            n=differing,
+            compared=n_cmp,
+            why=why,
+            step=int(st.step[i]),
+            rank=int(st.rank[i]),
+            got=float(st.loss[i]),
+            baseline=base_loss,
+        ),
+        first_step=int(st.step[i]),
+        differing=differing,
+        mode=mode,
+    )
 
 
 def _bitwise_equal(
@@ -179,6 +261,157 @@ def _bitwise_equal(
         compared=n_cmp,
         not_reported=silent,
     )
+
+
+def _mean_loss_of_rows(st: StepTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, mean loss over the ``rows`` at each), NaN losses left out, a chunk of the
+    table at a time where steps are dense (no copy of the committed columns)."""
+    if not len(st):
+        return np.zeros(0, np.int64), np.zeros(0)
+    s0, s1 = int(st.step.min()), int(st.step.max())
+    if s1 - s0 + 1 > 4 * len(st) + 65536:
+        return mean_loss_by_step(st.step[rows], st.loss[rows])
+    sums = np.zeros(s1 - s0 + 1)
+    counts = np.zeros(s1 - s0 + 1, np.int64)
+    for lo in range(0, len(st), _CHUNK):
+        at = np.flatnonzero(rows[lo : lo + _CHUNK])
+        at += lo
+        loss = st.loss[at]
+        keep = ~np.isnan(loss)
+        idx = st.step[at][keep] - s0
+        sums += np.bincount(idx, weights=loss[keep], minlength=sums.size)
+        counts += np.bincount(idx, minlength=sums.size)
+    have = np.flatnonzero(counts)
+    return have + s0, sums[have] / counts[have]
+
+
+def baseline_band(ref: Reference) -> Band | None:
+    """The band measured on the baseline's mean loss per step (None: too few steps)."""
+    return measure_band(ref.mean_steps, ref.mean_loss)
+
+
+def band_method(band: Band, window: int) -> Msg:
+    """How the band was measured and what it allows, for a finding."""
+    return Msg(
+        "results.band.method",
+        sigma=band.sigma,
+        n=band.steps,
+        floored=Msg("results.band.floored") if band.floored else "",
+        k_step=K_STEP,
+        step_limit=band.step_limit,
+        k_mean=K_MEAN,
+        window=window,
+        mean_limit=band.mean_limit(window),
+    )
+
+
+def _loss_by_band(
+    ctx: CheckContext, ref: Reference, name: str, mode: str, not_bitwise: Msg, rows: np.ndarray
+) -> list[Finding]:
+    """The mean loss over ranks of the committed ``rows`` against the baseline's, in the
+    band measured on the baseline (``not_bitwise``: what the bitwise comparison found); in
+    ``band`` mode, committed steps the baseline never reported fail besides."""
+    band = baseline_band(ref)
+    if band is None:
+        said = Msg(
+            "results.band.too-few-steps",
+            not_bitwise=not_bitwise,
+            n=int(ref.mean_steps.size),
+            min=MIN_STEPS,
+        )
+        return [ctx.finding(name, R, said, mode=mode)]
+    g_steps, g_loss = _mean_loss_of_rows(ctx.timeline.steps, rows)
+    out = []
+    extra = np.setdiff1d(g_steps, ref.mean_steps) if mode == "band" else g_steps[:0]
+    if extra.size:
+        said = Msg("results.band.steps-not-in-baseline", n=int(extra.size), step=int(extra[0]))
+        out.append(ctx.finding(name, F, said, mode=mode, unknown_steps=int(extra.size)))
+    res = compare_curves(band, g_steps, g_loss, ref.mean_steps, ref.mean_loss)
+    if res is None:
+        return [*out, ctx.finding(name, R, Msg("results.no-common-step"), mode=mode)]
+    return [*out, _band_finding(ctx, name, mode, not_bitwise, band, res)]
+
+
+def _band_finding(
+    ctx: CheckContext, name: str, mode: str, not_bitwise: Msg, band: Band, res: BandResult
+) -> Finding:
+    """Pass or fail of :func:`_loss_by_band`, with the method, band and deviation said."""
+    data = _band_data(band, res)
+    method = band_method(band, res.window)
+    if not res.inside:
+        where, at = _first_outside(band, res)
+        data["first_step"] = at
+    if res.inside:
+        return ctx.finding(
+            name,
+            P,
+            Msg(
+                "results.loss-matches-baseline.within-band",
+                not_bitwise=not_bitwise,
+                steps=res.compared,
+                worst_step=res.worst_step,
+                window=res.window,
+                worst_mean=res.worst_mean,
+                method=method,
+            ),
+            mode=mode,
+            basis="band",
+            **data,
+        )
+    return ctx.finding(
+        name,
+        F,
+        Msg(
+            "results.loss-matches-baseline.outside-band",
+            not_bitwise=not_bitwise,
+            where=where,
+            n=res.steps_out,
+            m=res.windows_out,
+            steps=res.compared,
+            method=method,
+        ),
+        mode=mode,
+        basis="band",
+        **data,
+    )
+
+
+def _band_data(band: Band, res: BandResult) -> dict[str, object]:
+    return {
+        "sigma": band.sigma,
+        "step_limit": band.step_limit,
+        "mean_limit": band.mean_limit(res.window),
+        "window": res.window,
+        "worst_step": res.worst_step,
+        "worst_mean": res.worst_mean,
+        "compared": res.compared,
+    }
+
+
+def _first_outside(band: Band, res: BandResult) -> tuple[Msg, int]:
+    """The first step or window outside the band, said, and the step it is seen at."""
+    assert res.first is not None
+    if res.first[0] == "step":
+        _, step, got, base, diff = res.first
+        said = Msg(
+            "results.band.at-step",
+            step=step,
+            got=got,
+            baseline=base,
+            diff=diff,
+            limit=band.step_limit,
+        )
+        return said, int(step)  # type: ignore[call-overload]
+    _, lo, hi, diff = res.first
+    said = Msg(
+        "results.band.over-window",
+        lo=lo,
+        hi=hi,
+        diff=diff,
+        window=res.window,
+        limit=band.mean_limit(res.window),
+    )
+    return said, int(hi)  # type: ignore[call-overload]
 
 
 def _loss_within_tolerance(
@@ -232,16 +465,33 @@ def _loss_within_tolerance(
     ]
 
 
+def losses_not_bitwise(ctx: CheckContext) -> Msg | None:
+    """What shows the committed losses are not bitwise equal to the baseline's (how many
+    differ, the first step), or None: they are, or nothing could be compared."""
+    ref, tl = ctx.reference, ctx.timeline
+    chain, _notes = tl.committed_chain()
+    if ref is None or not chain:
+        return None
+    n_cmp, _silent, _unknown, differing, first = _compare_bitwise(
+        ref.losses, tl.steps, tl.rows_in(chain)
+    )
+    if first is None:
+        return None
+    return _not_bitwise(tl.steps, first[0], differing, n_cmp, comparison_mode(ctx)[1])
+
+
 @check("results.final-model-digest", "results")
 def final_model_digest(ctx: CheckContext) -> list[Finding]:
-    """Where bitwise applies, the final model is identical to the baseline's."""
+    """Where bitwise applies, the final model is identical to the baseline's. Where ``auto``
+    or ``band`` found the losses not bitwise equal (a run that is not bitwise reproducible),
+    a different digest is expected and not compared: the results are judged by the band."""
     name, ref, tl = "results.final-model-digest", ctx.reference, ctx.timeline
     if _expects_failure(ctx):
         return [ctx.finding(name, P, Msg("results.expects-failure"))]
     if ref is None or ref.rows == 0:
         return [ctx.finding(name, R, Msg("results.final-model-digest.no-baseline"))]
     mode, why = comparison_mode(ctx)
-    if mode != "bitwise":
+    if mode == "tolerance":
         return [ctx.finding(name, P, Msg("results.final-model-digest.tolerance", why=why))]
     if ref is None or not ref.final_digest:
         return [ctx.finding(name, R, Msg("results.final-model-digest.no-baseline-digest"))]
@@ -258,6 +508,16 @@ def final_model_digest(ctx: CheckContext) -> list[Finding]:
             )
         ]
     got = digests.pop()
+    not_bitwise = losses_not_bitwise(ctx) if got != ref.final_digest else None
+    if not_bitwise is not None and band_fallback(ctx, mode):
+        return [
+            ctx.finding(
+                name,
+                P,
+                Msg("results.final-model-digest.not-reproducible", not_bitwise=not_bitwise),
+                basis="band",
+            )
+        ]
     if got != ref.final_digest:
         return [
             ctx.finding(
@@ -338,23 +598,26 @@ def _mean_over_ranks(values: list[tuple[EvalKey, float]]) -> dict[tuple[int, str
 
 
 def _compare_evaluations(
-    ctx: CheckContext, got: list[tuple[EvalKey, float]], mode: str
+    ctx: CheckContext, got: list[tuple[EvalKey, float]], basis: str, rel: float = 0.0
 ) -> tuple[int, list[tuple[tuple[object, ...], float, float]]]:
-    """(values compared, the differing ones as (key, drill, baseline)), lowest step first."""
+    """(values compared, the differing ones as (key, drill, baseline)), lowest step first.
+    ``basis``: ``bitwise`` (per rank), ``tolerance`` (the mean over ranks within the plan's
+    rtol/atol) or ``band`` (the mean over ranks within ``rel`` of the baseline's value)."""
     assert ctx.reference is not None
     ref = ctx.reference.evaluations
     pairs: list[tuple[tuple[object, ...], float, float]]
-    if mode == "bitwise":
+    if basis == "bitwise":
         pairs = [(k, v, ref[k]) for k, v in got if k in ref]
         differ = [(k, v, b) for k, v, b in pairs if not _same(v, b)]
     else:
         tol = ctx.plan.tolerance
+        rtol, atol = (tol.rtol, tol.atol) if basis == "tolerance" else (rel, 1e-12)
         mine, theirs = _mean_over_ranks(got), _mean_over_ranks(list(ref.items()))
         pairs = [(k, v, theirs[k]) for k, v in mine.items() if k in theirs]
         differ = [
             (k, v, b)
             for k, v, b in pairs
-            if not (_same(v, b) or math.isclose(v, b, rel_tol=tol.rtol, abs_tol=tol.atol))
+            if not (_same(v, b) or abs(v - b) <= rtol * abs(b) + atol)
         ]
     differ.sort(key=lambda d: (d[0][0], str(d[0][1:])))
     return len(pairs), [(tuple(k), v, b) for k, v, b in differ]
@@ -364,6 +627,7 @@ def _evaluation_differs(
     ctx: CheckContext,
     name: str,
     mode: str,
+    rule: Msg,
     why: Msg,
     compared: int,
     differ: list[tuple[tuple[object, ...], float, float]],
@@ -373,12 +637,6 @@ def _evaluation_differs(
         Msg("results.evaluation.where-rank", split=split, metric=rest[-1], rank=rest[0])
         if len(rest) == 2
         else Msg("results.evaluation.where", split=split, metric=rest[-1])
-    )
-    tol = ctx.plan.tolerance
-    rule = (
-        Msg("results.evaluation.rule-bitwise")
-        if mode == "bitwise"
-        else Msg("results.evaluation.rule-tolerance", rtol=tol.rtol, atol=tol.atol)
     )
     return ctx.finding(
         name,
@@ -430,12 +688,59 @@ def evaluation_matches_baseline(ctx: CheckContext) -> list[Finding]:
                 ),
             )
         ]
-    mode, why = comparison_mode(ctx)
-    compared, differ = _compare_evaluations(ctx, evaluation_values(events), mode)
+    values = evaluation_values(events)
     steps = sorted({int(e.get("step", -1)) for e in events})
+    mode, why = comparison_mode(ctx)
+    basis = "tolerance" if mode == "tolerance" else "bitwise"
+    compared, differ = _compare_evaluations(ctx, values, basis)
+    rule = _evaluation_rule(ctx, basis)
+    if differ and band_fallback(ctx, mode):
+        not_bitwise = losses_not_bitwise(ctx)
+        if mode == "band" or not_bitwise is not None:
+            band = baseline_band(ref)
+            if band is None:
+                return [_evaluation_band_unmeasured(ctx, ref, name, mode, not_bitwise)]
+            basis, rule = "band", _evaluation_rule(ctx, "band", band)
+            why = not_bitwise or why
+            compared, differ = _compare_evaluations(ctx, values, basis, band.eval_relative)
     if differ:
-        return [_evaluation_differs(ctx, name, mode, why, compared, differ)]
-    return [_no_evaluation_differs(ctx, ref, name, mode, why, compared, steps)]
+        return [_evaluation_differs(ctx, name, mode, rule, why, compared, differ)]
+    return [_no_evaluation_differs(ctx, ref, name, (mode, basis), rule, why, compared, steps)]
+
+
+def _evaluation_rule(ctx: CheckContext, basis: str, band: Band | None = None) -> Msg:
+    """The rule evaluations are compared by, said."""
+    if basis == "bitwise":
+        return Msg("results.evaluation.rule-bitwise")
+    if basis == "tolerance":
+        tol = ctx.plan.tolerance
+        return Msg("results.evaluation.rule-tolerance", rtol=tol.rtol, atol=tol.atol)
+    assert band is not None
+    return Msg(
+        "results.evaluation.rule-band",
+        rel=band.eval_relative,
+        k=K_EVAL,
+        sigma=band.sigma,
+        window=band.window,
+        level=band.level,
+    )
+
+
+def _evaluation_band_unmeasured(
+    ctx: CheckContext, ref: Reference, name: str, mode: str, not_bitwise: Msg | None
+) -> Finding:
+    """Evaluations differ, the band applies, but the baseline is too short to measure it."""
+    return ctx.finding(
+        name,
+        R,
+        Msg(
+            "results.band.too-few-steps",
+            not_bitwise=not_bitwise or Msg("results.band.evaluations-differ"),
+            n=int(ref.mean_steps.size),
+            min=MIN_STEPS,
+        ),
+        mode=mode,
+    )
 
 
 def _no_evaluation_in_baseline(ctx: CheckContext, name: str) -> Finding:
@@ -459,14 +764,17 @@ def _no_evaluation_differs(
     ctx: CheckContext,
     ref: Reference,
     name: str,
-    mode: str,
+    mode_basis: tuple[str, str],
+    rule: Msg,
     why: Msg,
     compared: int,
     steps: list[int],
 ) -> Finding:
     """:func:`evaluation_matches_baseline` when none of the ``compared`` evaluations
-    differs: retest if none was compared or the baseline's last evaluated step is not among
-    the item's ``steps``, else pass."""
+    differs (by ``mode_basis``: the mode and what it compared by, said in ``rule``):
+    retest if none was compared or the baseline's last evaluated step is not among the
+    item's ``steps``, else pass."""
+    mode, basis = mode_basis
     if not compared:
         return ctx.finding(
             name,
@@ -486,17 +794,20 @@ def _no_evaluation_differs(
         name,
         P,
         Msg(
-            "results.evaluation-matches-baseline.bitwise"
-            if mode == "bitwise"
-            else "results.evaluation-matches-baseline.within-tolerance",
+            f"results.evaluation-matches-baseline.{_PASSED[basis]}",
             n=compared,
             steps=steps,
             why=why,
+            rule=rule,
         ),
         mode=mode,
+        basis=basis,
         compared=compared,
         steps=steps,
     )
+
+
+_PASSED = {"bitwise": "bitwise", "tolerance": "within-tolerance", "band": "within-band"}
 
 
 @check("results.artifact-intact", "results")

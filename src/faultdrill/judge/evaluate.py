@@ -94,6 +94,12 @@ def class_and_why(
 ) -> tuple[RecoveryClass, Msg]:
     """How the job came back, and why that class.
 
+    The class says who brought the job back (automatic, manual-confirmation,
+    manual-restart) or that it did not continue from valid progress (unrecoverable: it
+    ended, was aborted, or its progress evidence failed). A job that continued from valid
+    progress but whose results evidence failed keeps the class of who acted, and the why
+    says the results failed: class, conclusion level (valid-progress) and sentence agree.
+
     ``aborted``: why the harness aborted the drill (a stop condition). The job then did
     not recover within the plan's stop conditions, which is all that can be said of it:
     unrecoverable *within those limits*, and the why names the condition.
@@ -105,9 +111,20 @@ def class_and_why(
         return RecoveryClass.NOT_DETERMINED, Msg("class.why.not-determined", why=undetermined)
     if outcome != "succeeded":
         return RecoveryClass.UNRECOVERABLE, Msg("class.why.ended", state=outcome or "none")
-    for cat in ("progress", "results"):
-        if evidence[cat].verdict == Verdict.FAIL:
-            return RecoveryClass.UNRECOVERABLE, Msg("class.why.evidence-failed", category=cat)
+    if evidence["progress"].verdict == Verdict.FAIL:
+        return RecoveryClass.UNRECOVERABLE, Msg("class.why.evidence-failed", category="progress")
+    cls, why = _who_acted(evidence, operator_actions, confirm_required)
+    if evidence["results"].verdict == Verdict.FAIL:
+        # It continued from valid progress (the conclusion level says so): the class still
+        # says who brought it back; the failure is the verdict's and the level's to say.
+        return cls, Msg("class.why.results-failed", who=why)
+    return cls, why
+
+
+def _who_acted(
+    evidence: dict[str, EvidenceResult], operator_actions: int, confirm_required: bool
+) -> tuple[RecoveryClass, Msg]:
+    """The class of a job that continued from valid progress: who brought it back."""
     if operator_actions:
         return RecoveryClass.MANUAL_RESTART, Msg("class.why.resubmitted")
     if evidence["resources"].verdict == Verdict.FAIL:

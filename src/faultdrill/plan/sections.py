@@ -824,7 +824,12 @@ class Expected(Frozen):
 
 
 class PassCriteria(Frozen):
-    results: Literal["auto", "bitwise", "tolerance"] = "auto"
+    results: Literal["auto", "bitwise", "band", "tolerance"] = Field(
+        "auto",
+        description="auto: bitwise where world size and config are unchanged, else the band "
+        "measured on the baseline where not bitwise reproducible; tolerance where they changed "
+        "(see faultdrill.checks.results)",
+    )
     max_recomputed_steps: int | None = Field(None, ge=0, le=MAX_STEP)
 
 
