@@ -229,7 +229,22 @@ class ItemResult:
         )
 
     def to_item(self) -> Item:
-        """This item as report.json's typed entry (:class:`~faultdrill.report.model.Item`)."""
+        """This item as report.json's typed entry (:class:`~faultdrill.report.model.Item`).
+        RunDirError when its recorded events give a value the report cannot hold (a field
+        the judge carries through as recorded, edited to another type)."""
+        try:
+            return self._item()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            events = rundir.events_dir(item_dir(Path(), self.kind, self.id))
+            raise RunDirError(
+                f"{events}: the events of item {self.id} give {where} a value report.json "
+                f"cannot hold ({first['msg']}); they were edited or damaged: restore them "
+                "from the run's bundle, or run the drill again"
+            ) from exc
+
+    def _item(self) -> Item:
         it = self.item
         sections: dict[str, Any] = {}
         if self.goodput:
@@ -676,7 +691,20 @@ class RunResult:
         )
 
     def to_report(self) -> Report:
-        """The run as report.json's typed content (:class:`~faultdrill.report.model.Report`)."""
+        """The run as report.json's typed content (:class:`~faultdrill.report.model.Report`).
+        RunDirError when recorded data give a value the report cannot hold."""
+        try:
+            return self._report()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise RunDirError(
+                f"{self.run_dir}: its recorded files give {where} a value report.json cannot "
+                f"hold ({first['msg']}); they were edited or damaged: restore them from the "
+                "run's bundle, or run the drill again"
+            ) from exc
+
+    def _report(self) -> Report:
         base = self.baseline
         ref = self.reference
         dossier = _recorded_dossier(self.run_dir)

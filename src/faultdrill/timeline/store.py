@@ -11,21 +11,25 @@ gives the whole timeline; a store that does not match the files it names (a file
 than it says, covered bytes whose SHA-256 is not the one it recorded) is ignored and
 everything is read from the JSON lines.
 
-What the hash proves: the JSON lines are, byte for byte, those the store was made from;
-an edited line makes the store ignored, so the edit is judged from the lines themselves.
-What it cannot prove: that whoever wrote the run directory derived the columns honestly
-(nothing in a run directory is signed; a signed bundle is). Hashing costs one pass over
-the covered bytes at memory speed, in threads (SHA-256 runs at about 1.7 GB/s per core with
-SHA-NI, 10-20 times faster than parsing the same bytes). The store is also read as
-untrusted input: regular files only, no link followed, its lines held to the event
-contract and its times finite, or it is ignored. ``Timeline.load(..., use_store=False)`` always reads the JSON lines (to
-re-judge from the evidence of record alone); deleting ``steps/`` does the same for good.
+What the hashes prove: the JSON lines are, byte for byte, those the store was made from
+(an edited line makes the store ignored, so the edit is judged from the lines themselves),
+and the store's own files (each column, each source's lines) are those its manifest names
+(a damaged or naively edited store is ignored). What they cannot prove: that whoever wrote
+the run directory derived the columns honestly; nothing in a run directory is signed (a
+signed bundle is). The store is read as untrusted input besides: regular files only, no
+link followed, its lines held to the event contract, its times finite. Hashing costs one
+pass over the covered bytes and the columns, in threads (SHA-256 runs at about 1.7 GB/s a
+core with SHA-NI: measured in ``bench/load_cost.py``).
+``Timeline.load(..., use_store=False)`` always reads the JSON lines (to re-judge from the
+evidence of record alone); deleting ``steps/`` does the same for good.
 
 Layout, in ``<events dir>/steps/``::
 
-    manifest.json      format, rows, ranges, task, lines skipped (torn), and per covered
+    manifest.json      format, rows, ranges, task, lines skipped (torn), the SHA-256 of each
+                       column's first rows (``columns``), and per covered
                        source file: bytes covered, their SHA-256 (``sha256``), the lines of
-                       them skipped (``bad``) and the file's source (``src``, as
+                       them skipped (``bad``), the SHA-256 of its file under lines/
+                       (``lines_sha256``) and the file's source (``src``, as
                        :attr:`~faultdrill.timeline.Timeline.bad_lines` names it)
     <column>.<dtype>   raw little-endian columns: mono.f8 rank.i4 pid.i4 step.i8 loss.f8
                        count.i4 (sample ranges per row), rng_start.i8 rng_end.i8 (ranges)
@@ -82,6 +86,7 @@ COLUMNS: tuple[tuple[str, Any, bool], ...] = (
 )
 #: The largest manifest read (bytes): about 200 bytes per source file, 4,096 ranks and more.
 MAX_MANIFEST = 64 << 20
+_EMPTY_SHA256 = hashlib.sha256().hexdigest()
 
 
 def _file(name: str, dtype: Any) -> str:
@@ -141,6 +146,7 @@ def parse_chunk(data: bytes) -> Chunk:
 class _Source:
     covered: int = 0
     hash: Any = field(default_factory=hashlib.sha256)  # of the covered bytes
+    lines: Any = field(default_factory=hashlib.sha256)  # of its file under lines/
     bad: int = 0  # lines skipped (all complete: a torn last line is never covered)
     src: str = ""
 
@@ -157,12 +163,18 @@ class StepStoreWriter:
     task: str = ""
     _sources: dict[str, _Source] = field(default_factory=dict)
     _cols: dict[str, IO[bytes]] = field(default_factory=dict)
+    _col_hashes: dict[str, Any] = field(default_factory=dict)  # column -> sha256 of it
 
     def __post_init__(self) -> None:
         self.dir = self.events_dir / STORE_DIR
         (self.dir / "lines").mkdir(parents=True, exist_ok=True)
         for name, dtype, _per_range in COLUMNS:
             self._cols[name] = open(self.dir / _file(name, dtype), "wb")  # noqa: SIM115
+            self._col_hashes[name] = hashlib.sha256()
+
+    def _write(self, column: str, data: bytes) -> None:
+        self._cols[column].write(data)
+        self._col_hashes[column].update(data)
 
     def add(self, source: str, data: bytes, offset: int) -> Chunk:
         """Take the complete lines ``data`` of probe file ``source``, which start at byte
@@ -173,12 +185,14 @@ class StepStoreWriter:
         chunk = parse_chunk(data)
         if chunk.steps is not None:
             for (name, dtype, _r), col in zip(COLUMNS, chunk.steps, strict=True):
-                self._cols[name].write(np.ascontiguousarray(col, dtype=dtype).tobytes())
+                self._write(name, np.ascontiguousarray(col, dtype=dtype).tobytes())
             self.rows += int(chunk.steps[0].shape[0])
             self.ranges += int(chunk.steps[6].shape[0])
         if chunk.lines:  # few (run_start, saves...): opened per write, not held (4,096 ranks)
+            lines = b"".join(chunk.lines)
             with open(self.dir / "lines" / source, "ab") as f:
-                f.write(b"".join(chunk.lines))
+                f.write(lines)
+            src.lines.update(lines)
         self.torn += chunk.torn
         src.bad += chunk.torn
         src.src = src.src or chunk.source
@@ -198,10 +212,12 @@ class StepStoreWriter:
             "ranges": self.ranges,
             "torn": self.torn,
             "task": self.task,
+            "columns": {name: h.hexdigest() for name, h in sorted(self._col_hashes.items())},
             "sources": {
                 name: {
                     "bytes": s.covered,
                     "sha256": s.hash.hexdigest(),
+                    "lines_sha256": s.lines.hexdigest(),
                     "bad": s.bad,
                     "src": s.src,
                 }
@@ -226,7 +242,7 @@ def write_table(events_dir: Path, st: StepTable, task: str) -> None:
     cols = (st.mono, st.rank, st.pid, st.step, st.loss, counts, st.rng_start, st.rng_end)
     for (name, dtype, _r), col in zip(COLUMNS, cols, strict=True):
         for a in range(0, col.shape[0], 1 << 22):
-            writer._cols[name].write(np.ascontiguousarray(col[a : a + (1 << 22)], dtype).tobytes())
+            writer._write(name, np.ascontiguousarray(col[a : a + (1 << 22)], dtype).tobytes())
     writer.rows, writer.ranges, writer.task = len(st), int(st.rng_start.shape[0]), task
     writer.close()
 
@@ -267,7 +283,9 @@ def read_store(events_dir: Path) -> Stored | None:
         hashes = {name: str(info["sha256"]) for name, info in sources.items()}
         if not _all_cover(events_dir, covered, hashes):
             return None
-        columns = _columns(root, rows, ranges)
+        columns = _columns(
+            root, rows, ranges, {str(k): str(v) for k, v in manifest["columns"].items()}
+        )
         events = _lines(root / "lines", sources) if columns is not None else None
         bad = {name: (int(info["bad"]), str(info["src"])) for name, info in sources.items()}
         torn = int(manifest["torn"])
@@ -290,10 +308,11 @@ def _read_small(path: Path, limit: int) -> bytes:
     return data
 
 
-def _columns(root: Path, rows: int, ranges: int) -> list[np.ndarray] | None:
+def _columns(root: Path, rows: int, ranges: int, hashes: dict[str, str]) -> list[np.ndarray] | None:
     """The step columns, each as long as the manifest says (a column file may be longer: an
-    append in progress), or None when one is short, not a regular file, or holds what the
-    JSON reader never gives (a time that is not finite, a negative count of ranges)."""
+    append in progress), or None when one is short, not a regular file, not of the SHA-256
+    the manifest gives, or holds what the JSON reader never gives (a time that is not
+    finite, a negative count of ranges)."""
     if rows < 0 or ranges < 0:
         return None
     columns = []
@@ -304,7 +323,7 @@ def _columns(root: Path, rows: int, ranges: int) -> list[np.ndarray] | None:
             return None
         with f:
             col = np.fromfile(f, dtype=dtype, count=n)
-        if col.shape[0] != n:
+        if col.shape[0] != n or _sha256(col) != hashes.get(name):
             return None
         columns.append(col.astype(_native(dtype), copy=False))
     if not bool(np.isfinite(columns[0]).all()) or bool((columns[5] < 0).any()):
@@ -312,6 +331,10 @@ def _columns(root: Path, rows: int, ranges: int) -> list[np.ndarray] | None:
     if int(columns[5].sum()) != ranges:
         return None
     return columns
+
+
+def _sha256(col: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(col).data.cast("B")).hexdigest()
 
 
 def _native(dtype: Any) -> Any:
@@ -357,17 +380,23 @@ def _lines(folder: Path, sources: dict[str, Any]) -> dict[str, list[Event]] | No
     for name in sorted(sources):
         path = folder / name
         if not os.path.lexists(path):
+            if sources[name].get("lines_sha256") != _EMPTY_SHA256:
+                return None  # it wrote lines of this source: they are gone
             continue
         f = open_regular(path)
         if f is None:
             return None
         events = out.setdefault(name, [])
+        h = hashlib.sha256()
         with f:
             for line in bounded_lines(f, os.fstat(f.fileno()).st_size):
                 raw = None if line is None else _parse_line(line)
+                h.update(line or b"")
                 if raw is None or malformed(raw) is not None:
                     return None  # the store wrote only valid events: not ours
                 if raw.get("src") == "probe" and raw.get("kind") == "step":
                     return None  # steps are in the columns
                 events.append(Event.from_json(raw))
+        if h.hexdigest() != sources[name].get("lines_sha256"):
+            return None
     return out
