@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from faultdrill.judge.evaluate import evaluate_run
+from faultdrill.judge.runfiles import MAX_EVIDENCE_FILE
 from faultdrill.timeline import Timeline
 from faultdrill.timeline.store import read_store
 from tests.hostile_run import SC, check, unpack
@@ -133,6 +134,14 @@ def test_6_one_endless_line_is_skipped_without_being_held(tmp_path: Path) -> Non
     with path.open("rb") as f:
         got = list(bounded_lines(f, path.stat().st_size))
     assert got == [b'{"a": 1}\n', None, b'{"b": 2}\n', b"y" * 10]
+
+
+def test_6_an_events_file_larger_than_any_recording_is_refused(run: Path) -> None:
+    path = events(run, "net.jsonl")
+    with path.open("r+b") as f:
+        f.truncate(MAX_EVIDENCE_FILE + 1)  # sparse: no disk used
+    rc, _, err = check(run, seconds=30)
+    assert rc == 2 and f"{path} is {MAX_EVIDENCE_FILE + 1} bytes" in err
 
 
 @pytest.mark.parametrize("name", ["scenarios/kill-worker/events/sampler.jsonl", "plan.json"])

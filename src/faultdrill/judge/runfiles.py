@@ -23,10 +23,13 @@ from faultdrill.errors import RunDirError
 from faultdrill.safepath import UnsafePathError, escape, read_bytes
 from faultdrill.timeline.store import STORE_DIR
 
-__all__ = ["MAX_RUN_JSON", "refuse_outside", "run_json"]
+__all__ = ["MAX_EVIDENCE_FILE", "MAX_RUN_JSON", "refuse_outside", "run_json"]
 
 #: The largest run file read as JSON (bytes): a plan of thousands of scenarios is a few MiB.
 MAX_RUN_JSON = 32 << 20
+#: The largest events or step-store file judged (bytes): one rank's probe file of 10 M
+#: steps is about 2 GiB; a file far larger (a sparse file of zeros) is not a recording.
+MAX_EVIDENCE_FILE = 64 << 30
 
 _FIX = (
     "faultdrill check judges only regular files inside the run directory and follows no "
@@ -61,8 +64,9 @@ def refuse_outside(run_dir: Path, item: Path) -> None:
     """RunDirError unless the events of ``item`` (a directory of ``run_dir``) can be judged
     as the run's own: no symbolic link from the run directory down to the events directory
     (the item's directory, ``baseline/``, ``scenarios/``), and inside it, in its step store
-    too, no link and nothing but regular files and directories (a FIFO, a device, a socket).
-    Absent directories pass: the item was not run."""
+    too, no link, nothing but regular files and directories (a FIFO, a device, a socket)
+    and no file over :data:`MAX_EVIDENCE_FILE`. Absent directories pass: the item was not
+    run."""
     base = Path(os.path.abspath(run_dir))
     events = Path(os.path.abspath(rundir.events_dir(item)))
     why = escape(base, events)
@@ -85,4 +89,10 @@ def refuse_outside(run_dir: Path, item: Path) -> None:
             if not (entry.is_file(follow_symlinks=False) or entry.is_dir(follow_symlinks=False)):
                 raise RunDirError(
                     f"{entry.path} is not a regular file (a FIFO, a device or a socket); {_FIX}"
+                )
+            size = entry.stat(follow_symlinks=False).st_size
+            if entry.is_file(follow_symlinks=False) and size > MAX_EVIDENCE_FILE:
+                raise RunDirError(
+                    f"{entry.path} is {size} bytes, more than any recording holds "
+                    f"({MAX_EVIDENCE_FILE}); not judged: restore it from the run's bundle"
                 )
