@@ -123,10 +123,14 @@ def _random_file(path: Path) -> None:
 
 def _net_samples(path: Path) -> None:
     """A network track of two samples (a run without namespaces has none), the second with
-    its round trips as a list."""
-    good = {"ts": 1.0, "mono": 1.0, "src": "net", "kind": "net_sample", "task": "t"}
-    good.update(node="n1", rtt_ms={"n2": 0.1}, probed_mono=1.0)
-    bad = {**good, "mono": 2.0, "rtt_ms": [1, 2]}
+    its round trips as a list. Stamped inside the item's run (a time far outside it is
+    damage of another kind: :mod:`faultdrill.judge.plausible`)."""
+    harness = (path.parent / "harness.jsonl").read_text().splitlines()
+    start = json.loads(next(ln for ln in harness if '"item_start"' in ln))
+    ts, mono = start["ts"] + 1.0, start["mono"] + 1.0
+    good = {"ts": ts, "mono": mono, "src": "net", "kind": "net_sample", "task": "t"}
+    good.update(node="n1", rtt_ms={"n2": 0.1}, probed_mono=mono)
+    bad = {**good, "ts": ts + 1.0, "mono": mono + 1.0, "rtt_ms": [1, 2]}
     path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
 
 

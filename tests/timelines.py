@@ -366,7 +366,7 @@ class TL:
         if latest is not None and latest not in {r["id"] for r in saved}:
             problem = f"latest names {latest!r}, which no save reported"
         self.harness("ckpt_latest", t, file="latest", target=latest, problem=problem)
-        for r in saved:
+        for r in {r["id"]: r for r in saved}.values():  # one per checkpoint, as on disk
             ok = r["id"] not in bad
             self.harness(
                 "ckpt_inventory",

@@ -90,10 +90,19 @@ SHAPES: dict[tuple[str, str], dict[str, str]] = {
         "rank": "int?",
         "last_seen_mono": "num",
     },
+    ("sampler", "proc_exit"): {"pid": "!int", "start_time": "!int"},
     ("platform", "job_state"): {"state": "!str"},
     ("net", "net_sample"): {"node": "!str", "rtt_ms": "rtts", "probed_mono": "num"},
     ("fault", "injected"): {"fault": "str", "at_step": "int?", "duration_s": "num?"},
     ("harness", "stop_condition"): {"condition": "!str"},
+}
+
+
+#: Fields an event of a source carries whatever its kind, when present: the probe stamps
+#: its pid and rank on every line, and the timeline keys incarnations by them, so a probe
+#: kind without a shape of its own is held to them too.
+_EVERY_KIND: dict[str, dict[str, str]] = {
+    "probe": {"pid": "int?", "rank": "int?"},
 }
 
 
@@ -120,9 +129,8 @@ def malformed(raw: dict[str, Any]) -> str | None:
         return "mono (and ts) must be finite numbers"
     if not all(type(raw.get(k, "")) is str for k in ("src", "kind", "task")):
         return "src, kind and task must be strings"
-    shape = SHAPES.get((raw.get("src", ""), raw.get("kind", "")))  # absent: "" (from_json)
-    if shape is None:
-        return None
+    src, kind = raw.get("src", ""), raw.get("kind", "")  # absent: "" (from_json)
+    shape = {**_EVERY_KIND.get(src, {}), **SHAPES.get((src, kind), {})}
     for name, spec in shape.items():
         value = raw.get(name)
         if value is None:

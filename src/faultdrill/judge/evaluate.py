@@ -9,9 +9,12 @@ a change to the checks. What it produces is the machine contract of ``report.jso
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from faultdrill import __version__, rundir
 from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, combine, run_checks
@@ -29,7 +32,9 @@ from faultdrill.judge.dossier import scheduling_result
 from faultdrill.judge.goodput import account
 from faultdrill.judge.inventory import inventory_summary
 from faultdrill.judge.layers import LayerResult, failing_layer
+from faultdrill.judge.plausible import implausible
 from faultdrill.judge.reference import Reference
+from faultdrill.judge.runfiles import refuse_outside, run_json
 from faultdrill.judge.trend import trend_after_recovery
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario, parse_plan
 from faultdrill.report.model import (
@@ -241,7 +246,22 @@ class ItemResult:
         )
 
     def to_item(self) -> Item:
-        """This item as report.json's typed entry (:class:`~faultdrill.report.model.Item`)."""
+        """This item as report.json's typed entry (:class:`~faultdrill.report.model.Item`).
+        RunDirError when its recorded events give a value the report cannot hold (a field
+        the judge carries through as recorded, edited to another type)."""
+        try:
+            return self._item()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            events = rundir.events_dir(item_dir(Path(), self.kind, self.id))
+            raise RunDirError(
+                f"{events}: the events of item {self.id} give {where} a value report.json "
+                f"cannot hold ({first['msg']}); they were edited or damaged: restore them "
+                "from the run's bundle, or run the drill again"
+            ) from exc
+
+    def _item(self) -> Item:
         it = self.item
         sections: dict[str, Any] = {}
         if self.goodput:
@@ -442,6 +462,22 @@ def _integrity(
             )
 
 
+def _implausible(evidence: dict[str, EvidenceResult], reasons: list[Msg]) -> None:
+    """Evidence outside physical bounds (:mod:`~faultdrill.judge.plausible`) makes every
+    category retest, each reason said, and no failure judged on it."""
+    cats = ("progress", "resources", "results", "expectation")
+    for why in reasons:
+        _not_judged(evidence, cats, why)
+        for cat in cats:
+            evidence[cat].findings.append(
+                Finding.of(
+                    "timeline.integrity",
+                    Verdict.RETEST,
+                    Msg("timeline.integrity.implausible", why=why, category=cat),
+                )
+            )
+
+
 #: Expectations that cannot be judged when the scenario could not run as planned.
 _OUTCOME_CHECKS = ("expectation.job-outcome", "expectation.restart", "expectation.recovery-class")
 
@@ -564,6 +600,8 @@ def evaluate_item(
     failed = tl.first("harness", "job_failed")
     no_probe = _no_probe_events(tl, evidence, failed is not None)
     _integrity(tl, evidence, reference if kind != "baseline" else None)
+    odd = implausible(tl, plan)
+    _implausible(evidence, odd)
     if kind != "baseline" and baseline_verdict is not None and baseline_verdict != Verdict.PASS:
         evidence["expectation"].findings.append(
             Finding.of(
@@ -578,6 +616,8 @@ def evaluate_item(
     confirm = bool(getattr(getattr(item, "recovery", None), "confirm", False))
     aborted = stop_condition_message(tl)
     undetermined = _undetermined(tl, evidence, item, reference)
+    if odd and undetermined is None:
+        undetermined = Msg("evaluate.undetermined.implausible", why=odd[0])
     if no_probe is not None:
         undetermined = no_probe
     cls, why = class_and_why(evidence, outcome, len(actions), confirm, aborted, undetermined)
@@ -668,11 +708,23 @@ class RunResult:
         )
 
     def to_report(self) -> Report:
-        """The run as report.json's typed content (:class:`~faultdrill.report.model.Report`)."""
+        """The run as report.json's typed content (:class:`~faultdrill.report.model.Report`).
+        RunDirError when recorded data give a value the report cannot hold."""
+        try:
+            return self._report()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise RunDirError(
+                f"{self.run_dir}: its recorded files give {where} a value report.json cannot "
+                f"hold ({first['msg']}); they were edited or damaged: restore them from the "
+                "run's bundle, or run the drill again"
+            ) from exc
+
+    def _report(self) -> Report:
         base = self.baseline
         ref = self.reference
-        dossier_path = rundir.dossier_path(self.run_dir)
-        dossier = json.loads(dossier_path.read_text()) if dossier_path.exists() else None
+        dossier = _recorded_dossier(self.run_dir)
         return Report(
             faultdrill_version=__version__,
             task_id=self.plan.task.id,
@@ -685,7 +737,7 @@ class RunResult:
                 world_size=ref.world_size if ref else None,
                 verdict=base.verdict.value if base else "retest",
                 evidence=_evidence_set(base.evidence, with_expectation=True) if base else None,
-                dossier=Dossier.model_validate(_plain(dossier)) if dossier is not None else None,
+                dossier=dossier,
                 failure=Failure.model_validate(_plain(base.failure))
                 if base is not None and base.failure
                 else None,
@@ -721,16 +773,31 @@ class RunResult:
         return self.to_report().to_json()
 
 
+def _recorded_dossier(run_dir: Path) -> Dossier | None:
+    """The baseline's dossier as recorded (None: none was); RunDirError when it is not
+    one (a link, not JSON, not of the dossier's shape)."""
+    path = rundir.dossier_path(run_dir)
+    raw = run_json(run_dir, path)
+    if raw is None:
+        return None
+    try:
+        return Dossier.model_validate(_plain(raw))
+    except ValidationError as exc:
+        raise RunDirError(
+            f"{path}: not a dossier ({exc.error_count()} problem(s), first: "
+            f"{exc.errors()[0]['msg']}); restore it from the run's bundle"
+        ) from exc
+
+
 def load_run_plan(run_dir: Path) -> Plan:
     path = run_dir / "plan.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         raise RunDirError(f"{run_dir}: not a faultdrill run directory (no plan.json)")
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:  # not JSON, not UTF-8, too deep
+        raw = run_json(run_dir, path)
+    except RunDirError as exc:
         raise RunDirError(
-            f"{path}: the run's copy of its plan is unreadable ({exc}); restore it from the "
-            "run's bundle, or re-run the drill"
+            f"the run's copy of its plan is unreadable: {exc}; or re-run the drill"
         ) from exc
     return parse_plan(raw, source=str(path))
 
@@ -740,6 +807,7 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
     plan = plan or load_run_plan(run_dir)
     base_dir = item_dir(run_dir, "baseline", "baseline")
     baseline = reference = None
+    refuse_outside(run_dir, base_dir)
     if rundir.events_dir(base_dir).is_dir():
         tl = Timeline.load(rundir.events_dir(base_dir))
         reference = Reference.from_timeline(tl)
@@ -753,6 +821,7 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
             work = item_dir(run_dir, kind, it.id)
             if selected is not None and it.id not in selected:
                 continue  # left out on purpose (--only / --no-controls), not a gap
+            refuse_outside(run_dir, work)
             if rundir.events_dir(work).is_dir():
                 items.append(evaluate_item(plan, kind, it, work, reference, bverdict))
             else:
@@ -763,7 +832,7 @@ def evaluate_run(run_dir: Path, plan: Plan | None = None) -> RunResult:
 
 def _selection(run_dir: Path) -> set[str] | None:
     """Ids the run set out to drill (None: the whole plan)."""
-    raw = _run_json(run_dir / "selection.json")
+    raw = run_json(run_dir, run_dir / "selection.json")
     if raw is None:
         return None
     ids = raw.get("selected") if isinstance(raw, dict) else None
@@ -774,26 +843,14 @@ def _selection(run_dir: Path) -> set[str] | None:
 
 def _controls_waived(run_dir: Path) -> bool:
     """Whether the run was told ``--no-controls`` (recorded in ``selection.json``)."""
-    path = run_dir / "selection.json"
-    return bool(path.exists() and json.loads(path.read_text()).get("no_controls"))
+    raw = run_json(run_dir, run_dir / "selection.json")
+    return isinstance(raw, dict) and bool(raw.get("no_controls"))
 
 
 def _skip_notes(run_dir: Path) -> dict[str, str]:
-    raw = _run_json(run_dir / "skipped.json")
+    raw = run_json(run_dir, run_dir / "skipped.json")
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise RunDirError(f"{run_dir / 'skipped.json'}: not a mapping of id -> reason")
     return {str(k): str(v) for k, v in raw.items()}
-
-
-def _run_json(path: Path) -> Any:
-    """A small JSON file of a run directory (None when absent); RunDirError if unreadable."""
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise RunDirError(
-            f"{path}: unreadable ({type(exc).__name__}); restore it from the run's bundle"
-        ) from exc

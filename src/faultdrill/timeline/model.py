@@ -460,7 +460,7 @@ class Timeline:
         for ev in self.events:
             if ev.src != "probe":
                 continue
-            idx = pid_inc.get(int(ev.get("pid", -1)))
+            idx = pid_inc.get(_int(ev.get("pid"), -1))
             if idx is None:
                 continue
             if ev.kind in ("ckpt_load", "ckpt_none"):
@@ -492,7 +492,7 @@ class Timeline:
         for ev in self.events:
             if ev.src != "sampler":
                 continue
-            key = (int(ev.get("pid", 0)), int(ev.get("start_time", 0)))
+            key = (_int(ev.get("pid"), 0), _int(ev.get("start_time"), 0))
             if ev.kind == "proc_seen":
                 seen.setdefault(key, ev)
             elif ev.kind == "proc_gone":
@@ -540,8 +540,8 @@ class Timeline:
         parents: dict[tuple[int, int], int | None] = {}
         for key, ev in seen.items():
             owner, ppid = ev.get("owner"), ev.get("ppid")
-            owners[key] = None if owner is None else int(owner)
-            parents[key] = None if ppid is None else int(ppid)
+            owners[key] = _int(owner, None)
+            parents[key] = _int(ppid, None)
         announced = {int(e.get("pid", -1)) for e in self.of("probe", "run_start")}
         return promote_announced(owners, parents, announced)
 
@@ -549,6 +549,13 @@ class Timeline:
     def unknown_step_rows(self) -> int:
         """Step events from processes that never announced themselves (no run_start)."""
         return int((self.steps.inc < 0).sum())
+
+
+def _int(value: Any, default: Any) -> Any:
+    """``value`` if it is an int (bool is not), else ``default``: recorded fields are held
+    to their types when read (:func:`~faultdrill.events.malformed`); this keeps a derivation
+    from raising on an event built another way."""
+    return value if type(value) is int else default
 
 
 def _end_of(

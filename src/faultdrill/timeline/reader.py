@@ -9,28 +9,85 @@ a line that is torn, not JSON or not an object is counted, never raised on. Runs
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
 import re
+import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import PIPE
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from faultdrill.events import Event, malformed
 from faultdrill.timeline.steps import I4, I8, StepTable
 
-__all__ = ["PARALLEL_BYTES"]
+__all__ = ["MAX_LINE", "PARALLEL_BYTES", "bounded_lines", "open_regular"]
 
 
 #: Event files this large in all (bytes) are read by several processes.
 PARALLEL_BYTES = 128 << 20
+#: A line longer than this (bytes) is not an event: a probe line is a few hundred bytes, a
+#: sampler's port list a few KiB. It is counted as a bad line and skipped without ever being
+#: held whole, so a file of one endless line cannot exhaust memory.
+MAX_LINE = 1 << 20
+_BLOCK = 1 << 20
+
+
+def open_regular(path: Path) -> IO[bytes] | None:
+    """``path`` opened for reading if it is a regular file and its final name is not a
+    symbolic link; None otherwise (a link, a FIFO, a device, a directory, a file gone).
+    Opened non-blocking, so a FIFO put in a file's place never waits for a writer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def bounded_lines(f: IO[bytes], size: int) -> Iterator[bytes | None]:
+    """The lines of the next ``size`` bytes of ``f`` (what the file held when it was
+    opened: a file that keeps growing is not followed), each with its newline but maybe
+    the last; None in place of a line longer than :data:`MAX_LINE`, which is skipped
+    without being held (memory stays under ``MAX_LINE + _BLOCK`` whatever the file)."""
+    rest = b""
+    skipping = False  # inside an overlong line: drop bytes up to its newline
+    while size > 0:
+        block = f.read(min(_BLOCK, size))
+        if not block:
+            break
+        size -= len(block)
+        end = block.rfind(b"\n")
+        if end < 0:
+            if not skipping:
+                rest += block
+                if len(rest) > MAX_LINE:
+                    rest, skipping = b"", True
+                    yield None
+            continue
+        head, tail = block[: end + 1], block[end + 1 :]
+        if skipping:
+            head, skipping = head[head.find(b"\n") + 1 :], False
+        elif rest:
+            head = rest + head
+        rest = tail
+        yield from io.BytesIO(head)
+        if len(rest) > MAX_LINE:
+            rest, skipping = b"", True
+            yield None
+    if rest and not skipping:
+        yield rest
 
 
 @dataclass
@@ -64,16 +121,18 @@ def _read_files(
         skipped_before = torn + steps.bad
         source = ""
         last_torn = 0  # a line without its newline can only be the file's last
-        try:
-            f = open(path, "rb")  # noqa: SIM115  (kept open for the loop below)
-        except OSError:  # a directory, a file gone: nothing of it can be read
+        f = open_regular(path)
+        if f is None:  # a directory, a link, a FIFO, a file gone: nothing of it is read
             torn += 1
             bad[path.name] = (1, "")
             continue
         with f:
-            if offsets:
-                f.seek(offsets.get(path.name, 0))
-            for line in f:
+            start = offsets.get(path.name, 0) if offsets else 0
+            f.seek(start)
+            for line in bounded_lines(f, os.fstat(f.fileno()).st_size - start):
+                if line is None:
+                    torn += 1
+                    continue
                 m = _probe_step_line(line)
                 if m is not None:  # the probe's own step line: no JSON decoding needed
                     fields = m.groups()

@@ -8,15 +8,28 @@ them, line for line, by the same parser as :meth:`~faultdrill.timeline.Timeline.
 of each probe file it covers. Loading takes the covered part from the store and reads
 only what follows from the JSON lines, so a store that lags (a harness that died) still
 gives the whole timeline; a store that does not match the files it names (a file shorter
-than it says, other bytes where its coverage ends) is ignored and everything is read from
-the JSON lines. ``Timeline.load(..., use_store=False)`` always reads the JSON lines (to
-re-judge from the evidence of record alone); deleting ``steps/`` does the same for good.
+than it says, covered bytes whose SHA-256 is not the one it recorded) is ignored and
+everything is read from the JSON lines.
+
+What the hashes prove: the JSON lines are, byte for byte, those the store was made from
+(an edited line makes the store ignored, so the edit is judged from the lines themselves),
+and the store's own files (each column, each source's lines) are those its manifest names
+(a damaged or naively edited store is ignored). What they cannot prove: that whoever wrote
+the run directory derived the columns honestly; nothing in a run directory is signed (a
+signed bundle is). The store is read as untrusted input besides: regular files only, no
+link followed, its lines held to the event contract, its times finite. Hashing costs one
+pass over the covered bytes and the columns, in threads (SHA-256 runs at about 1.7 GB/s a
+core with SHA-NI: measured in ``bench/load_cost.py``).
+``Timeline.load(..., use_store=False)`` always reads the JSON lines (to re-judge from the
+evidence of record alone); deleting ``steps/`` does the same for good.
 
 Layout, in ``<events dir>/steps/``::
 
-    manifest.json      format, rows, ranges, task, lines skipped (torn), and per covered
-                       source file: bytes covered, the last (up to 32) covered bytes, the
-                       lines of them skipped (``bad``) and the file's source (``src``, as
+    manifest.json      format, rows, ranges, task, lines skipped (torn), the SHA-256 of each
+                       column's first rows (``columns``), and per covered
+                       source file: bytes covered, their SHA-256 (``sha256``), the lines of
+                       them skipped (``bad``), the SHA-256 of its file under lines/
+                       (``lines_sha256``) and the file's source (``src``, as
                        :attr:`~faultdrill.timeline.Timeline.bad_lines` names it)
     <column>.<dtype>   raw little-endian columns: mono.f8 rank.i4 pid.i4 step.i8 loss.f8
                        count.i4 (sample ranges per row), rng_start.i8 rng_end.i8 (ranges)
@@ -28,8 +41,10 @@ columns up to the rows it names (a column file may be longer: an append in progr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -37,7 +52,13 @@ from typing import IO, Any
 import numpy as np
 
 from faultdrill.events import Event, malformed
-from faultdrill.timeline.reader import _parse_line, _probe_step_line, _StepColumns
+from faultdrill.timeline.reader import (
+    _parse_line,
+    _probe_step_line,
+    _StepColumns,
+    bounded_lines,
+    open_regular,
+)
 from faultdrill.timeline.steps import I4, I8, StepTable
 
 __all__ = [
@@ -51,7 +72,7 @@ __all__ = [
 ]
 
 STORE_DIR = "steps"
-FORMAT = "faultdrill-steps/2"  # /2: per source bad lines and src
+FORMAT = "faultdrill-steps/3"  # /2: per source bad lines and src; /3: sha256 of the covered bytes
 #: (name, dtype, per range rather than per row), in :class:`_StepColumns` order.
 COLUMNS: tuple[tuple[str, Any, bool], ...] = (
     ("mono", np.dtype("<f8"), False),
@@ -63,7 +84,9 @@ COLUMNS: tuple[tuple[str, Any, bool], ...] = (
     ("rng_start", np.dtype("<i8"), True),
     ("rng_end", np.dtype("<i8"), True),
 )
-_TAIL = 32
+#: The largest manifest read (bytes): about 200 bytes per source file, 4,096 ranks and more.
+MAX_MANIFEST = 64 << 20
+_EMPTY_SHA256 = hashlib.sha256().hexdigest()
 
 
 def _file(name: str, dtype: Any) -> str:
@@ -122,7 +145,8 @@ def parse_chunk(data: bytes) -> Chunk:
 @dataclass
 class _Source:
     covered: int = 0
-    tail: bytes = b""
+    hash: Any = field(default_factory=hashlib.sha256)  # of the covered bytes
+    lines: Any = field(default_factory=hashlib.sha256)  # of its file under lines/
     bad: int = 0  # lines skipped (all complete: a torn last line is never covered)
     src: str = ""
 
@@ -139,12 +163,18 @@ class StepStoreWriter:
     task: str = ""
     _sources: dict[str, _Source] = field(default_factory=dict)
     _cols: dict[str, IO[bytes]] = field(default_factory=dict)
+    _col_hashes: dict[str, Any] = field(default_factory=dict)  # column -> sha256 of it
 
     def __post_init__(self) -> None:
         self.dir = self.events_dir / STORE_DIR
         (self.dir / "lines").mkdir(parents=True, exist_ok=True)
         for name, dtype, _per_range in COLUMNS:
             self._cols[name] = open(self.dir / _file(name, dtype), "wb")  # noqa: SIM115
+            self._col_hashes[name] = hashlib.sha256()
+
+    def _write(self, column: str, data: bytes) -> None:
+        self._cols[column].write(data)
+        self._col_hashes[column].update(data)
 
     def add(self, source: str, data: bytes, offset: int) -> Chunk:
         """Take the complete lines ``data`` of probe file ``source``, which start at byte
@@ -155,18 +185,20 @@ class StepStoreWriter:
         chunk = parse_chunk(data)
         if chunk.steps is not None:
             for (name, dtype, _r), col in zip(COLUMNS, chunk.steps, strict=True):
-                self._cols[name].write(np.ascontiguousarray(col, dtype=dtype).tobytes())
+                self._write(name, np.ascontiguousarray(col, dtype=dtype).tobytes())
             self.rows += int(chunk.steps[0].shape[0])
             self.ranges += int(chunk.steps[6].shape[0])
         if chunk.lines:  # few (run_start, saves...): opened per write, not held (4,096 ranks)
+            lines = b"".join(chunk.lines)
             with open(self.dir / "lines" / source, "ab") as f:
-                f.write(b"".join(chunk.lines))
+                f.write(lines)
+            src.lines.update(lines)
         self.torn += chunk.torn
         src.bad += chunk.torn
         src.src = src.src or chunk.source
         self.task = self.task or chunk.task
         src.covered += len(data)
-        src.tail = (src.tail + data)[-_TAIL:]
+        src.hash.update(data)
         return chunk
 
     def sync(self) -> None:
@@ -180,8 +212,15 @@ class StepStoreWriter:
             "ranges": self.ranges,
             "torn": self.torn,
             "task": self.task,
+            "columns": {name: h.hexdigest() for name, h in sorted(self._col_hashes.items())},
             "sources": {
-                name: {"bytes": s.covered, "tail": s.tail.hex(), "bad": s.bad, "src": s.src}
+                name: {
+                    "bytes": s.covered,
+                    "sha256": s.hash.hexdigest(),
+                    "lines_sha256": s.lines.hexdigest(),
+                    "bad": s.bad,
+                    "src": s.src,
+                }
                 for name, s in sorted(self._sources.items())
             },
         }
@@ -203,7 +242,7 @@ def write_table(events_dir: Path, st: StepTable, task: str) -> None:
     cols = (st.mono, st.rank, st.pid, st.step, st.loss, counts, st.rng_start, st.rng_end)
     for (name, dtype, _r), col in zip(COLUMNS, cols, strict=True):
         for a in range(0, col.shape[0], 1 << 22):
-            writer._cols[name].write(np.ascontiguousarray(col[a : a + (1 << 22)], dtype).tobytes())
+            writer._write(name, np.ascontiguousarray(col[a : a + (1 << 22)], dtype).tobytes())
     writer.rows, writer.ranges, writer.task = len(st), int(st.rng_start.shape[0]), task
     writer.close()
 
@@ -235,63 +274,129 @@ def read_store(events_dir: Path) -> Stored | None:
     files it covers (then everything is read from the JSON lines)."""
     root = events_dir / STORE_DIR
     try:
-        manifest = json.loads((root / "manifest.json").read_text())
+        manifest = json.loads(_read_small(root / "manifest.json", MAX_MANIFEST))
         if manifest.get("format") != FORMAT:
             return None
         rows, ranges = int(manifest["rows"]), int(manifest["ranges"])
         sources = {str(k): v for k, v in manifest["sources"].items()}
-        for name, info in sources.items():
-            if not _covers(events_dir / name, int(info["bytes"]), bytes.fromhex(info["tail"])):
-                return None
-        columns = []
-        for name, dtype, per_range in COLUMNS:
-            n = ranges if per_range else rows
-            col = np.fromfile(root / _file(name, dtype), dtype=dtype, count=n)
-            if col.shape[0] != n:
-                return None
-            columns.append(col.astype(_native(dtype), copy=False))
-        if int(columns[5].sum()) != ranges:
-            return None
-        events = _lines(root / "lines", sources)
         covered = {name: int(info["bytes"]) for name, info in sources.items()}
+        hashes = {name: str(info["sha256"]) for name, info in sources.items()}
+        if not _all_cover(events_dir, covered, hashes):
+            return None
+        columns = _columns(
+            root, rows, ranges, {str(k): str(v) for k, v in manifest["columns"].items()}
+        )
+        events = _lines(root / "lines", sources) if columns is not None else None
         bad = {name: (int(info["bad"]), str(info["src"])) for name, info in sources.items()}
         torn = int(manifest["torn"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # unreadable or not ours: read the JSON lines instead
-    if events is None:
+    if events is None or columns is None:
         return None
     return Stored(str(manifest.get("task", "")), events, columns, torn, covered, bad)
+
+
+def _read_small(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; ValueError otherwise."""
+    f = open_regular(path)
+    if f is None:
+        raise ValueError(f"{path} is not a regular file")
+    with f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data
+
+
+def _columns(root: Path, rows: int, ranges: int, hashes: dict[str, str]) -> list[np.ndarray] | None:
+    """The step columns, each as long as the manifest says (a column file may be longer: an
+    append in progress), or None when one is short, not a regular file, not of the SHA-256
+    the manifest gives, or holds what the JSON reader never gives (a time that is not
+    finite, a negative count of ranges)."""
+    if rows < 0 or ranges < 0:
+        return None
+    columns = []
+    for name, dtype, per_range in COLUMNS:
+        n = ranges if per_range else rows
+        f = open_regular(root / _file(name, dtype))
+        if f is None:
+            return None
+        with f:
+            col = np.fromfile(f, dtype=dtype, count=n)
+        if col.shape[0] != n or _sha256(col) != hashes.get(name):
+            return None
+        columns.append(col.astype(_native(dtype), copy=False))
+    if not bool(np.isfinite(columns[0]).all()) or bool((columns[5] < 0).any()):
+        return None
+    if int(columns[5].sum()) != ranges:
+        return None
+    return columns
+
+
+def _sha256(col: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(col).data.cast("B")).hexdigest()
 
 
 def _native(dtype: Any) -> Any:
     return {"f": np.float64, "i": I4 if dtype.itemsize == 4 else I8}[dtype.kind]
 
 
-def _covers(path: Path, covered: int, tail: bytes) -> bool:
-    """Whether ``path`` still starts with what the store covered: at least as long, and
-    the same bytes where the coverage ends."""
-    try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size < covered:
-                return False
-            f.seek(covered - len(tail))
-            return f.read(len(tail)) == tail
-    except OSError:
+def _all_cover(events_dir: Path, covered: dict[str, int], hashes: dict[str, str]) -> bool:
+    """Whether every covered file still starts with the bytes the store was made from
+    (hashed in threads: :mod:`hashlib` releases the GIL on large buffers)."""
+    if any("/" in name or name in ("", ".", "..") for name in covered):
+        return False  # a source is a file of this directory, never a path
+    names = sorted(covered)
+    workers = max(1, min(4, len(names), len(os.sched_getaffinity(0))))
+    with ThreadPoolExecutor(workers) as pool:
+        done = pool.map(lambda n: _covers(events_dir / n, covered[n], hashes[n]), names)
+        return all(list(done))
+
+
+def _covers(path: Path, covered: int, digest: str) -> bool:
+    """Whether ``path`` (a regular file, not a link) still starts with what the store
+    covered: at least as long, and its first ``covered`` bytes of that SHA-256."""
+    f = open_regular(path)
+    if f is None or covered < 0:
         return False
+    with f:
+        if os.fstat(f.fileno()).st_size < covered:
+            return False
+        h = hashlib.sha256()
+        left = covered
+        while left > 0:
+            block = f.read(min(left, 8 << 20))
+            if not block:
+                return False
+            h.update(block)
+            left -= len(block)
+    return h.hexdigest() == digest
 
 
 def _lines(folder: Path, sources: dict[str, Any]) -> dict[str, list[Event]] | None:
-    """The other lines of every covered source, as events, per source."""
+    """The other lines of every covered source, as events, per source; None if one is not
+    what the store writes (a line that is not a valid event, a probe step, a link)."""
     out: dict[str, list[Event]] = {}
     for name in sorted(sources):
         path = folder / name
-        if not path.exists():
+        if not os.path.lexists(path):
+            if sources[name].get("lines_sha256") != _EMPTY_SHA256:
+                return None  # it wrote lines of this source: they are gone
             continue
+        f = open_regular(path)
+        if f is None:
+            return None
         events = out.setdefault(name, [])
-        with open(path, "rb") as f:
-            for line in f:
-                raw = _parse_line(line)
-                if raw is None:
-                    return None  # the store wrote only lines that parsed: not ours
+        h = hashlib.sha256()
+        with f:
+            for line in bounded_lines(f, os.fstat(f.fileno()).st_size):
+                raw = None if line is None else _parse_line(line)
+                h.update(line or b"")
+                if raw is None or malformed(raw) is not None:
+                    return None  # the store wrote only valid events: not ours
+                if raw.get("src") == "probe" and raw.get("kind") == "step":
+                    return None  # steps are in the columns
                 events.append(Event.from_json(raw))
+        if h.hexdigest() != sources[name].get("lines_sha256"):
+            return None
     return out
