@@ -588,3 +588,72 @@ def test_a_restart_that_resumes_at_the_final_checkpoint_with_nothing_left_passes
     assert judge.one("progress.completed", tl) == (P, "reached step 6 and ended cleanly")
     assert judge.one("progress.sample-ledger", tl)[0] is P
     assert judge.one("results.loss-matches-baseline", tl)[0] is P
+
+
+# --- progress.restored-components -------------------------------------------------------
+
+RC = "progress.restored-components"
+PARTS = {"model": "m4", "optimizer": "o4", "scheduler": "s4", "rng": "r4"}
+
+
+def with_parts(tl: TL, restored: dict[int, dict[str, str]], *, saved: dict[str, str] = PARTS) -> TL:
+    """``restart()`` plus the digests of ckpt-4's parts: saved by both old ranks, restored
+    (as given per rank) right after each new rank's load."""
+    for rank, pid in enumerate(OLD):
+        tl.add(
+            "probe", "ckpt_components", 4.05, rank=rank, pid=pid, id="ckpt-4", step=4,
+            phase="saved", components=saved,
+        )  # fmt: skip
+    for rank, pid in enumerate(NEW):
+        if rank in restored:
+            tl.add(
+                "probe", "ckpt_components", 7.15, rank=rank, pid=pid, id="ckpt-4", step=4,
+                phase="restored", components=restored[rank],
+            )  # fmt: skip
+    return tl
+
+
+def test_restored_components_passes_when_every_part_comes_back(judge: Judge) -> None:
+    tl = with_parts(restart(), {0: PARTS, 1: PARTS})
+    [f] = judge.run(RC, tl)
+    assert (f.verdict, f.message) == (
+        P,
+        "2 load(s) restored every saved part as saved "
+        "(model, optimizer, rng, scheduler; ranks 0, 1)",
+    )
+    assert "to_be_verified" not in f.data
+
+
+def test_restored_components_fails_when_the_optimizer_was_not_restored(judge: Judge) -> None:
+    fresh = {**PARTS, "optimizer": "o-fresh"}
+    assert judge.one(RC, with_parts(restart(), {0: PARTS, 1: fresh})) == (
+        F,
+        "incarnation 1, rank 1: optimizer of checkpoint ckpt-4 (step 4) saved but not "
+        "restored: the digest after the load differs from the one taken at the save",
+    )
+
+
+def test_restored_components_fails_a_part_missing_after_the_load(judge: Judge) -> None:
+    no_rng = {k: v for k, v in PARTS.items() if k != "rng"}
+    assert judge.one(RC, with_parts(restart(), {0: no_rng, 1: PARTS})) == (
+        F,
+        "incarnation 1, rank 0: rng of checkpoint ckpt-4 (step 4) saved, but no digest was "
+        "reported after the load although training went on: not shown restored",
+    )
+
+
+def test_restored_components_ignores_parts_never_saved(judge: Judge) -> None:
+    """A job that does not save its RNG state reports no rng part: nothing to restore."""
+    no_rng = {k: v for k, v in PARTS.items() if k != "rng"}
+    tl = with_parts(restart(), {0: PARTS, 1: PARTS}, saved=no_rng)
+    assert judge.one(RC, tl)[0] is P
+
+
+def test_restored_components_says_when_the_job_reports_no_digests(judge: Judge) -> None:
+    [f] = judge.run(RC, restart())
+    assert (f.verdict, f.data.get("to_be_verified")) == (P, "restored checkpoint components")
+    assert "judged on results alone" in f.message
+
+
+def test_restored_components_without_a_load(judge: Judge) -> None:
+    assert judge.one(RC, baseline()) == (P, "no checkpoint was loaded: no restore to compare")
