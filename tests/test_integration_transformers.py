@@ -76,6 +76,21 @@ def test_a_resume_from_an_incomplete_newest_checkpoint_is_caught(
     assert c["questions"]["resumed_from"]["data_position"] == -1  # no manifest to read
 
 
+@pytest.mark.slow  # a torchrun drill of ~2 min; the default run keeps the one-process test
+@pytest.mark.drill
+def test_a_trainer_with_dataloader_workers_resumes_every_part_it_saved(tmp_path: Path) -> None:
+    """dataloader_num_workers=2: the kill drill passes, and every part of checkpoint-4
+    (model, optimizer, LR scheduler, each rank's RNG state) comes back as saved."""
+    report = run_example("hf_trainer", tmp_path, ["kill-worker"], {"workers": 2})
+    s = item(report, "kill-worker")
+    assert s["verdict"] == "pass", json.dumps(s["evidence"], indent=1)[:4000]
+    restored = finding(s, "progress.restored-components")
+    assert restored["message"] == (
+        "2 load(s) restored every saved part as saved "
+        "(model, optimizer, rng, scheduler; ranks 0, 1)"
+    )
+
+
 def _run_alone(cfg: dict[str, Any], tmp: Path, *, probed: bool = True) -> list[dict[str, Any]]:
     """The example job as one process (no torchrun); its probe events so far (none when
     not ``probed``: run without faultdrill's environment)."""

@@ -12,7 +12,8 @@ Contract
 * A digest depends only on the values (keys in order, types, dtypes, shapes, bytes), never
   on object identities or memory addresses: the state a load restored digests as the state
   that was saved.
-* Cost: one pass over the bytes (sha256, about 1-2 GB/s a core) plus a copy of tensors
+* Cost: one sha256 pass over the bytes (measured: 0.4 GiB/s on one shared CPU core; the
+  reference workload's model, AdamW, schedule and RNG state in 2.4 ms) plus a copy of tensors
   that live on an accelerator; meant for each save and each load, not each step.
 """
 
