@@ -3,8 +3,10 @@ matter, and the sample ledger tells a healthy resume from a replayed or skipped 
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -657,3 +659,31 @@ def test_restored_components_says_when_the_job_reports_no_digests(judge: Judge) 
 
 def test_restored_components_without_a_load(judge: Judge) -> None:
     assert judge.one(RC, baseline()) == (P, "no checkpoint was loaded: no restore to compare")
+
+
+def test_component_digests_that_break_the_event_contract_are_refused() -> None:
+    from faultdrill.events import malformed
+
+    good = {"mono": 1.0, "src": "probe", "kind": "ckpt_components", "task": "t", "pid": 1,
+            "rank": 0, "id": "ckpt-4", "step": 4, "phase": "saved", "components": {"m": "ab"}}  # fmt: skip
+    assert malformed(good) is None
+    assert malformed({**good, "components": {"m": 1}}) == "components is not digests"
+    assert malformed({**good, "components": ["ab"]}) == "components is not digests"
+    assert malformed({k: v for k, v in good.items() if k != "phase"}) == "phase is missing"
+
+
+def test_the_probe_writes_component_digests_and_refuses_an_unknown_phase(tmp_path: Path) -> None:
+    from faultdrill.probe import Probe
+
+    probe = Probe(tmp_path, rank=1)
+    probe.components(ckpt_id="ckpt-4", step=4, phase="restored", components={"model": "ab"})
+    with pytest.raises(ValueError, match="phase must be"):
+        probe.components(ckpt_id="ckpt-4", step=4, phase="loaded", components={})
+    [line] = (tmp_path / "probe-rank1.jsonl").read_text().splitlines()
+    rec = json.loads(line)
+    assert (rec["kind"], rec["phase"], rec["components"]) == (
+        "ckpt_components",
+        "restored",
+        {"model": "ab"},
+    )
+    assert Timeline.from_records([rec]).of("probe", "ckpt_components")
