@@ -76,8 +76,7 @@ def test_a_resume_from_an_incomplete_newest_checkpoint_is_caught(
     assert c["questions"]["resumed_from"]["data_position"] == -1  # no manifest to read
 
 
-@pytest.mark.slow  # a torchrun drill of ~2 min; the default run keeps the one-process test
-@pytest.mark.drill
+@pytest.mark.drill  # one kill drill, ~1 min
 def test_a_trainer_with_dataloader_workers_resumes_every_part_it_saved(tmp_path: Path) -> None:
     """dataloader_num_workers=2: the kill drill passes, and every part of checkpoint-4
     (model, optimizer, LR scheduler, each rank's RNG state) comes back as saved."""

@@ -113,7 +113,7 @@ def test_adamw_moments_not_restored_fail_whatever_the_loss_did(
     assert c["caught"] is True, json.dumps(c, indent=1)[:3000]
 
 
-@pytest.mark.slow  # ~3 min: two more known-bad resumes
+@pytest.mark.slow  # ~1.5 min more: two further known-bad resumes
 def test_a_schedule_or_rng_state_not_restored_fails(tmp_path: Path) -> None:
     report = run(adamw_plan(["scheduler", "rng"]), tmp_path)
     for part in ("scheduler", "rng"):
