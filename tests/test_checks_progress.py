@@ -687,3 +687,17 @@ def test_the_probe_writes_component_digests_and_refuses_an_unknown_phase(tmp_pat
         {"model": "ab"},
     )
     assert Timeline.from_records([rec]).of("probe", "ckpt_components")
+
+
+def test_restored_components_when_no_loading_rank_reported_its_save(judge: Judge) -> None:
+    """Digests were reported, but only at the load: nothing to compare with, said so."""
+    tl = restart().add(
+        "probe", "ckpt_components", 7.15, rank=0, pid=NEW[0], id="ckpt-4", step=4,
+        phase="restored", components=PARTS,
+    )  # fmt: skip
+    [f] = judge.run(RC, tl)
+    assert (f.verdict, f.data.get("to_be_verified")) == (P, "restored checkpoint components")
+    assert f.message == (
+        "2 load(s) of checkpoint(s) ckpt-4 whose parts were not digested at the save: "
+        "those restores are judged on results alone"
+    )

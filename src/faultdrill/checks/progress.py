@@ -492,7 +492,7 @@ def restored_components(ctx: CheckContext) -> list[Finding]:
     if not tl.of("probe", "ckpt_load"):
         return [ctx.finding(RC, P, Msg("progress.restored-components.no-load"))]
     compared, unjudged = _restores(tl)
-    if not compared:
+    if not compared and not tl.of("probe", "ckpt_components"):
         return [
             ctx.finding(
                 RC,
@@ -501,23 +501,29 @@ def restored_components(ctx: CheckContext) -> list[Finding]:
                 to_be_verified="restored checkpoint components",
             )
         ]
+    if not compared:  # digests reported, but none of a loading rank at its checkpoint's save
+        unjudged = tl.of("probe", "ckpt_load")
     out = [_restore_failed(ctx, r) for r in compared if r.differing() or r.missing()]
     if out:
         return out
     names = sorted({k for r in compared for k in r.saved})
-    out = [
-        ctx.finding(
-            RC,
-            P,
-            Msg(
-                "progress.restored-components.all",
-                n=len(compared),
-                parts=names,
-                ranks=sorted({int(r.load.get("rank", 0)) for r in compared}),
-            ),
-            components=names,
-        )
-    ]
+    out = (
+        []
+        if not compared
+        else [
+            ctx.finding(
+                RC,
+                P,
+                Msg(
+                    "progress.restored-components.all",
+                    n=len(compared),
+                    parts=names,
+                    ranks=sorted({int(r.load.get("rank", 0)) for r in compared}),
+                ),
+                components=names,
+            )
+        ]
+    )
     if unjudged:
         out.append(
             ctx.finding(
