@@ -17,14 +17,17 @@ from tests.drillkit import ROOT, cli_env, kill_task
 EXAMPLES = ROOT / "examples"
 
 
-def shrunk_plan(name: str, tmp_path: Path) -> tuple[Path, str]:
+def shrunk_plan(
+    name: str, tmp_path: Path, workload: dict[str, Any] | None = None
+) -> tuple[Path, str]:
     """The example's plan with a unique task id, its script by absolute path, 16 steps,
-    a checkpoint every 4 steps, kills at step 6 and damage after the 2nd save (step 8)."""
+    a checkpoint every 4 steps, kills at step 6 and damage after the 2nd save (step 8);
+    ``workload``: further overrides of its workload config."""
     raw: dict[str, Any] = yaml.safe_load((EXAMPLES / name / "plan.yaml").read_text())
     task_id = f"t-{uuid.uuid4().hex[:10]}"
     raw["task"]["id"] = task_id
     raw["task"]["entrypoint"]["script"] = str(EXAMPLES / name / "train.py")
-    raw["task"]["workload"].update(steps=16, step_sleep_s=0.1)
+    raw["task"]["workload"].update(steps=16, step_sleep_s=0.1, **(workload or {}))
     raw["checkpoint"]["every_steps"] = 4
     for item in [s for r in raw["rounds"] for s in r["scenarios"]] + raw["controls"]:
         if "at_step" in item["trigger"]:
@@ -34,9 +37,11 @@ def shrunk_plan(name: str, tmp_path: Path) -> tuple[Path, str]:
     return path, task_id
 
 
-def run_example(name: str, tmp_path: Path, only: list[str]) -> dict[str, Any]:
+def run_example(
+    name: str, tmp_path: Path, only: list[str], workload: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``faultdrill run`` of the shrunk plan, for the items in ``only``; the report."""
-    plan, task_id = shrunk_plan(name, tmp_path)
+    plan, task_id = shrunk_plan(name, tmp_path, workload)
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "faultdrill.cli", "run", str(plan), "--out", str(out)]
     argv += ["--only", ",".join(only), "--quiet"]

@@ -285,6 +285,7 @@ EVERY_CHECK = [
     "progress.failed-save-not-published",
     "progress.no-jump",
     "progress.no-restart-from-zero",
+    "progress.restored-components",
     "progress.resume-point",
     "progress.sample-ledger",
     "progress.steps-attributed",

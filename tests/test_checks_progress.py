@@ -3,8 +3,10 @@ matter, and the sample ledger tells a healthy resume from a replayed or skipped 
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -588,3 +590,114 @@ def test_a_restart_that_resumes_at_the_final_checkpoint_with_nothing_left_passes
     assert judge.one("progress.completed", tl) == (P, "reached step 6 and ended cleanly")
     assert judge.one("progress.sample-ledger", tl)[0] is P
     assert judge.one("results.loss-matches-baseline", tl)[0] is P
+
+
+# --- progress.restored-components -------------------------------------------------------
+
+RC = "progress.restored-components"
+PARTS = {"model": "m4", "optimizer": "o4", "scheduler": "s4", "rng": "r4"}
+
+
+def with_parts(tl: TL, restored: dict[int, dict[str, str]], *, saved: dict[str, str] = PARTS) -> TL:
+    """``restart()`` plus the digests of ckpt-4's parts: saved by both old ranks, restored
+    (as given per rank) right after each new rank's load."""
+    for rank, pid in enumerate(OLD):
+        tl.add(
+            "probe", "ckpt_components", 4.05, rank=rank, pid=pid, id="ckpt-4", step=4,
+            phase="saved", components=saved,
+        )  # fmt: skip
+    for rank, pid in enumerate(NEW):
+        if rank in restored:
+            tl.add(
+                "probe", "ckpt_components", 7.15, rank=rank, pid=pid, id="ckpt-4", step=4,
+                phase="restored", components=restored[rank],
+            )  # fmt: skip
+    return tl
+
+
+def test_restored_components_passes_when_every_part_comes_back(judge: Judge) -> None:
+    tl = with_parts(restart(), {0: PARTS, 1: PARTS})
+    [f] = judge.run(RC, tl)
+    assert (f.verdict, f.message) == (
+        P,
+        "2 load(s) restored every saved part as saved "
+        "(model, optimizer, rng, scheduler; ranks 0, 1)",
+    )
+    assert "to_be_verified" not in f.data
+
+
+def test_restored_components_fails_when_the_optimizer_was_not_restored(judge: Judge) -> None:
+    fresh = {**PARTS, "optimizer": "o-fresh"}
+    assert judge.one(RC, with_parts(restart(), {0: PARTS, 1: fresh})) == (
+        F,
+        "incarnation 1, rank 1: optimizer of checkpoint ckpt-4 (step 4) saved but not "
+        "restored: the digest after the load differs from the one taken at the save",
+    )
+
+
+def test_restored_components_fails_a_part_missing_after_the_load(judge: Judge) -> None:
+    no_rng = {k: v for k, v in PARTS.items() if k != "rng"}
+    assert judge.one(RC, with_parts(restart(), {0: no_rng, 1: PARTS})) == (
+        F,
+        "incarnation 1, rank 0: rng of checkpoint ckpt-4 (step 4) saved, but no digest was "
+        "reported after the load although training went on: not shown restored",
+    )
+
+
+def test_restored_components_ignores_parts_never_saved(judge: Judge) -> None:
+    """A job that does not save its RNG state reports no rng part: nothing to restore."""
+    no_rng = {k: v for k, v in PARTS.items() if k != "rng"}
+    tl = with_parts(restart(), {0: PARTS, 1: PARTS}, saved=no_rng)
+    assert judge.one(RC, tl)[0] is P
+
+
+def test_restored_components_says_when_the_job_reports_no_digests(judge: Judge) -> None:
+    [f] = judge.run(RC, restart())
+    assert (f.verdict, f.data.get("to_be_verified")) == (P, "restored checkpoint components")
+    assert "judged on results alone" in f.message
+
+
+def test_restored_components_without_a_load(judge: Judge) -> None:
+    assert judge.one(RC, baseline()) == (P, "no checkpoint was loaded: no restore to compare")
+
+
+def test_component_digests_that_break_the_event_contract_are_refused() -> None:
+    from faultdrill.events import malformed
+
+    good = {"mono": 1.0, "src": "probe", "kind": "ckpt_components", "task": "t", "pid": 1,
+            "rank": 0, "id": "ckpt-4", "step": 4, "phase": "saved", "components": {"m": "ab"}}  # fmt: skip
+    assert malformed(good) is None
+    assert malformed({**good, "components": {"m": 1}}) == "components is not digests"
+    assert malformed({**good, "components": ["ab"]}) == "components is not digests"
+    assert malformed({k: v for k, v in good.items() if k != "phase"}) == "phase is missing"
+
+
+def test_the_probe_writes_component_digests_and_refuses_an_unknown_phase(tmp_path: Path) -> None:
+    from faultdrill.probe import Probe
+
+    probe = Probe(tmp_path, rank=1)
+    probe.components(ckpt_id="ckpt-4", step=4, phase="restored", components={"model": "ab"})
+    with pytest.raises(ValueError, match="phase must be"):
+        probe.components(ckpt_id="ckpt-4", step=4, phase="loaded", components={})
+    [line] = (tmp_path / "probe-rank1.jsonl").read_text().splitlines()
+    rec = json.loads(line)
+    assert (rec["kind"], rec["phase"], rec["components"]) == (
+        "ckpt_components",
+        "restored",
+        {"model": "ab"},
+    )
+    assert Timeline.from_records([rec]).of("probe", "ckpt_components")
+
+
+def test_restored_components_when_no_loading_rank_reported_its_save(judge: Judge) -> None:
+    """Digests were reported, but only at the load: nothing to compare with, said so."""
+    tl = restart().add(
+        "probe", "ckpt_components", 7.15, rank=0, pid=NEW[0], id="ckpt-4", step=4,
+        phase="restored", components=PARTS,
+    )  # fmt: skip
+    [f] = judge.run(RC, tl)
+    assert (f.verdict, f.data.get("to_be_verified")) == (P, "restored checkpoint components")
+    assert f.message == (
+        "2 load(s) of checkpoint(s) ckpt-4 whose parts were not digested at the save: "
+        "those restores are judged on results alone"
+    )

@@ -82,7 +82,8 @@ def _run_alone(cfg: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
 def test_one_process_reports_observed_ids_sealed_saves_and_a_verified_resume(
     tmp_path: Path,
 ) -> None:
-    first = _run_alone({"steps": 4}, tmp_path)
+    every = _run_alone({"steps": 4}, tmp_path)
+    first = [e for e in every if e["kind"] != "ckpt_components"]
     kinds = [e["kind"] for e in first]
     assert kinds == ["run_start", "ckpt_none", "step", "step", "ckpt_save", "step", "step",
                      "ckpt_save", "run_end"]  # fmt: skip
@@ -92,7 +93,8 @@ def test_one_process_reports_observed_ids_sealed_saves_and_a_verified_resume(
     assert (save["id"], save["step"], save["data_position"]) == ("step-000004", 4, 32)
     assert save["path"] == str(tmp_path / "ckpt" / "step-000004" / "model.ckpt")
     assert (tmp_path / "ckpt" / "step-000004" / "manifest.json").is_file()
-    resumed = _run_alone({"steps": 6}, tmp_path)[len(first) :]
+    both = _run_alone({"steps": 6}, tmp_path)[len(every) :]
+    resumed = [e for e in both if e["kind"] != "ckpt_components"]
     load = resumed[1]
     assert (load["kind"], load["id"], load["step"], load["verified"], load["data_position"]) == (
         "ckpt_load",
@@ -111,3 +113,11 @@ def test_one_process_reports_observed_ids_sealed_saves_and_a_verified_resume(
         i for e in resumed if e["kind"] == "step" for a, b in e["samples"] for i in range(a, b)
     ]
     assert len(later) == 16 and not set(later) & set(ids)
+    [saved] = [
+        e["components"]
+        for e in every
+        if e["kind"] == "ckpt_components" and e["id"] == "step-000004"
+    ]
+    [restored] = [e for e in both if e["kind"] == "ckpt_components" and e["phase"] == "restored"]
+    assert sorted(saved) == ["model", "optimizer"]  # the example has no LR scheduler
+    assert (restored["id"], restored["components"]) == ("step-000004", saved)

@@ -118,3 +118,41 @@ def test_the_data_position_comes_from_the_loaders_own_state() -> None:
     assert fd_dcp.loader_position({"_num_yielded": 5}, batch_size=4) == 20
     with pytest.raises(ValueError, match="pass batch_size"):
         fd_dcp.loader_position({"_num_yielded": 5})
+
+
+def test_the_parts_saved_come_back_with_the_load(tmp_path: Path) -> None:
+    path = tmp_path / "step-000010"
+    saved = _save(path)
+    probe = Probe(tmp_path / "events", rank=0)
+    parts = fd_dcp.state_components(saved)
+    fd_dcp.report_saved(probe, path, step=10, data_position=160, components=parts)
+    [save, digests] = _events(tmp_path / "events")
+    assert save["kind"] == "ckpt_save"
+    assert (digests["kind"], digests["id"], digests["phase"]) == (
+        "ckpt_components",
+        "step-000010",
+        "saved",
+    )
+    assert sorted(digests["components"]) == ["b", "w"]
+    state: dict[str, Any] = {"w": torch.zeros(64), "b": torch.zeros(8)}
+    assert fd_dcp.state_components(state) != digests["components"]
+    dcp_load(state, checkpoint_id=str(path))
+    assert fd_dcp.state_components(state) == digests["components"]
+
+
+def test_without_faultdrill_nothing_is_written_and_a_complete_directory_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FAULTDRILL_EVENTS_DIR", raising=False)
+    for step in (10, 20):
+        _save(tmp_path / f"step-{step:06d}")
+        assert fd_dcp.report_saved(Probe(None), tmp_path / f"step-{step:06d}", step=step,
+                                   data_position=step) is None  # fmt: skip
+    (tmp_path / "step-000020" / ".metadata").unlink()
+    assert (
+        sorted(p.name for p in tmp_path.rglob("*") if "manifest" in p.name or p.name == "latest")
+        == []
+    )
+    found, rejected = fd_dcp.newest_loadable(tmp_path, prefix="step-")
+    assert found is not None and (found.id, found.step) == ("step-000010", 10)
+    assert [r["id"] for r in rejected] == ["step-000020"]

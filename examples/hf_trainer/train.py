@@ -8,7 +8,8 @@ Run by torchrun (``faultdrill run examples/hf_trainer/plan.yaml`` does that), or
 The config (JSON, all optional): ``steps`` (30), ``step_sleep_s`` (0), ``resume``
 (``verified``: the newest checkpoint that matches its manifest; ``auto``: the Trainer's
 own pick, the newest ``checkpoint-N`` whatever its state), ``ignore_data_skip`` (false),
-``ckpt_dir`` (else ``$FAULTDRILL_CKPT_DIR``). Checkpoint cadence and retention come from
+``ckpt_dir`` (else ``$FAULTDRILL_CKPT_DIR``), ``workers`` (0: the data loader's worker
+processes). Checkpoint cadence and retention come from
 ``$FAULTDRILL_CKPT_EVERY`` and ``$FAULTDRILL_CKPT_KEEP``, the seed from ``$FAULTDRILL_SEED``.
 """
 
@@ -106,7 +107,7 @@ def main() -> None:
         seed=seed,
         use_cpu=True,
         ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None,
-        dataloader_num_workers=0,
+        dataloader_num_workers=int(cfg.get("workers", 0)),
         ignore_data_skip=bool(cfg.get("ignore_data_skip", False)),
         disable_tqdm=True,
         ddp_find_unused_parameters=False,

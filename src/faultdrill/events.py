@@ -41,7 +41,8 @@ _RESERVED = frozenset({"ts", "mono", "src", "kind", "task"})
 
 #: The fields the timeline and the judge rely on, by (source, kind): name -> type, where
 #: a type is ``int``, ``num`` (a finite number), ``str``, ``bool``, ``list``, ``dict`` or
-#: ``rtts`` (a mapping of peer -> number or null), with ``?`` when null is allowed and a
+#: ``rtts`` (a mapping of peer -> number or null) or ``digests`` (a mapping of name ->
+#: string), with ``?`` when null is allowed and a
 #: leading ``!`` when the field is required. An event breaking its shape is malformed
 #: (:func:`malformed`): the reader skips it and counts it against its file, and the
 #: evidence it feeds is judged retest, never read with a wrong value. Other fields and
@@ -65,6 +66,13 @@ SHAPES: dict[tuple[str, str], dict[str, str]] = {
         "duration_s": "num?",
     },
     ("probe", "ckpt_none"): {**_PROBE, "rejected": "list"},
+    ("probe", "ckpt_components"): {
+        **_PROBE,
+        "id": "!str",
+        "step": "!int",
+        "phase": "!str",
+        "components": "!digests",
+    },
     ("probe", "ckpt_save"): {
         **_PROBE,
         "id": "!str",
@@ -118,6 +126,7 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     "list": lambda v: type(v) is list,
     "dict": lambda v: type(v) is dict,
     "rtts": lambda v: type(v) is dict and all(x is None or _finite(x) for x in v.values()),
+    "digests": lambda v: type(v) is dict and all(type(x) is str for x in v.values()),
 }
 
 

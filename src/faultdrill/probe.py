@@ -35,6 +35,10 @@ Contract
   ckpt_load     id, step, path, verified, data_position, rejected ``[{id, reason}]``;
                 optional duration_s (seconds spent finding, verifying and restoring)
   ckpt_none     rejected: nothing valid to load; training starts from scratch
+  ckpt_components  id, step, phase (``saved`` or ``restored``), components ``{name:
+                digest}``: this rank's digests of the parts of checkpoint ``id``
+                (model, optimizer, scheduler, rng, dataloader...) as saved, or as they
+                are right after the load restored them (:meth:`Probe.components`)
   evaluation    step, split, metrics ``{name: value}``: held-out metrics of the model
                 after that step (at checkpoints and at the end)
   artifact      name, path, sha256, bytes, step: a file the job exported (the final
@@ -53,7 +57,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -255,10 +259,12 @@ class Probe:
         data_position: int,
         size_bytes: int | None = None,
         duration_s: float | None = None,
+        components: Mapping[str, str] | None = None,
     ) -> None:
         """Call only after the checkpoint is durable and published (``latest`` moved).
 
-        ``duration_s`` (optional): how long the save blocked training, for goodput."""
+        ``duration_s`` (optional): how long the save blocked training, for goodput.
+        ``components`` (optional): digests of the parts saved (:meth:`components`)."""
         extra = {} if duration_s is None else {"duration_s": round(float(duration_s), 6)}
         self.emit(
             "ckpt_save",
@@ -270,6 +276,8 @@ class Probe:
             data_position=data_position,
             **extra,
         )
+        if components is not None:
+            self.components(ckpt_id=ckpt_id, step=step, phase="saved", components=components)
 
     def checkpoint_failed(
         self,
@@ -298,12 +306,14 @@ class Probe:
         data_position: int,
         rejected: Sequence[dict[str, str]] = (),
         duration_s: float | None = None,
+        components: Mapping[str, str] | None = None,
         **extra: Any,
     ) -> None:
         """Call after restoring; ``verified`` says whether its digest was checked first.
 
         ``duration_s`` (optional): how long finding, verifying and restoring took. ``extra``:
-        flat fields a platform adds (e.g. ``handed_over``: the checkpoint it handed over)."""
+        flat fields a platform adds (e.g. ``handed_over``: the checkpoint it handed over).
+        ``components`` (optional): digests of the parts as restored (:meth:`components`)."""
         if duration_s is not None:
             extra["duration_s"] = round(float(duration_s), 6)
         self.emit(
@@ -316,6 +326,26 @@ class Probe:
             rejected=list(rejected),
             **extra,
         )
+        if components is not None:
+            self.components(ckpt_id=ckpt_id, step=step, phase="restored", components=components)
+
+    def components(
+        self, *, ckpt_id: str, step: int, phase: str, components: Mapping[str, str]
+    ) -> None:
+        """Record this rank's digests of the parts of checkpoint ``ckpt_id``.
+
+        ``phase``: ``"saved"`` (the state written into it, reported with the save) or
+        ``"restored"`` (the live state right after the load restored it, reported after
+        the load; a part restored later, such as RNG state a framework restores at the
+        first step, may come in a further ``restored`` call). ``components``: name ->
+        digest, e.g. from :func:`faultdrill.integrations.digest.component_digests`; report
+        only what the checkpoint holds (a job that does not save its RNG state reports no
+        ``rng``). The check ``progress.restored-components`` fails a part that was saved
+        but is not restored to the same digest."""
+        if phase not in ("saved", "restored"):
+            raise ValueError(f"phase must be 'saved' or 'restored', not {phase!r}")
+        digests = {str(k): str(v) for k, v in components.items()}
+        self.emit("ckpt_components", id=ckpt_id, step=step, phase=phase, components=digests)
 
     def no_checkpoint(self, rejected: Sequence[dict[str, str]] = (), **extra: Any) -> None:
         """Call when starting from scratch, with any checkpoints found but refused."""

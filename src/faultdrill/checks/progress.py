@@ -4,6 +4,7 @@ restart from zero, and every committed sample consumed exactly once."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -424,6 +425,143 @@ def checkpoint_verified(ctx: CheckContext) -> list[Finding]:
             rejected=[dict(r) for r in rejected],
         )
     ]
+
+
+RC = "progress.restored-components"
+
+
+@dataclass
+class _Restore:
+    """One rank's load of a checkpoint, with the part digests saved and restored."""
+
+    load: Event
+    saved: dict[str, str]
+    restored: dict[str, str]
+    trained: bool  # its incarnation took a step: what the load restored was used
+
+    def differing(self) -> list[str]:
+        return sorted(
+            k for k, v in self.saved.items() if k in self.restored and self.restored[k] != v
+        )
+
+    def missing(self) -> list[str]:
+        if not self.trained:
+            return []
+        return sorted(k for k in self.saved if k not in self.restored)
+
+
+def _restores(tl: Timeline) -> tuple[list[_Restore], list[Event]]:
+    """(the loads whose rank reported the checkpoint's parts when it was saved, the loads
+    of checkpoints whose parts no rank reported at their save)."""
+    parts = tl.of("probe", "ckpt_components")
+    saved_ids = {str(e["id"]) for e in parts if e.get("phase") == "saved"}
+    compared, unjudged = [], []
+    for ld in tl.of("probe", "ckpt_load"):
+        ckpt, rank, pid = str(ld["id"]), ld.get("rank"), ld.get("pid")
+        if ckpt not in saved_ids:
+            unjudged.append(ld)
+            continue
+        saves = [
+            e
+            for e in parts
+            if e.get("phase") == "saved"
+            and e["id"] == ckpt
+            and e.get("rank") == rank
+            and e.mono <= ld.mono
+        ]
+        if not saves:
+            continue  # saved by another rank only: this rank's parts were not reported
+        restored: dict[str, str] = {}
+        for e in parts:
+            mine = e.get("pid") == pid and e["id"] == ckpt and e.mono >= ld.mono
+            if mine and e.get("phase") == "restored":
+                restored.update(e["components"])
+        inc = tl.inc_of_pid(int(pid)) if isinstance(pid, int) else None
+        trained = inc is not None and tl.incarnations[inc].first_step is not None
+        last = max(saves, key=lambda e: e.mono)
+        compared.append(_Restore(ld, dict(last["components"]), restored, trained))
+    return compared, unjudged
+
+
+@check(RC, "progress")
+def restored_components(ctx: CheckContext) -> list[Finding]:
+    """Every part of a checkpoint that was saved (model, optimizer, scheduler, RNG, data
+    loader: the digests the job reported with the save) was restored by each load to the
+    same digest (the digests the job reported right after the load)."""
+    tl = ctx.timeline
+    if not tl.of("probe", "ckpt_load"):
+        return [ctx.finding(RC, P, Msg("progress.restored-components.no-load"))]
+    compared, unjudged = _restores(tl)
+    if not compared and not tl.of("probe", "ckpt_components"):
+        return [
+            ctx.finding(
+                RC,
+                P,
+                Msg("progress.restored-components.none-reported"),
+                to_be_verified="restored checkpoint components",
+            )
+        ]
+    if not compared:  # digests reported, but none of a loading rank at its checkpoint's save
+        unjudged = tl.of("probe", "ckpt_load")
+    out = [_restore_failed(ctx, r) for r in compared if r.differing() or r.missing()]
+    if out:
+        return out
+    names = sorted({k for r in compared for k in r.saved})
+    out = (
+        []
+        if not compared
+        else [
+            ctx.finding(
+                RC,
+                P,
+                Msg(
+                    "progress.restored-components.all",
+                    n=len(compared),
+                    parts=names,
+                    ranks=sorted({int(r.load.get("rank", 0)) for r in compared}),
+                ),
+                components=names,
+            )
+        ]
+    )
+    if unjudged:
+        out.append(
+            ctx.finding(
+                RC,
+                P,
+                Msg(
+                    "progress.restored-components.some-unreported",
+                    n=len(unjudged),
+                    ids=sorted({str(e["id"]) for e in unjudged}),
+                ),
+                to_be_verified="restored checkpoint components",
+            )
+        )
+    return out
+
+
+def _restore_failed(ctx: CheckContext, r: _Restore) -> Finding:
+    ld = r.load
+    inc = ctx.timeline.inc_of_pid(int(ld.get("pid", -1)))
+    differing, missing = r.differing(), r.missing()
+    mid = "differs" if differing else "missing"
+    return ctx.finding(
+        RC,
+        F,
+        Msg(
+            f"progress.restored-components.{mid}",
+            inc=inc,
+            rank=ld.get("rank"),
+            ckpt=ld["id"],
+            step=ld["step"],
+            parts=differing or missing,
+            also=Msg("progress.restored-components.also-missing", parts=missing)
+            if differing and missing
+            else "",
+        ),
+        differing=differing,
+        missing=missing,
+    )
 
 
 def _why_unobserved(tl: Timeline) -> Msg | str:

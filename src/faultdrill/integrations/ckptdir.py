@@ -42,6 +42,7 @@ __all__ = [
     "Manifest",
     "durable_write",
     "manifest_path",
+    "newest_first",
     "newest_verified",
     "publish",
     "sha256_file",
@@ -218,8 +219,20 @@ def newest_verified(
     Candidates are the entries of ``root`` whose name starts with ``prefix``, ends with
     ``suffix`` and carries a number at its end (before a file extension), manifests and
     hidden entries left out, newest (highest number) first."""
+    rejected: list[dict[str, str]] = []
+    for entry in newest_first(root, prefix=prefix, suffix=suffix):
+        manifest, why = verify(entry)
+        if manifest is not None:
+            return manifest, rejected
+        rejected.append({"id": entry.name, "reason": why})
+    return None, rejected
+
+
+def newest_first(root: Path, *, prefix: str = "", suffix: str = "") -> list[Path]:
+    """The checkpoints under ``root`` that :func:`newest_verified` considers, newest first,
+    unverified (a job run without faultdrill has no manifests to verify them by)."""
     if not root.is_dir():
-        return None, []
+        return []
     found: list[tuple[int, Path]] = []
     for entry in root.iterdir():
         name = entry.name
@@ -230,13 +243,7 @@ def newest_verified(
         number = trailing_number(name)
         if number is not None:
             found.append((number, entry))
-    rejected: list[dict[str, str]] = []
-    for _, entry in sorted(found, key=lambda x: x[0], reverse=True):
-        manifest, why = verify(entry)
-        if manifest is not None:
-            return manifest, rejected
-        rejected.append({"id": entry.name, "reason": why})
-    return None, rejected
+    return [entry for _, entry in sorted(found, key=lambda x: x[0], reverse=True)]
 
 
 def publish(root: Path, ckpt_id: str, *, latest_file: str = "latest", sha256: str = "") -> None:

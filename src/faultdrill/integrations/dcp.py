@@ -4,13 +4,14 @@
 
     dcp.save(state, checkpoint_id=str(path))        # every rank
     report_saved(probe, path, step=step, data_position=data_position(loader.state_dict(),
-                 epoch=epoch, epoch_len=len(ds), world_size=world))   # every rank
+                 epoch=epoch, epoch_len=len(ds), world_size=world),
+                 components=state_components(state))   # every rank
     ...
     manifest, rejected = newest_loadable(root)      # the resume
     dcp.load(state, checkpoint_id=str(manifest.target))
     probe.checkpoint_loaded(ckpt_id=manifest.id, step=manifest.step, path=str(manifest.path),
                             verified=True, data_position=manifest.data_position,
-                            rejected=rejected)
+                            rejected=rejected, components=state_components(state))
 
 Contract
 --------
@@ -23,9 +24,14 @@ Contract
   directory with a manifest (:mod:`~faultdrill.integrations.ckptdir`: every file's size and
   sha256, ``.metadata`` as the main file, written last and durably), moves the ``latest``
   pointer, and emits ``ckpt_save``. An incomplete directory is never reported as saved:
-  rank 0 emits ``ckpt_save_failed`` and raises :class:`IncompleteCheckpointError`.
-* :func:`verify_for_load` = complete and matching its manifest; :func:`newest_loadable`
-  walks a directory of DCP checkpoints newest first (number at the end of the name).
+  rank 0 emits ``ckpt_save_failed`` and raises :class:`IncompleteCheckpointError`. With
+  ``components`` (:func:`state_components` of the state dict it saved), every rank also
+  reports the digests of its part (``ckpt_components``, ``saved``); after ``dcp.load``,
+  the same digests of the state dict loaded into go with ``checkpoint_loaded``. Without
+  faultdrill (the probe is off) it writes nothing and returns None.
+* :func:`verify_for_load` = complete and matching its manifest (without faultdrill, when
+  no manifests are written: complete); :func:`newest_loadable` walks a directory of DCP
+  checkpoints newest first (number at the end of the name).
 * :func:`loader_position` reads how many samples this rank's ``StatefulDataLoader`` has
   handed out in the current epoch from the loader's own ``state_dict()`` (the sampler's
   ``samples_yielded`` when it records one, else batches yielded times ``batch_size``);
@@ -37,13 +43,15 @@ Contract
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from faultdrill.integrations import ckptdir
-from faultdrill.probe import Probe
+from faultdrill.integrations.digest import state_digest
+from faultdrill.probe import ENV_EVENTS_DIR, Probe
 
 __all__ = [
     "METADATA",
@@ -53,6 +61,7 @@ __all__ = [
     "loader_position",
     "newest_loadable",
     "report_saved",
+    "state_components",
     "verify_for_load",
 ]
 
@@ -90,11 +99,24 @@ def is_complete(path: Path) -> tuple[bool, str]:
 
 
 def verify_for_load(path: Path) -> tuple[ckptdir.Manifest | None, str]:
-    """(manifest, "") if ``path`` is complete and matches its manifest; else (None, why)."""
+    """(manifest, "") if ``path`` is complete and matches its manifest; else (None, why).
+
+    Not run under faultdrill (no ``FAULTDRILL_EVENTS_DIR``: :func:`report_saved` wrote no
+    manifest), a complete directory is loadable: its manifest is then what ``.metadata``
+    says (no file digests)."""
     ok, why = is_complete(path)
     if not ok:
         return None, why
+    if not os.environ.get(ENV_EVENTS_DIR) and not ckptdir.manifest_path(path).exists():
+        step = ckptdir.trailing_number(path.name) or 0
+        return ckptdir.Manifest(path, path, METADATA, "", 0, step, -1), ""
     return ckptdir.verify(path)
+
+
+def state_components(state: Mapping[str, Any]) -> dict[str, str]:
+    """Digests of each top-level entry of a DCP state dict (``{"model": ..., "optimizer":
+    ...}``; a ``Stateful`` entry by its ``state_dict()``): this rank's part of it."""
+    return {str(name): state_digest(value) for name, value in state.items()}
 
 
 def newest_loadable(
@@ -128,6 +150,7 @@ def report_saved(
     data_position: int,
     latest_file: str = "latest",
     started_mono: float | None = None,
+    components: Mapping[str, str] | None = None,
 ) -> ckptdir.Manifest | None:
     """Seal and report DCP directory ``path`` (see the module docstring); call on every
     rank after ``dcp.save`` returned. Returns the manifest on rank 0, None elsewhere.
@@ -135,11 +158,15 @@ def report_saved(
     ``OSError`` when sealing fails (both also emitted as ``ckpt_save_failed``)."""
     import torch.distributed as dist
 
+    if not probe.enabled:
+        return None  # not run under faultdrill: no manifest, no pointer
     rank = 0
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         rank = dist.get_rank()
     if rank != 0:
+        if components is not None:
+            probe.components(ckpt_id=path.name, step=step, phase="saved", components=components)
         return None
     began = started_mono if started_mono is not None else time.monotonic()
     try:
@@ -166,6 +193,7 @@ def report_saved(
         data_position=data_position,
         size_bytes=manifest.bytes,
         duration_s=time.monotonic() - began,
+        components=components,
     )
     return manifest
 

@@ -17,6 +17,8 @@ Contract
   file Lightning loaded, the ``global_step`` the checkpoint holds, ``verified`` only if the
   file matches the manifest written when it was saved (``<file>.manifest.json``), and the
   checkpoints :meth:`FaultdrillCallback.verified_checkpoint` refused; or ``ckpt_none``.
+  With the load, ``ckpt_components`` (``restored``): digests of the module's state dict,
+  the optimizers' and the LR schedulers' states as the strategy would save them now.
 * ``on_train_batch_start`` pops the batch's dataset indices (the training step never sees
   them; the dataset must be an :class:`~faultdrill.integrations.observe.ObservedDataset`
   and the batch a mapping); ``on_train_batch_end`` records the micro-batch with the
@@ -28,8 +30,13 @@ Contract
   samples all ranks observed since, summed over the process group. Once the wrapped
   ``CheckpointIO`` has written the file (rank 0), it fsyncs and hashes it, writes its
   manifest durably, moves the ``latest`` pointer in the checkpoint's directory
-  (``<file name> <sha256>``) and emits ``ckpt_save``; a failure is ``ckpt_save_failed``
-  and raised. Removing a checkpoint removes its manifest.
+  (``<file name> <sha256>``) and emits ``ckpt_save`` with ``ckpt_components`` (``saved``:
+  digests of the checkpoint's ``state_dict``, ``optimizer_states`` and ``lr_schedulers``,
+  rank 0's; Lightning saves no RNG state); a failure is ``ckpt_save_failed`` and raised.
+  Removing a checkpoint removes its manifest.
+* Not run under faultdrill (the probe is off) the callback wraps nothing and writes
+  nothing; :meth:`FaultdrillCallback.verified_checkpoint` then returns the newest
+  checkpoint, unverified.
 * ``on_train_end``: ``run_end`` with the sha256 of the module's state_dict.
 
 A checkpoint is the ``.ckpt`` file (its manifest ``<file>.manifest.json``, its id the
@@ -53,7 +60,7 @@ import torch.distributed as dist
 from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 
 from faultdrill.integrations import ckptdir
-from faultdrill.integrations.digest import model_digest
+from faultdrill.integrations.digest import component_digests, model_digest
 from faultdrill.integrations.observe import ObservedDataset, StepRecorder, take_indices
 from faultdrill.probe import Probe, probe_from_env
 
@@ -117,6 +124,7 @@ class FaultdrillCallback(pl.Callback):
         self._indices: list[int] | None = None
         self._last_step = 0
         self._setup_mono = 0.0
+        self._saved_parts: dict[str, str] = {}  # digests of the checkpoint being written
 
     def target(self, file: Path) -> Path:
         """The checkpoint a ``.ckpt`` file belongs to: itself, or with ``checkpoint_dirs``
@@ -126,16 +134,22 @@ class FaultdrillCallback(pl.Callback):
     def verified_checkpoint(self, dirpath: str | os.PathLike[str]) -> str | None:
         """The ``.ckpt`` file of the newest checkpoint in ``dirpath`` that matches its
         manifest (None: start from scratch); the ones refused on the way are reported
-        with the load."""
+        with the load. Run without faultdrill (the probe is off, no manifests are
+        written): the newest checkpoint, unverified."""
         suffix = "" if self.checkpoint_dirs else ".ckpt"
+        if not self.probe.enabled:
+            found = ckptdir.newest_first(Path(dirpath), suffix=suffix)
+            if not found:
+                return None
+            return str(found[0] / "model.ckpt") if self.checkpoint_dirs else str(found[0])
         manifest, self.rejected = ckptdir.newest_verified(Path(dirpath), suffix=suffix)
         return str(manifest.path) if manifest is not None else None
 
     # --- start and resume -------------------------------------------------------------
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage != "fit":
-            return
+        if stage != "fit" or not self.probe.enabled:
+            return  # not run under faultdrill: nothing wrapped, nothing written
         self._setup_mono = time.monotonic()
         io = trainer.strategy.checkpoint_io
         if not isinstance(io, ReportingCheckpointIO):
@@ -156,9 +170,9 @@ class FaultdrillCallback(pl.Callback):
             self.recorder.why_unobserved = "the training dataset is not an ObservedDataset"
             print(f"faultdrill: sample ids not observable: {self.recorder.why_unobserved}")
         self._last_step = trainer.global_step
-        self._report_resume()
+        self._report_resume(trainer)
 
-    def _report_resume(self) -> None:
+    def _report_resume(self, trainer: pl.Trainer) -> None:
         if self.loaded is None or self.loaded_path is None:
             self.probe.no_checkpoint(self.rejected)
             return
@@ -181,6 +195,7 @@ class FaultdrillCallback(pl.Callback):
             data_position=self.resumed_position,
             rejected=self.rejected,
             duration_s=time.monotonic() - self._setup_mono,
+            components=_live_parts(trainer),
         )
 
     # --- steps ------------------------------------------------------------------------
@@ -213,6 +228,9 @@ class FaultdrillCallback(pl.Callback):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
+        if not self.probe.enabled:
+            return
+        self._saved_parts = _saved_parts(checkpoint)
         consumed = self.recorder.consumed if self.recorder is not None else 0
         if dist.is_available() and dist.is_initialized():
             total = torch.tensor([consumed], dtype=torch.int64, device=pl_module.device)
@@ -249,7 +267,29 @@ class FaultdrillCallback(pl.Callback):
             data_position=position,
             size_bytes=manifest.bytes,
             duration_s=time.monotonic() - began,
+            components=self._saved_parts,
         )
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.probe.run_end(final_step=trainer.global_step, model_digest=model_digest(pl_module))
+
+
+def _saved_parts(checkpoint: Mapping[str, Any]) -> dict[str, str]:
+    """Digests of what a Lightning checkpoint holds: the module's state dict and, unless
+    saved weights-only, the optimizers' and LR schedulers' states, as Lightning put them."""
+    return component_digests(
+        model=checkpoint.get("state_dict"),
+        optimizer=checkpoint.get("optimizer_states") or None,
+        scheduler=checkpoint.get("lr_schedulers") or None,
+    )
+
+
+def _live_parts(trainer: pl.Trainer) -> dict[str, str]:
+    """The same parts as :func:`_saved_parts`, as the trainer holds them now (as Lightning
+    would write them: through the strategy)."""
+    strategy = trainer.strategy
+    return component_digests(
+        model=strategy.lightning_module_state_dict(),
+        optimizer=[strategy.optimizer_state(o) for o in trainer.optimizers] or None,
+        scheduler=[c.scheduler.state_dict() for c in trainer.lr_scheduler_configs] or None,
+    )

@@ -31,7 +31,10 @@ Events, all through :mod:`faultdrill.probe`:
   it restored, ``verified`` only if the directory matches the manifest written when it was
   saved (an incomplete or damaged ``checkpoint-N`` has none, or does not match), and the
   checkpoints :meth:`FaultdrillCallback.verified_checkpoint` refused. ``data_position`` is
-  the manifest's (-1 when there is no manifest to read it from);
+  the manifest's (-1 when there is no manifest to read it from). With it, ``ckpt_components``
+  (``restored``): the digests of the model, optimizer and LR scheduler as restored; the
+  RNG state's follows when the Trainer restores it (its ``_load_rng_state``, wrapped, at the
+  first step);
 * ``step`` at ``on_step_end``: ``global_step``, the sum of the micro-batch losses of this
   rank, the sample ids observed in them (``epoch * len(dataset) + index``, see
   :mod:`~faultdrill.integrations.observe`); none when any micro-batch carried no indices;
@@ -40,9 +43,15 @@ Events, all through :mod:`faultdrill.probe`:
   every file, writes ``checkpoint-N/manifest.json`` last, moves the ``latest`` pointer
   (``checkpoint-N <sha256>``), then reports the model file and its sha256; the data
   position is the one resumed from plus the samples all ranks observed since (summed over
-  the process group). A failure to write is reported as ``ckpt_save_failed`` and raised;
+  the process group). Every rank reports ``ckpt_components`` (``saved``): the digests of
+  what its part of the checkpoint holds (model; optimizer, LR scheduler and its RNG state
+  unless ``save_only_model``). A failure to write is reported as ``ckpt_save_failed`` and
+  raised;
 * ``run_end`` at ``on_train_end``: ``global_step`` and the sha256 of the model's
   state_dict (key, then raw bytes, in key order) on every rank.
+
+Not run under faultdrill (the probe is off), :func:`instrument` changes nothing and the
+callback writes nothing: no manifest, no ``latest`` pointer.
 
 Requires a map-style training dataset whose items are mappings, and a sampler that hands
 out each index once per epoch (the Trainer's default; no padding: a dataset length that
@@ -52,7 +61,6 @@ and the sample ledger says so (retest).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sized
 from pathlib import Path
@@ -64,7 +72,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from transformers.trainer_utils import get_last_checkpoint
 
 from faultdrill.integrations import ckptdir
-from faultdrill.integrations.digest import model_digest
+from faultdrill.integrations.digest import component_digests, model_digest
 from faultdrill.integrations.observe import (
     ObservedCollator,
     ObservedDataset,
@@ -112,14 +120,21 @@ class FaultdrillCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
         self._announced = False
         self._train_called = 0.0
         self._step_done = 0.0
+        self._loaded: tuple[str, int] | None = None  # (checkpoint id, step) resumed from
 
     # --- what instrument() wires ----------------------------------------------------
 
     def verified_checkpoint(self) -> str | None:
         """The newest ``checkpoint-N`` under ``output_dir`` that matches its manifest (the
         fix for a resume that trusts the newest directory blindly); the ones refused on
-        the way are reported with the load. None: start from scratch."""
+        the way are reported with the load. None: start from scratch.
+
+        Run without faultdrill (the probe is off, no manifests are written): the newest
+        ``checkpoint-N``, as the Trainer's own ``get_last_checkpoint`` finds it."""
         root = Path(str(self.trainer.args.output_dir))
+        if not self.probe.enabled:
+            found = get_last_checkpoint(str(root)) if root.is_dir() else None  # type: ignore[no-untyped-call,unused-ignore]
+            return str(found) if found else None
         manifest, self.rejected = ckptdir.newest_verified(root, prefix="checkpoint-")
         return str(manifest.target) if manifest is not None else None
 
@@ -183,6 +198,7 @@ class FaultdrillCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
             path = str(ckpt / _main_file(ckpt))
         except FileNotFoundError:
             path = str(ckpt)
+        self._loaded = (ckpt.name, step)
         self.probe.checkpoint_loaded(
             ckpt_id=ckpt.name,
             step=step,
@@ -191,7 +207,30 @@ class FaultdrillCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
             data_position=self.resumed_position,
             rejected=self.rejected,
             duration_s=time.monotonic() - self._train_called if self._train_called else None,
+            components=self.parts(with_rng=False),
         )
+
+    def parts(self, *, with_rng: bool) -> dict[str, str]:
+        """Digests of what the Trainer saves in a checkpoint: the model; unless
+        ``save_only_model``, the optimizer, the LR scheduler and (``with_rng``) this
+        process's random generators (its ``rng_state*.pth``)."""
+        trainer = self.trainer
+        if trainer.args.save_only_model:
+            return component_digests(model=trainer.model)
+        return component_digests(
+            model=trainer.model,
+            optimizer=trainer.optimizer,
+            scheduler=trainer.lr_scheduler,
+            rng=with_rng,
+        )
+
+    def rng_restored(self) -> None:
+        """Called by the wrapped ``_load_rng_state`` (the Trainer restores the generators
+        at the first step after a resume, not with the model): their digest now."""
+        if self._loaded is not None and not self.trainer.args.save_only_model:
+            ckpt_id, step = self._loaded
+            parts = component_digests(rng=True)
+            self.probe.components(ckpt_id=ckpt_id, step=step, phase="restored", components=parts)
 
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -210,19 +249,24 @@ class FaultdrillCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
+        if not self.probe.enabled:
+            return  # not run under faultdrill: no manifest, no pointer
         consumed = self.recorder.consumed if self.recorder is not None else 0
+        parts = self.parts(with_rng=True)  # what this rank's part of checkpoint-N holds
         if dist.is_initialized():
             total = torch.tensor([consumed], dtype=torch.int64, device=args.device)
             dist.all_reduce(total)
             consumed = int(total.item())
             dist.barrier()  # every rank's part of checkpoint-N is on disk
+        ckpt = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
         if not state.is_world_process_zero:
+            step = int(state.global_step)
+            self.probe.components(ckpt_id=ckpt.name, step=step, phase="saved", components=parts)
             return
         position = max(self.resumed_position, 0) + consumed
-        ckpt = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
-        self._seal(ckpt, state, position)
+        self._seal(ckpt, state, position, parts)
 
-    def _seal(self, ckpt: Path, state: TrainerState, position: int) -> None:
+    def _seal(self, ckpt: Path, state: TrainerState, position: int, parts: dict[str, str]) -> None:
         step = int(state.global_step)
         try:
             manifest = ckptdir.write_manifest(
@@ -247,6 +291,7 @@ class FaultdrillCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
             data_position=position,
             size_bytes=manifest.bytes,
             duration_s=time.monotonic() - self._step_done,
+            components=parts,
         )
 
     def on_train_end(
@@ -279,6 +324,18 @@ def _wrap_train(trainer: Trainer, cb: FaultdrillCallback) -> None:
     trainer.train = train  # type: ignore[method-assign]
 
 
+def _wrap_load_rng_state(trainer: Trainer, cb: FaultdrillCallback) -> None:
+    inner: Callable[..., Any] = trainer._load_rng_state
+
+    def load_rng_state(checkpoint: Any, *args: Any, **kwargs: Any) -> Any:
+        out = inner(checkpoint, *args, **kwargs)
+        if checkpoint is not None:
+            cb.rng_restored()
+        return out
+
+    trainer._load_rng_state = load_rng_state  # type: ignore[method-assign]
+
+
 def instrument(
     trainer: Trainer, probe: Probe | None = None, *, latest_file: str = "latest"
 ) -> FaultdrillCallback:
@@ -286,8 +343,13 @@ def instrument(
 
     ``latest_file``: the pointer file written in ``output_dir`` after each complete save
     ('' for none). Returns the callback (its :meth:`~FaultdrillCallback.verified_checkpoint`
-    picks a checkpoint that is safe to resume from)."""
+    picks a checkpoint that is safe to resume from).
+
+    Inert when the probe is off (not run under faultdrill: no ``FAULTDRILL_EVENTS_DIR``):
+    the Trainer is left as it was, and nothing is written into ``output_dir``."""
     cb = FaultdrillCallback(trainer, probe, latest_file=latest_file)
+    if not cb.probe.enabled:
+        return cb
     dataset = trainer.train_dataset
     if dataset is not None and not isinstance(dataset, ObservedDataset):
         if type(dataset).__module__.startswith("datasets."):
@@ -299,8 +361,8 @@ def instrument(
         trainer.data_collator = ObservedCollator(trainer.data_collator)
     _wrap_training_step(trainer, cb)
     _wrap_train(trainer, cb)
+    _wrap_load_rng_state(trainer, cb)
     cb.instrumented = True
     trainer.add_callback(cb)
-    if os.environ.get("FAULTDRILL_EVENTS_DIR"):
-        trainer.args.disable_tqdm = True  # progress bars would flood the drill's job log
+    trainer.args.disable_tqdm = True  # progress bars would flood the drill's job log
     return cb

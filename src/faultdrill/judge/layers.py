@@ -212,6 +212,7 @@ _LOAD_CHECKS = (
     "progress.checkpoint-verified",
     "progress.damaged-checkpoint-refused",
     "progress.resume-point",
+    "progress.restored-components",
 )
 
 
