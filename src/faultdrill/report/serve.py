@@ -163,13 +163,19 @@ class _PooledServer(HTTPServer):
 
 
 def make_server(
-    run_dir: Path, host: str = "127.0.0.1", port: int = 0, lang: str = "en"
+    run_dir: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    lang: str = "en",
+    *,
+    request_timeout_s: float = _REQUEST_TIMEOUT_S,
 ) -> HTTPServer:
-    """An HTTP server for ``run_dir`` (not yet serving; ``port`` 0 picks a free one)."""
+    """An HTTP server for ``run_dir`` (not yet serving; ``port`` 0 picks a free one); a
+    client silent for ``request_timeout_s`` is disconnected."""
     pages = _Pages(run_dir)
 
     class Handler(BaseHTTPRequestHandler):
-        timeout = _REQUEST_TIMEOUT_S
+        timeout = request_timeout_s
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
