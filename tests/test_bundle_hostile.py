@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -307,6 +308,13 @@ def test_bounded_json_measures_nesting_outside_strings() -> None:
         loads("[[[[1]]]]", max_depth=3)
     with pytest.raises(ValueError):
         loads(b"[" * 1_000_000)
+    assert loads(r'["\\", "\"[[", [1]]', max_depth=2) == ["\\", '"[[', [1]]
+    start = time.monotonic()  # escapes and unterminated strings cost linear time
+    with pytest.raises(ValueError):
+        loads(b'"\\' * 500_000)
+    with pytest.raises(ValueError):
+        loads(b'"' * 500_001)
+    assert time.monotonic() - start < 5
 
 
 # --- item 13: every byte counts, and every member is listed --------------------------------
