@@ -346,3 +346,28 @@ def test_data_after_the_end_of_the_archive_fails(work: Path, tmp_path: Path) -> 
     bad.write_bytes(gzip.compress(raw + b"#!/bin/sh\nrm -rf /\n" + b"\0" * 512))
     res = verify_bundle(bad)
     assert not res.ok and any("after the end" in p for p in res.problems)
+
+
+@pytest.mark.parametrize(
+    ("trust", "en", "zh"),
+    [
+        ({"unsigned": True, "key_id": None}, "NOT checked", "--unsigned"),
+        ({"unsigned": False, "key_id": "0123456789abcdef"}, "0123456789abcdef", "0123456789abcdef"),
+        ({"unsigned": True, "no_verify": True}, "NOT verified", "--no-verify"),
+    ],
+)
+def test_the_replay_report_says_what_was_checked_of_the_bundle(
+    trust: dict[str, object], en: str, zh: str
+) -> None:
+    from faultdrill.report.html.sections import replay_html
+    from faultdrill.report.i18n import translator
+    from faultdrill.report.model import Report
+    from tests.report_data import synthetic_report
+
+    data = synthetic_report()
+    dossier = data["baseline"].setdefault("dossier", {}) or {}
+    dossier["replay"] = {"operator": "op", "bundle": "b.tar.gz", "source_trust": trust}
+    data["baseline"]["dossier"] = dossier
+    report = Report.from_json(data)
+    assert en in replay_html(translator("en"), report, None)
+    assert zh in replay_html(translator("zh"), report, None)

@@ -167,6 +167,7 @@ class Trust:
             origin = "origin NOT checked: replayed with --unsigned"
         return {
             "integrity_verified": self.verify,
+            "key_id": key_id,
             "origin": origin,
             "unsigned": self.unsigned,
             "no_verify": not self.verify,

@@ -824,6 +824,8 @@ class ReplayRecord(Record):
     operator: str | None = None
     bundle: str | None = None
     original_responsibility: dict[str, JsonValue] | None = None
+    #: What was checked of the source before its plan ran (``Trust.describe``).
+    source_trust: dict[str, JsonValue] | None = None
 
 
 class Dossier(Record):
