@@ -509,6 +509,8 @@ class VerifyResult:
     signature: dict[str, Any] | None = None
     #: The key the signature was verified against (``--key``), once it held.
     key_id: str | None = None
+    #: ``manifest.sig`` is present but not a well-formed signature (a failure, in problems).
+    signature_malformed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -522,6 +524,8 @@ class VerifyResult:
         """What the verification says of who made the bundle, in words."""
         if self.origin_checked:
             return f"origin: signed by key {self.key_id} (signature over the manifest verified)"
+        if self.signature_malformed:
+            return f"origin NOT checked: {SIGNATURE} is malformed (see the problem above)"
         if self.signature is not None:
             return (
                 f"origin NOT checked: the bundle says it is signed by key "
@@ -699,6 +703,7 @@ def _check_origin(scan: _Scan, res: VerifyResult, key: Path | None) -> None:
         sig = read_signature(scan.signature)
         if isinstance(sig, str):
             res.problems.append(sig)
+            res.signature_malformed = True
         else:
             res.signature = sig
     elif isinstance(res.manifest.get("signature"), dict):
