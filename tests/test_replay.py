@@ -84,6 +84,7 @@ def test_second_operator_reproduces_the_original_verdicts(recorded_demo: Recorde
     out = recorded_demo.base / "replay"
     junit = recorded_demo.base / "replay-junit.xml"
     argv = ["replay", str(bundle), "--scenario", "kill-worker", "--operator", "second-operator"]
+    argv += ["--unsigned"]  # the recorded demo's bundle is not signed
     argv += ["--out", str(out), "--quiet", "--junit", str(junit), "--lang", "zh"]
     proc = subprocess.run(
         [sys.executable, "-m", "faultdrill.cli", *argv],
@@ -114,6 +115,9 @@ def test_second_operator_reproduces_the_original_verdicts(recorded_demo: Recorde
     dossier = report["baseline"]["dossier"]
     assert dossier["responsibility"]["replay_operator"] == "second-operator"
     assert dossier["replay"]["original_responsibility"]["injector"] == "demo-injector"
+    assert dossier["replay"]["source_trust"]["unsigned"] is True
+    assert "NOT checked" in dossier["replay"]["source_trust"]["origin"]
+    assert replay["trust"] == dossier["replay"]["source_trust"]
     html = (out / "report.html").read_text()
     assert "second-operator" in html and "data-replay-match='true'" in html
     assert "复演操作人" in html  # --lang zh

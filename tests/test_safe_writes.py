@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from faultdrill.archive.diff import Band
-from faultdrill.archive.replay import ReplayResult, _open_source, finish_replay
+from faultdrill.archive.replay import ReplayResult, Trust, _open_source, finish_replay
 from faultdrill.errors import DrillError, RunDirError
 from faultdrill.report.model import read_report
 from faultdrill.safepath import UnsafePathError, escape, read_bytes, write_file
@@ -115,7 +115,7 @@ def test_replay_refuses_a_source_run_whose_plan_is_a_link(
     (run / "plan.yaml").unlink()
     (run / "plan.yaml").symlink_to(victim)
     with pytest.raises(DrillError, match=r"plan\.yaml"):
-        _open_source(run, tmp_path / "tmp", verify=False)
+        _open_source(run, tmp_path / "tmp", Trust(unsigned=True))
 
 
 # --- the helper itself ------------------------------------------------------------------

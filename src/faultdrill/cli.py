@@ -341,7 +341,7 @@ def _band(args: argparse.Namespace) -> Any:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from faultdrill.archive.replay import replay_bundle
+    from faultdrill.archive.replay import Trust, replay_bundle
 
     ids = [i for chunk in args.scenario or [] for i in chunk.split(",") if i]
     out = args.out or Path(f"faultdrill-replay-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -354,7 +354,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             scenarios=ids or None,
             lang=args.lang,
             band=_band(args),
-            verify=not args.no_verify,
+            trust=Trust(
+                key=args.key, unsigned=args.unsigned or args.no_verify, verify=not args.no_verify
+            ),
             report=con.progress,
             on_item=con.item_done,
         )
@@ -780,7 +782,24 @@ def _add_replay(sub: _Subcommands) -> None:
     )
     sp.add_argument("--out", type=Path, help="new run directory")
     sp.add_argument("--quiet", action="store_true")
-    sp.add_argument("--no-verify", action="store_true", help="use a bundle that fails verify")
+    sp.add_argument(
+        "--key",
+        type=Path,
+        metavar="PUB",
+        help="replay only if the bundle's signature verifies against this public key "
+        "(the bundle's plan runs programs as root here)",
+    )
+    sp.add_argument(
+        "--unsigned",
+        action="store_true",
+        help="replay a bundle (or run directory) whose origin is not checked: unsigned, or "
+        "signed without --key; recorded in the replay's responsibility dossier",
+    )
+    sp.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="replay even a bundle that fails verification (implies --unsigned; recorded)",
+    )
     _band_args(sp)
     _lang(sp)
     _junit(sp)

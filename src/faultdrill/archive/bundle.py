@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from faultdrill import __version__, rundir
+from faultdrill import __version__, boundedjson, rundir
 from faultdrill.archive.signing import (
     SIGNATURE,
     check_signature,
@@ -66,7 +66,7 @@ from faultdrill.errors import RunDirError
 from faultdrill.events import read_jsonl
 from faultdrill.report.i18n import LANGS, check_lang
 from faultdrill.report.model import Report, read_report
-from faultdrill.safepath import UnsafePathError, open_file, read_bytes, replacing
+from faultdrill.safepath import UnsafePathError, open_file, open_named, read_bytes, replacing
 
 __all__ = [
     "MANIFEST",
@@ -90,6 +90,87 @@ _CHUNK = 1 << 20
 
 class BundleError(RunDirError):
     """A bundle cannot be made, read or trusted."""
+
+
+#: Extended headers (a GNU long name, a pax record set) larger than this are refused before
+#: tarfile reads them whole: a name is at most a few KiB, and tarfile allocates the size the
+#: header claims (a 1 GiB long name costs 1 GiB of memory, from a few MB of gzip).
+_MAX_EXT_HEADER = 1 << 20
+#: Extended headers chained before one member (tarfile reads each chain by recursion).
+_MAX_EXT_CHAIN = 8
+
+
+#: tarfile's header errors (not in its stubs): a block that is not a header, a short one,
+#: none at all where a header should be.
+_BAD_HEADER: tuple[type[Exception], ...] = (
+    vars(tarfile)["InvalidHeaderError"],
+    vars(tarfile)["TruncatedHeaderError"],
+)
+_NO_HEADER: type[Exception] = vars(tarfile)["EmptyHeaderError"]
+
+
+class _ArchiveDamage(tarfile.TarError):
+    """A header past the first is not a tar header, or claims an absurd size: tarfile would
+    end the archive there silently, or read the claimed size whole."""
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A TarInfo that bounds what tarfile reads for one header (see :data:`_MAX_EXT_HEADER`)
+    and calls a damaged or truncated header past the start damage, not the end of the
+    archive (tarfile stops there without a word)."""
+
+    @classmethod
+    def fromtarfile(cls, tar: tarfile.TarFile) -> Any:
+        depth = vars(tar).get("_ext_chain", 0)
+        if depth > _MAX_EXT_CHAIN:
+            raise _ArchiveDamage(f"more than {_MAX_EXT_CHAIN} extended headers in a row")
+        vars(tar)["_ext_chain"] = depth + 1
+        try:
+            return super().fromtarfile(tar)
+        except _BAD_HEADER as exc:
+            if tar.offset == 0 and depth == 0:
+                raise  # not a tar of this kind: tarfile.open tries the next one
+            raise _ArchiveDamage(f"damaged tar header at byte {tar.offset}: {exc}") from None
+        except _NO_HEADER:
+            if tar.offset == 0 and depth == 0:
+                raise
+            raise _ArchiveDamage(
+                f"the archive ends at byte {tar.offset} without its end-of-archive "
+                "blocks (truncated)"
+            ) from None
+        finally:
+            vars(tar)["_ext_chain"] = depth
+
+    def _check_ext_size(self) -> None:
+        if self.size > _MAX_EXT_HEADER:
+            raise _ArchiveDamage(
+                f"an extended header (long name or pax) of {self.size} bytes, over "
+                f"{_MAX_EXT_HEADER >> 20} MiB: not read"
+            )
+
+    def _proc_gnulong(self, tar: tarfile.TarFile) -> Any:
+        self._check_ext_size()
+        return super()._proc_gnulong(tar)  # type: ignore[misc]
+
+    def _proc_pax(self, tar: tarfile.TarFile) -> Any:
+        self._check_ext_size()
+        return super()._proc_pax(tar)  # type: ignore[misc]
+
+
+def _open_tar(f: IO[bytes]) -> tarfile.TarFile:
+    """The archive in ``f`` (any compression tarfile knows), read with bounded headers."""
+    return tarfile.open(fileobj=f, mode="r:*", tarinfo=_BoundedTarInfo)
+
+
+def _rest_is_empty(tar: tarfile.TarFile) -> str | None:
+    """After the end-of-archive block: read the stream to its end (a gzip stream checks its
+    CRC and length trailer only there) and require nothing but zero padding. Why not, or
+    None."""
+    fileobj: Any = tar.fileobj
+    while block := fileobj.read(_CHUNK):
+        if block.count(0) != len(block):
+            return "data after the end of the archive (appended to it, or damaged)"
+    return None
 
 
 def _sha256(data: bytes) -> str:
@@ -428,6 +509,8 @@ class VerifyResult:
     signature: dict[str, Any] | None = None
     #: The key the signature was verified against (``--key``), once it held.
     key_id: str | None = None
+    #: ``manifest.sig`` is present but not a well-formed signature (a failure, in problems).
+    signature_malformed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -441,6 +524,8 @@ class VerifyResult:
         """What the verification says of who made the bundle, in words."""
         if self.origin_checked:
             return f"origin: signed by key {self.key_id} (signature over the manifest verified)"
+        if self.signature_malformed:
+            return f"origin NOT checked: {SIGNATURE} is malformed (see the problem above)"
         if self.signature is not None:
             return (
                 f"origin NOT checked: the bundle says it is signed by key "
@@ -485,7 +570,9 @@ def _member_problem(m: tarfile.TarInfo) -> str | None:
 
 def _tar_problem(exc: BaseException) -> str:
     """One line for an archive tarfile cannot read (its own message lists every method)."""
-    if isinstance(exc, tarfile.ReadError):
+    if isinstance(exc, _ArchiveDamage):
+        return str(exc)
+    if isinstance(exc, tarfile.ReadError) and "could not be opened" in str(exc):
         return "not a tar archive (gzip, bzip2, xz or plain); make one with `faultdrill bundle`"
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
@@ -496,6 +583,9 @@ def _members(tar: tarfile.TarFile, problems: list[str]) -> Iterator[tarfile.TarI
     for count in range(_MAX_MEMBERS + 1):
         m = tar.next()
         if m is None:
+            why = _rest_is_empty(tar)
+            if why is not None:
+                problems.append(why)
             return
         kept = vars(tar).get("members")  # every header read so far (tarfile's own list)
         if isinstance(kept, list):
@@ -521,6 +611,8 @@ def _read_small(tar: tarfile.TarFile, m: tarfile.TarInfo) -> bytes | None:
 class _Scan:
     roots: set[str] = field(default_factory=set)
     names: set[str] = field(default_factory=set)
+    #: directory members below the top folder (each must hold a listed file).
+    dirs: set[str] = field(default_factory=set)
     #: sha256 of each member read; None: not read (unlisted, or its size already differs).
     hashes: dict[str, str | None] = field(default_factory=dict)
     manifest: bytes | None = None
@@ -530,17 +622,23 @@ class _Scan:
 
 def _listing(raw: bytes) -> dict[str, Any] | None:
     try:
-        files = json.loads(raw).get("files")
+        files = boundedjson.loads(raw).get("files")
     except (ValueError, AttributeError):
         return None
     return files if isinstance(files, dict) else None
 
 
 def _scan_member(tar: tarfile.TarFile, m: tarfile.TarInfo, scan: _Scan, res: VerifyResult) -> None:
-    parts = PurePosixPath(m.name).parts
+    parts = PurePosixPath(m.name).parts  # "./run/x" is ("run", "x"); "./" is ()
+    if not parts:
+        if not m.isdir():
+            res.problems.append(f"{m.name!r}: a file with no name")
+        return  # "./": the root `tar czf X -C DIR .` stores first
     scan.roots.add(parts[0])
     rel = "/".join(parts[1:])
     if m.isdir():
+        if rel:
+            scan.dirs.add(rel)
         return
     if not rel:
         res.problems.append(f"{m.name}: a file outside the bundle's top folder")
@@ -573,7 +671,7 @@ def _compare(scan: _Scan, res: VerifyResult) -> None:
     assert scan.manifest is not None
     res.manifest_sha256 = _sha256(scan.manifest)
     try:
-        manifest = json.loads(scan.manifest)
+        manifest = boundedjson.loads(scan.manifest)
         listed: Any = manifest["files"]
     except (ValueError, KeyError, TypeError) as exc:
         res.problems.append(f"{MANIFEST} is unreadable: {type(exc).__name__}: {exc}")
@@ -590,19 +688,28 @@ def _compare(scan: _Scan, res: VerifyResult) -> None:
             res.missing.append(name)
         elif not isinstance(meta, dict) or scan.hashes[name] != meta.get("sha256"):
             res.modified.append(name)
+    parents = {str(p) for name in listed for p in PurePosixPath(name).parents}
     res.added = sorted(set(scan.hashes) - set(listed))
+    res.added += sorted(f"{d}/ (a directory)" for d in scan.dirs - parents)
     res.checked = len(scan.hashes)
     res.missing.sort()
     res.modified.sort()
 
 
 def _check_origin(scan: _Scan, res: VerifyResult, key: Path | None) -> None:
+    """The signature: a malformed one (or one the manifest declares and the archive lacks)
+    is a failure with or without ``key``; with ``key`` it must verify."""
     if scan.signature is not None:
         sig = read_signature(scan.signature)
         if isinstance(sig, str):
             res.problems.append(sig)
+            res.signature_malformed = True
         else:
             res.signature = sig
+    elif isinstance(res.manifest.get("signature"), dict):
+        res.problems.append(
+            f"{MANIFEST} says the bundle is signed, but it has no {SIGNATURE} (removed?)"
+        )
     if key is None:
         return
     public = load_public_key(key)
@@ -630,14 +737,17 @@ def verify_bundle(archive: Path, key: Path | None = None) -> VerifyResult:
             f"(to pack this run: faultdrill bundle {archive})"
         )
         return res
-    if not archive.is_file():
-        res.problems.append("no such file")
-        return res
     scan = _Scan()
     try:
-        with tarfile.open(archive, "r:*") as tar:
+        with open_named(archive) as f, _open_tar(f) as tar:
             for m in _members(tar, res.problems):
                 _scan_member(tar, m, scan, res)
+    except UnsafePathError as exc:
+        res.problems.append(str(exc))
+        return res
+    except FileNotFoundError:
+        res.problems.append("no such file")
+        return res
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
         res.problems.append(f"archive is damaged or not a bundle: {_tar_problem(exc)}")
     if len(scan.roots) > 1:
@@ -652,14 +762,19 @@ def verify_bundle(archive: Path, key: Path | None = None) -> VerifyResult:
     return res
 
 
+def _member_rel(m: tarfile.TarInfo) -> str:
+    """A member's name below the top folder (``./run/x`` and ``run/x`` are both ``x``)."""
+    return "/".join(PurePosixPath(m.name).parts[1:])
+
+
 def read_member(archive: Path, name: str) -> bytes:
     """One file of a bundle (``name`` relative to its top folder, at most 64 MiB), without
-    unpacking."""
+    unpacking. Raises BundleError."""
     problems: list[str] = []
     try:
-        with tarfile.open(archive, "r:*") as tar:
+        with open_named(archive) as f, _open_tar(f) as tar:
             for m in _members(tar, problems):
-                if m.isfile() and "/".join(PurePosixPath(m.name).parts[1:]) == name:
+                if m.isfile() and _member_rel(m) == name:
                     data = _read_small(tar, m)
                     if data is None:
                         raise BundleError(f"{archive}: {name} is {m.size} bytes; not read")
@@ -667,6 +782,11 @@ def read_member(archive: Path, name: str) -> bytes:
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
         raise BundleError(f"{archive}: cannot read the bundle: {_tar_problem(exc)}") from exc
     raise BundleError(f"{archive}: has no {name}")
+
+
+def _in_root(m: tarfile.TarInfo) -> bool:
+    """Not the archive's own root (``./``, which `tar -C DIR .` stores): nothing to unpack."""
+    return bool(PurePosixPath(m.name).parts)
 
 
 def _extract_filter(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
@@ -696,8 +816,8 @@ def extract_bundle(
             )
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        with tarfile.open(archive, "r:*") as tar:
-            members = [m for m in _members(tar, []) if m.isfile() or m.isdir()]
+        with open_named(archive) as f, _open_tar(f) as tar:
+            members = [m for m in _members(tar, []) if (m.isfile() or m.isdir()) and _in_root(m)]
             counts = Counter(PurePosixPath(m.name).as_posix() for m in members if m.isfile())
             twice = sorted(n for n, c in counts.items() if c > 1)
             if twice:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,11 +23,11 @@ from typing import Any
 
 from faultdrill import rundir
 from faultdrill.archive.diff import Band, load_report
-from faultdrill.errors import DrillError
+from faultdrill.errors import DrillError, RunDirError
 from faultdrill.report.model import Item, Report
 from faultdrill.safepath import escape, read_bytes, write_file
 
-__all__ = ["ReplayResult", "compare_item", "finish_replay", "replay_bundle"]
+__all__ = ["ReplayResult", "Trust", "compare_item", "finish_replay", "replay_bundle"]
 
 
 def compare_item(orig: Item, new: Item, band: Band) -> dict[str, Any]:
@@ -73,6 +74,8 @@ class ReplayResult:
     band: Band
     items: list[dict[str, Any]] = field(default_factory=list)
     baseline: list[str | None] = field(default_factory=list)
+    #: What was checked of the source before its plan ran (:meth:`Trust.describe`).
+    trust: dict[str, Any] = field(default_factory=dict)
 
     @property
     def matches(self) -> bool:
@@ -86,6 +89,7 @@ class ReplayResult:
         return {
             "operator": self.operator,
             "bundle": self.bundle,
+            "trust": self.trust,
             "band": {"abs_s": self.band.abs_s, "rel": self.band.rel, "text": self.band.describe()},
             "baseline_verdict": self.baseline,
             "matches": self.matches,
@@ -110,9 +114,8 @@ class ReplayResult:
         return out
 
 
-def _record_operator(
-    run_dir: Path, operator: str, bundle: str, manifest: dict[str, Any], original: Report
-) -> None:
+def _record_operator(rr: ReplayResult, manifest: dict[str, Any], original: Report) -> None:
+    run_dir, operator, bundle = rr.run_dir, rr.operator, rr.bundle
     path = rundir.dossier_path(run_dir)
     try:
         dossier = json.loads(read_bytes(path, within=run_dir))
@@ -128,6 +131,7 @@ def _record_operator(
         "original_run": manifest.get("source_run"),
         "original_plan_digest": original.plan_digest,
         "original_responsibility": original.plan.responsibility.to_json(),
+        "source_trust": rr.trust,
         "replayed_at": dt.datetime.now(tz=dt.timezone.utc).isoformat(timespec="seconds"),
     }
     write_file(path, json.dumps(dossier, indent=2) + "\n", within=run_dir)
@@ -136,14 +140,79 @@ def _record_operator(
 def finish_replay(out: Path, rr: ReplayResult, manifest: dict[str, Any], original: Report) -> None:
     """Record the replay in the new run: the operator in its responsibility dossier, the
     comparison in ``replay.json`` (neither written through a link: UnsafePathError)."""
-    _record_operator(out, rr.operator, rr.bundle, manifest, original)
+    _record_operator(rr, manifest, original)
     write_file(
         out / "replay.json", json.dumps(rr.to_json(), indent=2, default=str) + "\n", within=out
     )
 
 
-def _open_source(source: Path, tmp: Path, verify: bool) -> tuple[Path, dict[str, Any]]:
-    """(the original run directory, the bundle's manifest) of a bundle or run directory."""
+@dataclass(frozen=True)
+class Trust:
+    """Why the replay may run the source's plan (its programs run as root here).
+
+    ``key``: the bundle's signature must verify against this public key; ``unsigned``: the
+    operator accepts a source whose origin is not checked (an unsigned bundle, a signed one
+    without the key to check it, or a run directory), and says so; ``verify``: False only
+    with ``--no-verify`` (a bundle that fails verification, used anyway). Recorded in the
+    replay's responsibility dossier and ``replay.json``."""
+
+    key: Path | None = None
+    unsigned: bool = False
+    verify: bool = True
+
+    def describe(self, key_id: str | None) -> dict[str, Any]:
+        if key_id is not None:
+            origin = f"signature verified with key {key_id} (--key)"
+        else:
+            origin = "origin NOT checked: replayed with --unsigned"
+        return {
+            "integrity_verified": self.verify,
+            "key_id": key_id,
+            "origin": origin,
+            "unsigned": self.unsigned,
+            "no_verify": not self.verify,
+        }
+
+
+def _refuse_untrusted(source: Path, trust: Trust, res: Any) -> None:
+    """DrillError unless the verification ``res`` and ``trust`` allow running the bundle."""
+    if trust.verify and not res.ok:
+        raise DrillError(
+            "bundle failed verification; refusing to replay it (its plan runs programs as "
+            "root here):\n" + "\n".join(res.lines())
+        )
+    if trust.key is None and not trust.unsigned:
+        said = (
+            f"it says it is signed by key {res.signature.get('key_id')}, "
+            if res.signature is not None
+            else "it is not signed, "
+        )
+        raise DrillError(
+            f"{source}: {said}and its origin was not checked; replay runs the bundle's plan "
+            "(its programs, as root): give the signer's public key with --key PUB, or "
+            "--unsigned to replay it anyway (recorded in the replay's responsibility dossier)"
+        )
+
+
+def _private_copy(source: Path, tmp: Path) -> Path:
+    """The archive copied into the private temporary folder: verified and unpacked from
+    the same bytes (nobody can swap the file between the check and the unpacking)."""
+    from faultdrill.safepath import open_named
+
+    copy = tmp / "source.bundle"
+    try:
+        with open_named(source) as src, copy.open("xb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except (OSError, RunDirError) as exc:
+        raise DrillError(f"{source}: cannot read the bundle: {exc}") from exc
+    return copy
+
+
+def _open_source(
+    source: Path, tmp: Path, trust: Trust
+) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """(the original run directory, the bundle's manifest, the trust record) of a bundle
+    or run directory; DrillError when the source may not be replayed (see :class:`Trust`)."""
     from faultdrill.archive.bundle import extract_bundle, verify_bundle
 
     if not source.exists():
@@ -152,17 +221,24 @@ def _open_source(source: Path, tmp: Path, verify: bool) -> tuple[Path, dict[str,
             "`faultdrill bundle` or a run directory"
         )
     if source.is_dir():
+        if not trust.unsigned:
+            raise DrillError(
+                f"{source}: a run directory carries no signature, so its origin cannot be "
+                "checked; replay runs its plan (its programs, as root): replay a signed "
+                "bundle with --key PUB, or give --unsigned to replay this directory anyway"
+            )
         # Replay copies the source's plan.yaml into the new run: never through a link.
         why = escape(source.resolve(), source.resolve() / rundir.PLAN)
         if why is not None:
             raise DrillError(f"{source}: {why}; refusing to copy the plan from it")
-        return source, {"source_run": str(source.resolve())}
-    manifest: dict[str, Any] = {}
-    if verify:
-        res = verify_bundle(source)
-        manifest = dict(res.manifest)
-        manifest["manifest_sha256"] = res.manifest_sha256
-    return extract_bundle(source, tmp, verify=verify), manifest
+        return source, {"source_run": str(source.resolve())}, trust.describe(None)
+    archive = _private_copy(source, tmp)
+    res = verify_bundle(archive, trust.key)
+    _refuse_untrusted(source, trust, res)
+    manifest = dict(res.manifest)
+    manifest["manifest_sha256"] = res.manifest_sha256
+    record = trust.describe(res.key_id)
+    return extract_bundle(archive, tmp / "run", verify=False), manifest, record
 
 
 def _wanted(
@@ -212,15 +288,17 @@ def replay_bundle(
     scenarios: list[str] | None = None,
     lang: str = "en",
     band: Band | None = None,
-    verify: bool = True,
+    trust: Trust | None = None,
     report: Callable[[str, str], None] = lambda _i, _s: None,
     on_item: Callable[[str, str, Any], None] = lambda _i, _k, _v: None,
 ) -> ReplayResult:
     """Replay ``source`` (a bundle archive, or a run directory) into the new run ``out``.
 
     ``scenarios`` limits the items (ids of scenarios or controls); by default every item
-    the original run recorded is replayed. Raises DrillError on bad input (unknown id, a
-    bundle that fails verification, an empty operator name).
+    the original run recorded is replayed. ``trust`` (default: none given) says what must
+    hold of the source before its plan runs: see :class:`Trust`. Raises DrillError on bad
+    input (unknown id, a bundle that fails verification or whose origin is neither checked
+    nor waived, an empty operator name).
     """
     from faultdrill.engine.run import run_plan
     from faultdrill.judge.evaluate import load_run_plan
@@ -229,10 +307,11 @@ def replay_bundle(
 
     check_lang(lang)
     band = band or Band()
+    trust = trust or Trust()
     if not operator.strip():
         raise DrillError("--operator: name the person replaying the drill")
     with tempfile.TemporaryDirectory(prefix="faultdrill-replay-") as tmp:
-        orig_dir, manifest = _open_source(source, Path(tmp), verify)
+        orig_dir, manifest, trusted = _open_source(source, Path(tmp), trust)
         if not (orig_dir / rundir.REPORT_JSON).exists():
             raise DrillError(f"{source}: no report.json; not a faultdrill run or bundle")
         original, _ = load_report(orig_dir, verify=False)  # RunDirError if it is not one
@@ -251,7 +330,12 @@ def replay_bundle(
         )
     new = result.to_report()
     rr = ReplayResult(
-        out, operator, str(source), band, baseline=[original.baseline.verdict, new.baseline.verdict]
+        out,
+        operator,
+        str(source),
+        band,
+        baseline=[original.baseline.verdict, new.baseline.verdict],
+        trust=trusted,
     )
     rr.items = [_compare(sid, original, new, band) for sid in wanted]
     finish_replay(out, rr, manifest, original)

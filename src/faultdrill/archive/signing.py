@@ -30,11 +30,14 @@ import binascii
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultdrill import boundedjson
 from faultdrill.errors import RunDirError
+from faultdrill.safepath import UnsafePathError, open_named
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -60,6 +63,7 @@ SIGNATURE = "manifest.sig"
 SIG_FORMAT = "faultdrill-signature/1"
 ALGORITHM = "ed25519"
 _KEY_FILE_LIMIT = 1 << 16
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
 
 
 class SigningKeyError(RunDirError):
@@ -121,22 +125,24 @@ def keygen(out: Path) -> tuple[Path, Path, str]:
 
 
 def _read_key_file(path: Path, *, private: bool) -> bytes:
+    """The bytes of a key file: a regular file (a FIFO or device is refused without
+    blocking: :func:`faultdrill.safepath.open_named`) of at most 64 KiB."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        f = open_named(path, limit=_KEY_FILE_LIMIT)
+    except UnsafePathError as exc:
+        raise SigningKeyError(
+            f"{path} is not a key file (a regular file of a few hundred bytes): {exc}"
+        ) from exc
     except OSError as exc:
         raise SigningKeyError(f"{path}: cannot read the key: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as f:
+    with f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _KEY_FILE_LIMIT:
-            raise SigningKeyError(
-                f"{path} is not a key file (a regular file of a few hundred bytes)"
-            )
         if private and st.st_mode & 0o077:
             raise SigningKeyError(
                 f"{path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}): a signing "
                 f"key must be private; run `chmod 600 {path}`"
             )
-        return f.read()
+        return f.read(_KEY_FILE_LIMIT + 1)
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
@@ -185,16 +191,38 @@ def sign_manifest(manifest: bytes, key: Ed25519PrivateKey) -> bytes:
 
 
 def read_signature(raw: bytes) -> dict[str, Any] | str:
-    """The parsed ``manifest.sig``, or why it is not one."""
+    """The parsed ``manifest.sig``, or why it is not a well-formed one: JSON (nested at
+    most a few levels), the known format and algorithm, a ``key_id`` of 16 hex digits and
+    a ``signature`` in strict base64 of exactly 64 bytes. A malformed signature is a
+    failure whether or not a key is given to check it against."""
     try:
-        sig = json.loads(raw)
-    except ValueError:
-        return f"{SIGNATURE} is not JSON"
+        sig = boundedjson.loads(raw, max_depth=4)
+    except ValueError as exc:
+        return f"{SIGNATURE} is not JSON ({exc})"
     if not isinstance(sig, dict) or sig.get("format") != SIG_FORMAT:
         return f"{SIGNATURE} is not a {SIG_FORMAT} signature"
     if sig.get("algorithm") != ALGORITHM:
         return f"{SIGNATURE}: algorithm {sig.get('algorithm')!r}, only {ALGORITHM} is known"
+    kid = sig.get("key_id")
+    if not isinstance(kid, str) or not _KEY_ID.fullmatch(kid):
+        return f"{SIGNATURE}: key_id {str(kid)[:40]!r} is not 16 hex digits"
+    if _signature_bytes(sig.get("signature")) is None:
+        return (
+            f"{SIGNATURE}: 'signature' is not the base64 of a 64-byte Ed25519 signature "
+            "(truncated or damaged)"
+        )
     return sig
+
+
+def _signature_bytes(value: Any) -> bytes | None:
+    """The 64 signature bytes of a strict base64 string, else None."""
+    if not isinstance(value, str) or len(value) != 88:
+        return None
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if len(raw) == 64 else None
 
 
 def check_signature(manifest: bytes, raw_sig: bytes, public: Ed25519PublicKey) -> str | None:
@@ -208,9 +236,8 @@ def check_signature(manifest: bytes, raw_sig: bytes, public: Ed25519PublicKey) -
     if sig.get("key_id") != want:
         return f"signed by key {sig.get('key_id')!r}, not by the given key {want}"
     try:
-        signature = base64.b64decode(str(sig.get("signature")), validate=True)
-        public.verify(signature, manifest)
-    except (InvalidSignature, binascii.Error, ValueError):
+        public.verify(_signature_bytes(sig.get("signature")) or b"", manifest)
+    except (InvalidSignature, ValueError):
         return (
             f"the signature does not match the manifest: the manifest was changed after key "
             f"{want} signed it (or the signature was forged)"

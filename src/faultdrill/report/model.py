@@ -57,9 +57,9 @@ from pydantic import (
     model_validator,
 )
 
-from faultdrill import __version__, rundir
+from faultdrill import __version__, boundedjson, rundir
 from faultdrill.errors import RunDirError
-from faultdrill.safepath import write_file
+from faultdrill.safepath import read_bytes, read_named, write_file
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -824,6 +824,8 @@ class ReplayRecord(Record):
     operator: str | None = None
     bundle: str | None = None
     original_responsibility: dict[str, JsonValue] | None = None
+    #: What was checked of the source before its plan ran (``Trust.describe``).
+    source_trust: dict[str, JsonValue] | None = None
 
 
 class Dossier(Record):
@@ -931,7 +933,7 @@ class Report(Record):
     @classmethod
     def from_text(cls, text: str | bytes, *, source: str = "report.json") -> Report:
         try:
-            data = json.loads(text)
+            data = boundedjson.loads(text)  # nested too deep: a ValueError too
         except ValueError as exc:  # also not UTF-8: a binary file given by mistake
             raise RunDirError(
                 f"{source}: report.json is not valid JSON ({exc}); give a run directory, a "
@@ -972,11 +974,22 @@ def _explain(source: str, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+#: report.json is read whole: a few MB for a large plan, never this much.
+_REPORT_LIMIT = 64 << 20
+
+
 def read_report(path: Path) -> Report:
     """The report of a run directory (or a report.json file). Raises RunDirError."""
-    file = path / rundir.REPORT_JSON if path.is_dir() else path
+    run_dir = path.is_dir()
+    file = path / rundir.REPORT_JSON if run_dir else path
     try:
-        text = file.read_bytes()
+        # A run's report.json: no link out of the run. A report.json the user named: any
+        # path, but a regular file (a FIFO there would block the read forever).
+        if run_dir:
+            base = path.resolve()
+            text = read_bytes(base / rundir.REPORT_JSON, within=base, limit=_REPORT_LIMIT)
+        else:
+            text = read_named(file, limit=_REPORT_LIMIT)
     except FileNotFoundError as exc:
         raise RunDirError(
             f"{path}: no report.json; is this a faultdrill run directory? "

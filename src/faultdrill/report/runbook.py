@@ -19,14 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from faultdrill import rundir
+from faultdrill import boundedjson, rundir
+from faultdrill.errors import RunDirError
 from faultdrill.events import read_jsonl, read_objects
 from faultdrill.report import words
 from faultdrill.report.i18n import Translator, translator
 from faultdrill.report.model import Item, PlanStop, RecordedPlan, Report
 from faultdrill.report.svg import item_events_dir
+from faultdrill.safepath import read_bytes
 
 __all__ = ["ledger_changes", "render_runbook", "undo_hint"]
+
+#: The recorded workload config shown in the runbook: a few hundred bytes in practice.
+_WORKLOAD_LIMIT = 1 << 20
 
 #: What faultdrill itself sets in every agent's environment (``platforms/local/platform.py``);
 #: listed so that a person starting the agents by hand reproduces the same job.
@@ -266,13 +271,30 @@ def _start_agents(
         lines.append(_agent_line(t, rec, a, env))
     if not rec.agents:
         lines.append("# (no agent command was recorded for this item)")
-    wl = (run_dir / rec.sub / rec.sid / "workload.json") if run_dir else None
-    if wl is not None and wl.exists():
+    recorded = _workload_config(run_dir, rec) if run_dir else None
+    if recorded is not None:
         lines.append(
             f"# the workload config the job reads, as recorded (paths moved under $RUN):\n"
-            f"cat > {rec.base}/workload.json <<EOF\n" + rec.subst(wl.read_text().rstrip()) + "\nEOF"
+            f"cat > {rec.base}/workload.json <<EOF\n" + rec.subst(recorded.rstrip()) + "\nEOF"
         )
     return [*lines, "```", ""]
+
+
+def _workload_config(run_dir: Path, rec: _Recorded) -> str | None:
+    """The item's recorded ``workload.json`` as text, if it is a regular JSON file of the run
+    (no link on the way, at most 1 MiB): the runbook is published with the bundle, so a
+    link to a file outside the run (``/etc/shadow``) must never be followed into it."""
+    try:
+        raw = read_bytes(
+            run_dir.resolve() / rec.sub / rec.sid / "workload.json",
+            within=run_dir.resolve(),
+            limit=_WORKLOAD_LIMIT,
+        )
+        text = raw.decode()
+        boundedjson.loads(text)
+    except (OSError, RunDirError, ValueError):
+        return None  # absent, a link, not a regular file, not JSON: nothing recorded to show
+    return text
 
 
 def _inject(t: Translator, s: Item, rec: _Recorded) -> list[str]:

@@ -326,6 +326,9 @@ def replay_html(t: Translator, report: Report, run_dir: Path | None) -> str:
         original=", ".join(f"{k}={v}" for k, v in original.items()),
     )
     out = [f"<h2 id='replay'>{t('html.replay')}</h2>", f"<p>{e(line)}</p>"]
+    trust = _trust_line(t, rp.source_trust)
+    if trust:
+        out.append(f"<p data-replay-trust>{e(trust)}</p>")
     comp = _replay_comparison(run_dir)
     if comp:
         ok = comp.get("matches")
@@ -335,6 +338,17 @@ def replay_html(t: Translator, report: Report, run_dir: Path | None) -> str:
         )
         out.append(_replay_items(t, comp.get("items")))
     return "\n".join(out)
+
+
+def _trust_line(t: Translator, trust: dict[str, Any] | None) -> str:
+    """What was checked of the replayed bundle before its plan ran ("" if not recorded)."""
+    if not trust:
+        return ""
+    if trust.get("no_verify"):
+        return t("replay.trust.no-verify")
+    if trust.get("key_id"):
+        return t("replay.trust.key", key_id=trust["key_id"])
+    return t("replay.trust.unsigned") if trust.get("unsigned") else ""
 
 
 def _replay_items(t: Translator, items: Any) -> str:
