@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -196,40 +197,61 @@ def read_objects(path: Path) -> Iterator[dict[str, Any]]:
     skipping a torn last line and lines that are not objects; nothing from a file that
     cannot be read. Events files are read with :func:`read_jsonl`, which also holds each
     line to the event contract."""
-    try:
-        f = open(path, "rb")  # noqa: SIM115  (kept open for the loop below)
-    except OSError:
-        return
-    with f:
-        for raw in f:
-            if not raw.endswith(b"\n"):
-                return
-            try:
-                obj = json.loads(raw)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(obj, dict):
-                yield obj
+    for raw in _lines(path):
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(obj, dict):
+            yield obj
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """Yield the events of one events file, skipping torn lines and anything that is not an
     event (not JSON, nested too deep, not an object, :func:`malformed`); nothing from a
     file that cannot be read. The timeline counts what was skipped (``Timeline.bad_lines``)."""
+    for raw in _lines(path):
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(obj, dict) and malformed(obj) is None:
+            yield obj
+
+
+#: The longest line read whole; a longer one is skipped (no event or ledger line is near it).
+_MAX_LINE = 1 << 20
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    """The complete lines of a regular file, up to its size when opened: a symbolic link, a
+    FIFO or device (which would block or never end) yields nothing, a line longer than
+    :data:`_MAX_LINE` is skipped without being held, and a torn last line (the writer died
+    mid-write) is dropped."""
     try:
-        f = open(path, "rb")  # noqa: SIM115  (kept open for the loop below)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return
-    with f:
-        for raw in f:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return
+    os.set_blocking(fd, True)
+    left = st.st_size
+    with os.fdopen(fd, "rb") as f:
+        while left > 0:
+            raw = f.readline(min(_MAX_LINE + 1, left))
+            if not raw:
+                return
+            left -= len(raw)
             if not raw.endswith(b"\n"):
-                return  # torn last line: the writer died mid-write
-            try:
-                obj = json.loads(raw)
-            except (ValueError, RecursionError):
+                if len(raw) <= _MAX_LINE:
+                    return  # torn last line
+                while raw and not raw.endswith(b"\n") and left > 0:  # skip the rest of it
+                    raw = f.readline(min(_MAX_LINE, left))
+                    left -= len(raw)
                 continue
-            if isinstance(obj, dict) and malformed(obj) is None:
-                yield obj
+            yield raw
 
 
 class EventSink:
