@@ -73,9 +73,13 @@ def test_an_unknown_group_is_refused_with_the_groups_the_field_knows() -> None:
     assert "its groups are digest, rank, step" in msg
 
 
-def test_the_step_and_end_patterns_are_required() -> None:
-    msg = refused({k: v for k, v in PLAIN.items() if k != "run_end"})
-    assert "logs.run_end" in msg and "required field is missing" in msg
+def test_the_step_pattern_is_required_and_the_end_and_load_id_are_not() -> None:
+    msg = refused({k: v for k, v in PLAIN.items() if k != "step"})
+    assert "logs.step" in msg and "required field is missing" in msg
+    plan = plan_with({k: v for k, v in PLAIN.items() if k != "run_end"})
+    assert plan.logs is not None and plan.logs.run_end is None
+    assert "results.final-model-digest" in dict(plan.logs.blind_spots())
+    plan_with({**PLAIN, "checkpoint_loaded": r"\] resuming at step (?P<step>\d+)"})
 
 
 def test_a_half_sample_range_and_a_pattern_matching_any_line_are_refused() -> None:
@@ -384,3 +388,168 @@ def test_the_report_data_says_what_came_from_logs_and_what_they_cannot_decide(
     ]
     ledger = [u for u in data["undecided"] if u["check"] == "progress.sample-ledger"]
     assert ledger and all(u["message_id"].startswith("progress.sample-ledger.") for u in ledger)
+
+
+# --- every event the tail writes keeps the event contract ---------------------------------
+
+#: A value each group reads correctly.
+_VALUE = {
+    "step": "7",
+    "rank": "0",
+    "world_size": "2",
+    "data_position": "56",
+    "sample_start": "8",
+    "sample_end": "12",
+    "sample_last": "11",
+    "samples": "4",
+    "loss": "0.5",
+    "id": "ck-7",
+    "path": "ck-7/state.pt",
+    "verified": "verified",
+    "digest": "abc123",
+}
+
+
+def _combinations() -> list[tuple[str, tuple[str, ...]]]:
+    """(field, optional groups) for every field and every subset of its optional groups
+    that a plan may write (an incomplete sample range is refused at load)."""
+    from itertools import combinations
+
+    from faultdrill.joblogs.spec import GROUPS
+
+    out = []
+    for name, (kind, _required, optional) in GROUPS.items():
+        if kind is None:
+            continue
+        opts = sorted(optional)
+        for n in range(len(opts) + 1):
+            out += [(name, subset) for subset in combinations(opts, n)]
+    return out
+
+
+@pytest.mark.parametrize(("name", "groups"), _combinations())
+@pytest.mark.parametrize("given", [True, False], ids=["values-given", "values-absent"])
+def test_every_combination_of_optional_groups_writes_valid_events(
+    tmp_path: Path, name: str, groups: tuple[str, ...], given: bool
+) -> None:
+    """Each optional group is written as an optional part of the line: present with its
+    value, or absent (the group takes no part in the match). Whatever a plan's patterns
+    and a job's lines, the tail writes only events the loader accepts."""
+    from faultdrill.joblogs.spec import GROUPS
+    from faultdrill.timeline import Timeline
+
+    required = sorted(GROUPS[name][1])
+    pattern = f"{name}:" + "".join(f" {g}=(?P<{g}>\\S+)" for g in required)
+    pattern += "".join(f"(?: {g}=(?P<{g}>\\S+))?" for g in groups)
+    line = f"{name}:" + "".join(f" {g}={_VALUE[g]}" for g in required)
+    if given:
+        line += "".join(f" {g}={_VALUE[g]}" for g in groups)
+    logs = {
+        "step": r"^step: step=(?P<step>\d+)$",
+        "checkpoint_loaded": r"^never (?P<step>\d+)$",
+        name: pattern,
+    }
+    try:
+        patterns = LogPatterns(**logs)
+    except ValueError:
+        assert name == "step" and {"sample_start", "sample_end", "sample_last"} & set(groups)
+        return
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0))
+    (tmp_path / "logs").mkdir()
+    tail = LogTail(
+        patterns,
+        tmp_path / "logs",
+        EventSink(tmp_path / "events", "t"),
+        live,
+        world_size=1,
+        ckpt_dir=tmp_path / "ckpt",
+    )
+    write(tmp_path / "logs" / "agent-n1.log", line, "step: step=8")
+    tail.stop(succeeded_at=None if name == "run_end" else 1.0)
+    written = events(tmp_path)  # asserts that each keeps the contract
+    assert GROUPS[name][0] in {e["kind"] for e in written}, (pattern, line)
+    tl = Timeline.load(tmp_path / "events")
+    assert (tl.bad_lines, tl.torn_lines) == ({}, 0)
+
+
+def test_a_number_that_is_not_whole_makes_the_line_unreadable() -> None:
+    reader = LineReader(
+        LogPatterns(
+            step=r"^s (?P<step>\d+)",
+            checkpoint_saved=r"saved (?P<id>\w+) at (?P<step>\d+) pos (?P<data_position>\S+)",
+        )
+    )
+    [bad] = reader.read("saved ck at 4 pos four")
+    assert bad.kind == "unreadable" and "data_position is not a whole number" in bad.fields["why"]
+    [good] = reader.read("saved ck at 4 pos 32")
+    assert good.fields["data_position"] == 32
+
+
+def test_without_an_end_line_the_launchers_exit_ends_the_last_replicas(tmp_path: Path) -> None:
+    logs = {"step": r"\] step (?P<step>\d+)", "rank": PLAIN["rank"]}
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0), rep(W1, 1))
+    tail = tail_in(tmp_path, live, logs)
+    log = tmp_path / "logs" / "agent-n1.log"
+    write(log, "[rank 0] step 1", "[rank 1] step 1")
+    tail.poll()
+    live.now = [rep(AGENT, None, "agent", 1), rep(70, 0), rep(71, 1)]  # a restart
+    write(log, "[rank 0] step 2", "[rank 1] step 2", "[rank 1] step 3")
+    tail.stop(succeeded_at=123.0)
+    ends = [e for e in events(tmp_path) if e["kind"] == "run_end"]
+    assert [(e["pid"], e["rank"], e["final_step"], e["synthesized"], e["mono"]) for e in ends] == [
+        (70, 0, 2, True, 123.0),
+        (71, 1, 3, True, 123.0),
+    ]
+
+
+def test_a_job_that_did_not_succeed_gets_no_end(tmp_path: Path) -> None:
+    tail = tail_in(
+        tmp_path, Live(rep(AGENT, None, "agent", 1), rep(W0, 0)), {"step": r"step (?P<step>\d+)"}
+    )
+    write(tmp_path / "logs" / "agent-n1.log", "step 1")
+    tail.stop()  # stopped, failed or killed: no exit to end it
+    assert [e["kind"] for e in events(tmp_path) if e["src"] == "probe"] == ["run_start", "step"]
+
+
+def test_a_first_step_line_with_no_resume_line_before_it_loaded_nothing(tmp_path: Path) -> None:
+    logs = {
+        "step": r"step (?P<step>\d+)",
+        "checkpoint_loaded": r"resuming at (?P<step>\d+)",
+        "checkpoint_saved": r"saved (?P<id>\S+) at (?P<step>\d+)",
+    }
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0))
+    tail = tail_in(tmp_path, live, logs)
+    log = tmp_path / "logs" / "agent-n1.log"
+    write(log, "step 1", "step 2", "saved snapshot.pt at 2")
+    tail.poll()
+    live.now = [rep(AGENT, None, "agent", 1), rep(70, 0)]
+    write(log, "resuming at 2", "step 3")
+    tail.poll()
+    got = [
+        (e["kind"], e["pid"], e.get("inferred"), e.get("id"))
+        for e in events(tmp_path)
+        if e["kind"] in ("ckpt_none", "ckpt_load")
+    ]
+    assert got == [
+        ("ckpt_none", W0, "no-resume-line", None),
+        ("ckpt_load", 70, "id", "snapshot.pt"),
+    ]
+
+
+def test_a_harness_written_file_with_bad_lines_is_not_advised_a_rerun(judge: Judge) -> None:
+    from faultdrill.checks.api import run_checks as checks_of
+    from faultdrill.judge.evaluate import _integrity
+
+    tl = restart().build()
+    tl.bad_lines = {"joblog-n1.jsonl": (13, "probe"), "probe-rank0.jsonl": (1, "probe")}
+    evidence = checks_of(judge.ctx(tl))
+    _integrity(tl, evidence, None)
+    said = {
+        f.data["file"]: f.message_id
+        for f in evidence["progress"].findings
+        if f.check == "timeline.integrity"
+    }
+    assert said == {
+        "events/joblog-n1.jsonl": "timeline.integrity.incomplete.harness",
+        "events/probe-rank0.jsonl": "timeline.integrity.incomplete",
+    }

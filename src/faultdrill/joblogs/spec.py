@@ -9,7 +9,7 @@ order of the table. Groups that a pattern may use (**bold**: required):
 field              event               groups
 =================  ==================  ==================================================
 run_start          ``run_start``       rank, world_size
-checkpoint_loaded  ``ckpt_load``       **id**, **step**, rank, verified, data_position,
+checkpoint_loaded  ``ckpt_load``       **step**, id, rank, verified, data_position,
                                        path
 no_checkpoint      ``ckpt_none``       rank
 step               ``step``            **step**, rank, loss, and the samples it consumed:
@@ -20,9 +20,16 @@ run_end            ``run_end``         rank, step, digest
 rank               (none)              **rank**: the rank of any line it matches
 =================  ==================  ==================================================
 
-``step`` and ``run_end`` are required (without the job's own end-of-run line a clean end
-cannot be told from a crash). Without ``run_start`` a replica announces itself with its
-first matched line. A ``verified`` group says the job checked the checkpoint before loading
+``step`` is required. Without ``run_start`` a replica announces itself with its first
+matched line. Without ``run_end`` the launcher's exit ends the run: when the job ends by
+itself successfully, each replica of its last generation ends there (a ``run_end`` the
+harness writes, ``synthesized: true``). A ``checkpoint_loaded`` line without an ``id`` group
+loaded the checkpoint whose save was read last (``inferred: id``). Without
+``no_checkpoint``, a replica whose first step line came with no resume line before it loaded
+no checkpoint (a ``ckpt_none``, ``inferred: no-resume-line``; only when
+``checkpoint_loaded`` is given, else nothing can be told). A value a line does not give is
+left out of its event, never written as null; a group whose text is not a whole number
+where one is needed makes the line unreadable. A ``verified`` group says the job checked the checkpoint before loading
 it: true when it matched text other than ``false``/``no``/``0``/``unverified``, false when
 it did not take part in the match; a pattern without one leaves verification unknown
 (``progress.checkpoint-verified`` then retests). A ``samples`` count says how many samples
@@ -50,8 +57,8 @@ GROUPS: dict[str, tuple[str | None, frozenset[str], frozenset[str]]] = {
     "run_start": ("run_start", frozenset(), frozenset({"rank", "world_size"})),
     "checkpoint_loaded": (
         "ckpt_load",
-        frozenset({"id", "step"}),
-        frozenset({"rank", "verified", "data_position", "path"}),
+        frozenset({"step"}),
+        frozenset({"id", "rank", "verified", "data_position", "path"}),
     ),
     "no_checkpoint": ("ckpt_none", frozenset(), frozenset({"rank"})),
     "step": (
@@ -67,6 +74,19 @@ GROUPS: dict[str, tuple[str | None, frozenset[str], frozenset[str]]] = {
     "run_end": ("run_end", frozenset(), frozenset({"rank", "step", "digest"})),
     "rank": (None, frozenset({"rank"}), frozenset()),
 }
+
+#: Groups whose text must be a whole number: a line where one is not reads as unreadable
+#: (never as an event with the value left out or null).
+_WHOLE = (
+    "step",
+    "rank",
+    "world_size",
+    "data_position",
+    "sample_start",
+    "sample_end",
+    "sample_last",
+    "samples",
+)
 
 _FALSE = frozenset({"", "false", "no", "0", "unverified", "not verified", "none"})
 
@@ -120,7 +140,7 @@ class LogPatterns(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     step: str
-    run_end: str
+    run_end: str | None = None
     run_start: str | None = None
     checkpoint_loaded: str | None = None
     no_checkpoint: str | None = None
@@ -193,7 +213,7 @@ class LogPatterns(BaseModel):
             out.append(("progress.checkpoint-verified", Msg("logs.blind.no-verified")))
         if self.checkpoint_saved is None:
             out.append(("results.final-checkpoint-verifies", Msg("logs.blind.no-save-pattern")))
-        if "digest" not in _compiled(self.run_end).groupindex:
+        if self.run_end is None or "digest" not in _compiled(self.run_end).groupindex:
             out.append(("results.final-model-digest", Msg("logs.blind.no-digest")))
         return out
 
@@ -215,6 +235,13 @@ def _int(text: str | None) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+def _known(fields: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    """``fields`` with each of ``optional`` the line gave (not None). A value the line did
+    not give is left out, never written as null: the event contract
+    (:data:`faultdrill.events.SHAPES`) refuses a null ``data_position`` or ``final_step``."""
+    return fields | {k: v for k, v in optional.items() if v is not None}
 
 
 def _float(text: str | None) -> float | None:
@@ -267,11 +294,11 @@ class LineReader:
     ) -> Reading:
         groups = m.groupdict()
         rank = _int(groups.get("rank"))
+        for group in _WHOLE:
+            if groups.get(group) is not None and _int(groups[group]) is None:
+                why = f"{group} is not a whole number"
+                return Reading("unreadable", {"field": name, "why": why})
         fields = self._fields(kind, groups)
-        if "step" in GROUPS[name][1] and fields.get("step") is None:
-            return Reading("unreadable", {"field": name, "why": "step is not a whole number"})
-        if groups.get("rank") is not None and rank is None:
-            return Reading("unreadable", {"field": name, "why": "rank is not a whole number"})
         if rank is None:
             before = [r for at, r in marks if at <= m.start()]
             rank = before[-1] if before else None
@@ -285,27 +312,29 @@ class LineReader:
             if self._knows_verified:
                 v = g.get("verified")
                 verified = v is not None and v.strip().lower() not in _FALSE
-            return {
-                "id": g["id"],
-                "step": _int(g["step"]),
-                "path": g.get("path") or "",
-                "verified": verified,
-                "data_position": _int(g.get("data_position")),
-                "rejected": [],
-            }
+            return _known(
+                {
+                    "id": g.get("id"),
+                    "step": _int(g["step"]),
+                    "path": g.get("path") or "",
+                    "verified": verified,
+                    "rejected": [],
+                },
+                data_position=_int(g.get("data_position")),
+            )
         if kind == "ckpt_save":
-            return {
-                "id": g["id"],
-                "step": _int(g["step"]),
-                "path": g.get("path") or "",
-                "data_position": _int(g.get("data_position")),
-            }
+            return _known(
+                {"id": g["id"], "step": _int(g["step"]), "path": g.get("path") or ""},
+                data_position=_int(g.get("data_position")),
+            )
         if kind == "ckpt_none":
             return {"rejected": []}
         if kind == "run_start":
             return {"world_size": _int(g.get("world_size"))}
         # run_end
-        return {"status": "ok", "final_step": _int(g.get("step")), "model_digest": g.get("digest")}
+        return _known(
+            {"status": "ok", "model_digest": g.get("digest")}, final_step=_int(g.get("step"))
+        )
 
     @staticmethod
     def _step(g: dict[str, str | None]) -> dict[str, Any]:

@@ -398,7 +398,9 @@ def _integrity(
     that is not an event makes the evidence its file feeds retest: a ``timeline.integrity``
     finding names the file and the count, and that evidence's failures are not judged
     (they may come from the lines that are missing). So does a damaged baseline
-    (``reference``) for everything compared with it."""
+    (``reference``) for everything compared with it. The advice depends on who wrote the
+    file: the job's probe (``probe-*``: a rerun writes it anew) or faultdrill itself (any
+    other file: a rerun writes the same lines, so only the run's bundled copy can help)."""
     if reference is not None and reference.damaged:
         _not_judged(
             evidence,
@@ -419,7 +421,13 @@ def _integrity(
                 Finding.of(
                     "timeline.integrity",
                     Verdict.RETEST,
-                    Msg("timeline.integrity.incomplete", why=why, category=cat),
+                    Msg(
+                        "timeline.integrity.incomplete"
+                        if name.startswith("probe-")
+                        else "timeline.integrity.incomplete.harness",
+                        why=why,
+                        category=cat,
+                    ),
                     {"file": f"events/{name}", "lines": count, "source": source or None},
                 )
             )

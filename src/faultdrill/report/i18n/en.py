@@ -593,6 +593,7 @@ CATALOG: dict[str, str] = {
     "timeline.integrity.torn": "{n} torn last line(s) skipped (a process was killed mid-write)",
     "timeline.integrity.bad-lines": "{n} line(s) of events/{file} are not valid events (not JSON, not an object, or a field missing or of the wrong type) and were skipped",
     "timeline.integrity.incomplete": "{why}: this {category} evidence is incomplete; restore the file from the run's bundle, or run the drill again",
+    "timeline.integrity.incomplete.harness": "{why}: this {category} evidence is incomplete; faultdrill wrote this file itself, so running the drill again writes the same lines: restore the file from the run's bundle if it was damaged after the run, else report it as a faultdrill defect with the file",
     "expectation.recovery-class.not-determined": "recovery class {why}",
     "expectation.recovery-class.as-expected": "recovery class {cls}, as expected",
     "expectation.recovery-class.worse": "recovery class {cls}, worse than the expected {expected}: {why}",

@@ -595,6 +595,7 @@ CATALOG: dict[str, str] = {
     "timeline.integrity.torn": "跳过了 {n} 行被截断的末行（进程在写入中途被终止）",
     "timeline.integrity.bad-lines": "events/{file} 中有 {n} 行不是有效事件（不是 JSON、不是对象，或字段缺失、类型错误），已跳过",
     "timeline.integrity.incomplete": "{why}：该{category:@ev.}不完整；请从本次运行的证据包中恢复该文件，或重新执行演练",
+    "timeline.integrity.incomplete.harness": "{why}：该{category:@ev.}不完整；该文件由 faultdrill 自己写入，重新执行演练会写出同样的行：若文件是在运行后损坏的，请从本次运行的证据包中恢复，否则请附上该文件报告 faultdrill 的缺陷",
     "expectation.recovery-class.not-determined": "恢复类别{why}",
     "expectation.recovery-class.as-expected": "恢复类别为{cls:@class.}，符合预期",
     "expectation.recovery-class.worse": "恢复类别为{cls:@class.}，比预期的{expected:@class.}差：{why}",
