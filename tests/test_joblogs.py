@@ -23,6 +23,7 @@ from faultdrill.joblogs.evidence import log_evidence
 from faultdrill.joblogs.tail import LogTail, hash_checkpoint, log_file_origin
 from faultdrill.plan import Plan, parse_plan
 from faultdrill.platforms.api import Replica
+from faultdrill.timeline import Timeline
 from tests.drillkit import ROOT, demo_raw
 from tests.timelines import Judge, restart
 
@@ -436,7 +437,6 @@ def test_every_combination_of_optional_groups_writes_valid_events(
     value, or absent (the group takes no part in the match). Whatever a plan's patterns
     and a job's lines, the tail writes only events the loader accepts."""
     from faultdrill.joblogs.spec import GROUPS
-    from faultdrill.timeline import Timeline
 
     required = sorted(GROUPS[name][1])
     pattern = f"{name}:" + "".join(f" {g}=(?P<{g}>\\S+)" for g in required)
@@ -553,3 +553,68 @@ def test_a_harness_written_file_with_bad_lines_is_not_advised_a_rerun(judge: Jud
         "events/joblog-n1.jsonl": "timeline.integrity.incomplete.harness",
         "events/probe-rank0.jsonl": "timeline.integrity.incomplete",
     }
+
+
+# --- a job that prints only epoch lines (tests/jobs/epoch_log_train.py) --------------------
+
+#: The patterns of tests/jobs/epoch_log_train.py, from its plan (examples/epoch_logs/plan.yaml).
+EPOCHS: dict[str, Any] = yaml.safe_load(
+    (ROOT / "examples" / "epoch_logs" / "plan.yaml").read_text()
+)["logs"]
+
+
+def _epoch_run(tmp_path: Path, resumed_at: int) -> Timeline:
+    """Epochs 0-2 run and saved (0-based), a kill during epoch 3, a restart that resumes
+    at ``resumed_at`` and runs to epoch 4, and the launcher's successful exit."""
+
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0))
+    tail = tail_in(tmp_path, live, EPOCHS)
+    log = tmp_path / "logs" / "agent-n1.log"
+    for epoch in range(3):
+        write(
+            log,
+            f"[GPU0] Epoch {epoch} | Batchsize: 32 | Steps: 16",
+            f"Epoch {epoch} | Training snapshot saved at {tmp_path}/ckpt/snapshot.pt",
+        )
+    write(log, "[GPU0] Epoch 3 | Batchsize: 32 | Steps: 16")
+    tail.poll()
+    live.now = [rep(AGENT, None, "agent", 1), rep(70, 0)]
+    write(log, f"Resuming training from snapshot at Epoch {resumed_at}")
+    for epoch in range(resumed_at, 5):
+        write(
+            log,
+            f"[GPU0] Epoch {epoch} | Batchsize: 32 | Steps: 16",
+            f"Epoch {epoch} | Training snapshot saved at {tmp_path}/ckpt/snapshot.pt",
+        )
+    tail.stop(succeeded_at=1e9)
+    return Timeline.load(tmp_path / "events")
+
+
+def test_an_epoch_line_announces_the_epoch_about_to_run(tmp_path: Path) -> None:
+    tl = _epoch_run(tmp_path, resumed_at=3)
+    first, second = tl.incarnations
+    # epoch N's line says N epochs are done; the first line of a replica completes nothing
+    assert (first.first_step, first.last_step, first.load.kind) == (1, 3, "ckpt_none")
+    assert (second.resume_step, second.first_step, second.last_step) == (3, 4, 5)
+    assert [e["step"] for e in tl.of("probe", "ckpt_save")] == [1, 2, 3, 4, 5]
+    assert second.load["id"] == "snapshot.pt" and second.load["inferred"] == "id"
+    [end] = second.ends
+    assert (end["final_step"], end["synthesized"]) == (5, True)
+
+
+def test_an_epoch_rerun_after_resume_fails_and_the_fixed_resume_passes(
+    tmp_path: Path, judge: Judge
+) -> None:
+    (tmp_path / "fixed").mkdir()
+    (tmp_path / "buggy").mkdir()
+    fixed = judge.ctx(_epoch_run(tmp_path / "fixed", resumed_at=3))
+    found = {f.check: f for f in run_checks(fixed)["progress"].findings}
+    for name in ("progress.resume-point", "progress.no-jump", "progress.no-restart-from-zero"):
+        assert found[name].verdict is Verdict.PASS, found[name].message
+    # the bug: the save after epoch 2 recorded "2 epochs run", so the restart runs epoch 2
+    # again
+    buggy = judge.ctx(_epoch_run(tmp_path / "buggy", resumed_at=2))
+    progress = run_checks(buggy)["progress"].findings
+    [resume] = [f for f in progress if f.check == "progress.resume-point"]
+    assert resume.verdict is Verdict.FAIL, resume.message
+    assert resume.params["step"] == 2 and resume.params["valid_step"] == 3

@@ -44,9 +44,17 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from faultdrill.report.i18n import Msg
 
@@ -87,6 +95,12 @@ _WHOLE = (
     "sample_last",
     "samples",
 )
+
+#: The fields whose ``step`` group numbers a unit of work: each says whether its number is
+#: the unit just completed (``completed``, the default) or the one about to start
+#: (``started``).
+COUNTED = ("step", "checkpoint_loaded", "checkpoint_saved", "run_end")
+Counts = Literal["completed", "started"]
 
 _FALSE = frozenset({"", "false", "no", "0", "unverified", "not verified", "none"})
 
@@ -140,6 +154,14 @@ class LogPatterns(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     step: str
+    #: field -> what its number counts (see :data:`COUNTED`); a plan writes it beside the
+    #: pattern: ``step: {pattern: '...', counts: started}``.
+    counts: dict[Literal["step", "checkpoint_loaded", "checkpoint_saved", "run_end"], Counts] = {}
+    #: What one step is, in the job's words (``epoch``): said in the report.
+    unit: str = Field("step", min_length=1, max_length=40, pattern=r"^[A-Za-z][A-Za-z -]*$")
+    #: The number the job gives its first unit: 1 (``step 1`` after the first) or 0
+    #: (``Epoch 0``, as ``range(epochs)`` numbers them).
+    first_unit: int = Field(1, ge=0, le=1)
     run_end: str | None = None
     run_start: str | None = None
     checkpoint_loaded: str | None = None
@@ -159,6 +181,44 @@ class LogPatterns(BaseModel):
     @classmethod
     def _valid(cls, value: str | None, info: Any) -> str | None:
         return _check_pattern(str(info.field_name), value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _counted(cls, raw: Any) -> Any:
+        """``{pattern: ..., counts: ...}`` of a counted field into its pattern and
+        :attr:`counts`."""
+        if not isinstance(raw, dict):
+            return raw
+        raw, counts = dict(raw), dict(raw.get("counts") or {})
+        for name in COUNTED:
+            value = raw.get(name)
+            if not isinstance(value, dict):
+                continue
+            unknown = sorted(set(value) - {"pattern", "counts"})
+            if unknown or "pattern" not in value:
+                raise ValueError(
+                    f"logs.{name}: give a pattern, or {{pattern: '...', counts: started}} "
+                    f"(counts: completed or started){'; unknown: ' + ', '.join(unknown) if unknown else ''}"
+                )
+            raw[name] = value["pattern"]
+            if "counts" in value:
+                counts[name] = value["counts"]
+        if counts:
+            raw["counts"] = counts
+        return raw
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a plan that does not use counts, unit or first_unit keeps the digest it had
+        out: dict[str, Any] = handler(self)
+        for key, default in (("counts", {}), ("unit", "step"), ("first_unit", 1)):
+            if out.get(key) == default:
+                out.pop(key, None)
+        return out
+
+    def counted(self, name: str) -> Counts:
+        """What the number of field ``name``'s ``step`` group counts."""
+        return self.counts.get(name, "completed")  # type: ignore[call-overload,no-any-return]
 
     @model_validator(mode="after")
     def _not_empty_match(self) -> LogPatterns:
@@ -226,6 +286,9 @@ class Reading:
     kind: str
     fields: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
+    #: A step line whose number is the unit about to start (``counts: started``): its
+    #: ``step`` is how many were complete before it.
+    starts_unit: bool = False
 
 
 def _int(text: str | None) -> int | None:
@@ -299,10 +362,26 @@ class LineReader:
                 why = f"{group} is not a whole number"
                 return Reading("unreadable", {"field": name, "why": why})
         fields = self._fields(kind, groups)
+        started = name in COUNTED and self.patterns.counted(name) == "started"
+        if fields.get("step") is not None or (kind == "run_end" and "final_step" in fields):
+            key = "final_step" if kind == "run_end" else "step"
+            done = self._completed(int(fields[key]), started)
+            if done is None:
+                first = self.patterns.first_unit
+                why = f"step {fields[key]} is below logs.first_unit {first}"
+                return Reading("unreadable", {"field": name, "why": why})
+            fields[key] = done
         if rank is None:
             before = [r for at, r in marks if at <= m.start()]
             rank = before[-1] if before else None
-        return Reading(kind, fields, rank)
+        return Reading(kind, fields, rank, starts_unit=started and kind == "step")
+
+    def _completed(self, number: int, started: bool) -> int | None:
+        """How many units are complete at a line whose number is ``number``: the unit just
+        completed (its ordinal; 0 when none is), or the one about to start (those before
+        it); None for a number that cannot be either (below the plan's ``first_unit``)."""
+        done = number - self.patterns.first_unit + (0 if started else 1)
+        return done if done >= 0 else None
 
     def _fields(self, kind: str, g: dict[str, str | None]) -> dict[str, Any]:
         if kind == "step":

@@ -141,6 +141,9 @@ class LogTail:
         self.stamp_bound_s = 0.0
         self._announced: set[int] = set()
         self._decided: set[int] = set()  # pids whose load decision was read
+        #: pid -> the unit it announced starting last (``counts: started``): it completes
+        #: at the next such line, at its end line, or at the launcher's successful exit
+        self._unit: dict[int, int] = {}
         self._last_saved = ""  # the id of the checkpoint whose save was read last
         #: pid -> (node, rank, last step read) of replicas of the agents'
         #: logs that printed no end line: those a successful exit ends
@@ -178,7 +181,9 @@ class LogTail:
         last: dict[int, tuple[int, str, int | None]] = {}
         for pid, (node, rank, step) in self._running.items():
             last[rank] = (pid, node, step)  # the most recently active last
-        for rank, (pid, node, step) in sorted(last.items()):
+        for rank, (pid, node, _) in sorted(last.items()):
+            self._complete_running_unit(node, pid, rank, at)
+            step = self._running[pid][2]
             fields: dict[str, Any] = {"status": "ok", "model_digest": None}
             if step is not None:
                 fields["final_step"] = step
@@ -265,10 +270,41 @@ class LogTail:
             fields["id"], extra["inferred"] = self._last_saved, "id"
         if reading.kind == "step":
             self._no_resume_line(node, pid, rank, line)
+            if reading.starts_unit and not self._unit_started(pid, int(fields["step"])):
+                self._track("started", origin, node, pid, rank, None)
+                return
+        elif reading.kind == "run_end":
+            self._complete_running_unit(node, pid, rank)
         if reading.kind in ("ckpt_load", "ckpt_none"):
             self._decided.add(pid)
         self._track(reading.kind, origin, node, pid, rank, fields.get("step"))
         self._emit(reading.kind, node, pid, rank, fields, line, **extra)
+
+    def _unit_started(self, pid: int, done: int) -> bool:
+        """A line announcing that unit ``done + 1`` starts (``counts: started``): whether
+        it also completes a unit, the one this replica started before (its first such
+        line completes nothing)."""
+        ran = pid in self._unit
+        self._unit[pid] = done + 1
+        return ran
+
+    def _complete_running_unit(
+        self, node: str, pid: int, rank: int, at_mono: float | None = None
+    ) -> None:
+        """The unit a replica announced last (``counts: started``) completed: its end line
+        was read, or the launcher exited successfully."""
+        unit = self._unit.pop(pid, None)
+        if unit is None:
+            return
+        fields: dict[str, Any] = {"step": unit, "loss": None, "samples": []}
+        if at_mono is not None:
+            self._emit(
+                "step", node, pid, rank, fields, "", completed_by="launcher-exit", at_mono=at_mono
+            )
+        else:
+            self._emit("step", node, pid, rank, fields, "", completed_by="end-line")
+        if pid in self._running:
+            self._running[pid] = (node, rank, unit)
 
     def _no_resume_line(self, node: str, pid: int, rank: int, line: str) -> None:
         """A replica's first step line with no resume line before it: it loaded no
