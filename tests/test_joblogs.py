@@ -593,6 +593,7 @@ def _epoch_run(tmp_path: Path, resumed_at: int) -> Timeline:
 def test_an_epoch_line_announces_the_epoch_about_to_run(tmp_path: Path) -> None:
     tl = _epoch_run(tmp_path, resumed_at=3)
     first, second = tl.incarnations
+    assert first.load is not None and second.load is not None
     # epoch N's line says N epochs are done; the first line of a replica completes nothing
     assert (first.first_step, first.last_step, first.load.kind) == (1, 3, "ckpt_none")
     assert (second.resume_step, second.first_step, second.last_step) == (3, 4, 5)
