@@ -19,7 +19,7 @@ from faultdrill.engine.watch import Watch
 from faultdrill.errors import PlanError
 from faultdrill.events import EventSink, malformed
 from faultdrill.joblogs import LineReader, LogPatterns, Reading
-from faultdrill.joblogs.evidence import log_evidence
+from faultdrill.joblogs.evidence import as_reached, log_evidence, not_observable
 from faultdrill.joblogs.tail import LogTail, hash_checkpoint, log_file_origin
 from faultdrill.plan import Plan, parse_plan
 from faultdrill.platforms.api import Replica
@@ -375,7 +375,9 @@ def test_the_report_data_says_what_came_from_logs_and_what_they_cannot_decide(
         checkpoint_loaded=PLAIN["checkpoint_loaded"],
         checkpoint_saved=PLAIN["checkpoint_saved"],
     )
-    data = log_evidence(counted, timeline, run_checks(ctx))
+    evidence = run_checks(ctx)
+    not_observable(counted, evidence)
+    data = log_evidence(counted, timeline, evidence)
     assert data["stamp_bound_s"] == 0.06
     assert data["from_logs"] == {"run_start": 4, "step": 10}
     assert data["from_probe"]["ckpt_load"] == 2
@@ -383,12 +385,38 @@ def test_the_report_data_says_what_came_from_logs_and_what_they_cannot_decide(
         {
             "check": "progress.sample-ledger",
             "why": counted.sample_ids,
-            "verdict": "retest",
+            "verdict": "pass",
             "why_message": {"message_id": "logs.blind.sample-count", "params": {}},
+            "to_be_verified": True,
         }
     ]
-    ledger = [u for u in data["undecided"] if u["check"] == "progress.sample-ledger"]
-    assert ledger and all(u["message_id"].startswith("progress.sample-ledger.") for u in ledger)
+    [ledger] = [f for f in evidence["progress"].findings if f.check == "progress.sample-ledger"]
+    assert ledger.message_id == "logs.not-observable"
+    assert ledger.data["to_be_verified"] == "which samples each step consumed"
+    assert "progress.sample-ledger.no-ids" in ledger.message or "sample ids" in ledger.message
+    assert not [u for u in data["undecided"] if u["check"] == "progress.sample-ledger"]
+
+
+def test_only_the_retests_the_blindness_causes_pass_as_to_be_verified(judge: Judge) -> None:
+    """A sample ledger that cannot be traced (a load of a checkpoint nobody saved) stays
+    retest: its cause is not what the patterns cannot show."""
+    tl = restart().edit("probe", "step", lambda r: True, samples=[])
+    tl = tl.edit("probe", "ckpt_load", lambda r: True, id="nobody-saved-this")
+    counted = LogPatterns(step=r"step (?P<step>\d+) n=(?P<samples>\d+)")
+    evidence = run_checks(judge.ctx(tl))
+    not_observable(counted, evidence)
+    [ledger] = [f for f in evidence["progress"].findings if f.check == "progress.sample-ledger"]
+    assert (ledger.verdict, ledger.message_id) == (
+        Verdict.RETEST,
+        "progress.sample-ledger.untraceable",
+    )
+    reached = as_reached(evidence)
+    assert all(
+        f.verdict is Verdict.RETEST
+        for e in reached.values()
+        for f in e.findings
+        if f.data.get("not_observable")
+    )
 
 
 # --- every event the tail writes keeps the event contract ---------------------------------

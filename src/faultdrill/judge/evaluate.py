@@ -20,7 +20,7 @@ from faultdrill.checks.network import network_report
 from faultdrill.checks.results import comparison_mode
 from faultdrill.engine.item import environment_facts
 from faultdrill.errors import RunDirError
-from faultdrill.joblogs.evidence import log_evidence
+from faultdrill.joblogs.evidence import as_reached, log_evidence, not_observable
 from faultdrill.judge.analysis import Answers, answer_questions
 from faultdrill.judge.conclusion import Conclusion, conclude
 from faultdrill.judge.dependencies import dependency_totals, recovery_dependencies
@@ -551,6 +551,8 @@ def evaluate_item(
     tl = timeline if timeline is not None else Timeline.load(rundir.events_dir(work))
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
     evidence = run_checks(ctx)
+    if plan.logs is not None:
+        not_observable(plan.logs, evidence)
     item_id = "baseline" if item is None else item.id
     failed = tl.first("harness", "job_failed")
     no_probe = _no_probe_events(tl, evidence, failed is not None)
@@ -610,7 +612,8 @@ def _what_a_buyer_signs(ctx: CheckContext, evidence: dict[str, EvidenceResult]) 
     (the failing layer needs its final verdict: :func:`evaluate_item` adds it)."""
     tl, plan = ctx.timeline, ctx.plan
     return {
-        "conclusion": conclude(tl, evidence),
+        # what the job's log lines cannot show is no evidence: no level rests on it
+        "conclusion": conclude(tl, as_reached(evidence)),
         "dependencies": recovery_dependencies(tl, plan, ctx.item),
         "trend": trend_after_recovery(
             tl,
