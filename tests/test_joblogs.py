@@ -647,3 +647,31 @@ def test_an_epoch_rerun_after_resume_fails_and_the_fixed_resume_passes(
     [resume] = [f for f in progress if f.check == "progress.resume-point"]
     assert resume.verdict is Verdict.FAIL, resume.message
     assert resume.params["step"] == 2 and resume.params["valid_step"] == 3
+
+
+def test_the_report_lists_what_passed_without_evidence_as_to_be_verified() -> None:
+    """The scope table of every report says which checks passed without evidence (a job
+    that evaluates nothing, what log lines cannot show), in which items, in both
+    languages; a report without such a finding has no such row."""
+    from faultdrill.report.i18n import Translator
+    from faultdrill.report.scope import derive_scope
+    from tests.report_data import report_of, synthetic_report
+
+    data = synthetic_report()
+    assert "evidence" not in {r.dimension for r in derive_scope(report_of(data), Translator("en"))}
+    first = data["scenarios"][0]
+    first["evidence"]["results"]["findings"].append(
+        {
+            "check": "results.evaluation-matches-baseline",
+            "verdict": "pass",
+            "message": "not applicable: the job reports no held-out evaluation",
+            "data": {"to_be_verified": "held-out evaluation"},
+        }
+    )
+    for lang, said in (("en", "passed without evidence, to be verified"), ("zh", "待验证")):
+        [row] = [
+            r for r in derive_scope(report_of(data), Translator(lang)) if r.dimension == "evidence"
+        ]
+        [entry] = row.to_verify
+        assert "results.evaluation-matches-baseline" in entry and said in entry
+        assert first["id"] in entry

@@ -42,7 +42,10 @@ def _checks(t: Translator, item_id: str, entries: Any, verdicts: bool) -> list[R
         link: Text = Link(Code(check), finding_anchor(item_id, check))
         if verdicts:
             v = entry.get("verdict")
-            badge: Text = Badge(str(v), t.verdict(str(v))) if v else t("na")
+            shown = t.verdict(str(v))
+            if entry.get("to_be_verified"):
+                shown = f"{shown}, {t('col.to_verify')}"
+            badge: Text = Badge(str(v), shown) if v else t("na")
             said = _said(t, entry, "why_message", "why")
             rows.append(Row([link, badge, said], data={"check": check}))
         else:
