@@ -273,7 +273,9 @@ class LogPatterns(BaseModel):
             out.append(("progress.checkpoint-verified", Msg("logs.blind.no-verified")))
         if self.checkpoint_saved is None:
             out.append(("results.final-checkpoint-verifies", Msg("logs.blind.no-save-pattern")))
-        if self.run_end is None or "digest" not in _compiled(self.run_end).groupindex:
+        if self.run_end is None:
+            out.append(("results.final-model-digest", Msg("logs.blind.no-end-pattern")))
+        elif "digest" not in _compiled(self.run_end).groupindex:
             out.append(("results.final-model-digest", Msg("logs.blind.no-digest")))
         return out
 

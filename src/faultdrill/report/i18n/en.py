@@ -997,6 +997,7 @@ CATALOG: dict[str, str] = {
     "logs.blind.no-verified": "logs.checkpoint_loaded has no verified group: whether the job checked a checkpoint before loading it is not observable",
     "logs.blind.no-save-pattern": "no logs.checkpoint_saved: the harness cannot hash what the job saved",
     "logs.blind.no-digest": "logs.run_end has no digest group (model digest)",
+    "logs.blind.no-end-pattern": "no logs.run_end: the job prints no end line, so no model digest",
     "logs.not-observable": "not observable from the job's log lines ({why}): no evidence, to be verified (the check said: {said})",
     "part.log_evidence": "Evidence read from the job's log lines",
     "logs.intro": "This job was read from its own log lines (plan: logs), not from the probe. Each event is stamped when faultdrill read its line, at most {bound} after the line reached the file; the line carries no time of the job's.",

@@ -999,6 +999,7 @@ CATALOG: dict[str, str] = {
     "logs.blind.no-verified": "logs.checkpoint_loaded 没有 verified 分组：无法观察任务在加载检查点前是否做了校验",
     "logs.blind.no-save-pattern": "没有 logs.checkpoint_saved：演练工具无法对任务保存的内容计算哈希",
     "logs.blind.no-digest": "logs.run_end 没有 digest 分组（模型摘要）",
+    "logs.blind.no-end-pattern": "没有 logs.run_end：任务不打印结束行，因而没有模型摘要",
     "logs.not-observable": "无法从任务日志行观察（{why}）：不构成证据，待验证（检查给出的结果：{said}）",
     "part.log_evidence": "读自任务日志行的证据",
     "logs.intro": "该任务的证据读自其自身的日志行（计划中的 logs），而非探针。每个事件的时间戳是 faultdrill 读到该行的时刻，最多晚于该行写入文件 {bound}；日志行本身不带任务的时间。",
