@@ -80,6 +80,7 @@ def test_the_fixed_job_passes_with_what_logs_cannot_show_to_be_verified(tmp_path
     # the level stops where the evidence did: the sample ledger was not observable
     assert s["conclusion"]["level"] == "running-again"
     assert s["log_evidence"]["undecided"] == []
+    assert s["log_evidence"]["unit"] == "epoch"
 
 
 @pytest.mark.slow

@@ -83,6 +83,7 @@ def log_evidence(
 ) -> dict[str, Any]:
     """The ``log_evidence`` entry of one item in ``report.json``:
 
+    * ``unit``: what one step is, in the job's words (``logs.unit``: ``epoch``);
     * ``from_logs`` / ``from_probe``: probe events per kind, by where they came from;
     * ``stamped`` and ``stamp_bound_s``: events are stamped when the harness read their
       line, at most that long after the line reached the file (None: not recorded);
@@ -109,6 +110,7 @@ def log_evidence(
     tbv = {f.check for e in evidence.values() for f in e.findings if f.data.get("not_observable")}
     return {
         "source": "the job's own log lines (plan: logs)",
+        "unit": patterns.unit,
         "stamped": "each event when the harness read its line; the line carries no time "
         "of the job's",
         "stamp_bound_s": read.get("stamp_bound_s"),

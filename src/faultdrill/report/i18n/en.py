@@ -1006,6 +1006,7 @@ CATALOG: dict[str, str] = {
     "logs.col.probe": "from the probe",
     "logs.col.why": "why",
     "logs.read": "Lines not attributed to a replica: {unattributed}; ambiguous: {ambiguous}; unreadable: {unreadable}; replicas that announced themselves with their first line: {synthesized}.",
+    "logs.unit": "One step of this job is one {unit} (logs.unit): every step number in this report counts {unit}s completed.",
     "logs.blind": "Checks the plan's patterns leave without evidence (a retest that only this causes passes as no evidence, to be verified; no conclusion level rests on it):",
     "logs.undecided": "Findings that stay undecided (retest):",
     "ctl.harness": "harness: {kind}",

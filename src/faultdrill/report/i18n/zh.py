@@ -1008,6 +1008,7 @@ CATALOG: dict[str, str] = {
     "logs.col.probe": "来自探针",
     "logs.col.why": "原因",
     "logs.read": "未能归属到副本的行：{unattributed}；有歧义的行：{ambiguous}；无法读取的行：{unreadable}；以第一行日志登记自身的副本：{synthesized}。",
+    "logs.unit": "此任务的一步即一个 {unit}（logs.unit）：本报告中的每个步数都是已完成的 {unit} 数。",
     "logs.blind": "计划中的日志模式无法提供证据的检查（仅因此而需补测的结论判为通过，但不构成证据、待验证；任何结论层级都不以其为依据）：",
     "logs.undecided": "仍无法判定的发现（补测）：",
     "ctl.harness": "演练工具注入：{kind}",

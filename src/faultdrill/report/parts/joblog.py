@@ -75,6 +75,9 @@ def log_evidence_part(t: Translator, s: Item) -> Part | None:
             cls="note",
         ),
     ]
+    unit = logs.get("unit")
+    if isinstance(unit, str) and unit != "step":
+        blocks.append(Para(t("logs.unit", unit=unit), cls="note"))
     blind = _checks(t, s.id, logs.get("not_observable"), verdicts=True)
     if blind:
         head = [t("col.check"), t("col.verdict"), t("logs.col.why")]
