@@ -675,3 +675,26 @@ def test_the_report_lists_what_passed_without_evidence_as_to_be_verified() -> No
         [entry] = row.to_verify
         assert "results.evaluation-matches-baseline" in entry and said in entry
         assert first["id"] in entry
+
+
+def test_what_a_number_counts_is_read_from_the_plan_and_dumped_only_when_said() -> None:
+    plain = plan_with(PLAIN)
+    assert plain.logs is not None
+    dumped = plain.logs.model_dump(mode="json")
+    assert not {"counts", "unit", "first_unit"} & set(dumped)  # older plans keep their digest
+    epochs = plan_with(EPOCHS)
+    assert epochs.logs is not None and epochs.logs.counted("step") == "started"
+    again = LogPatterns(**epochs.logs.model_dump(mode="json"))
+    assert again == epochs.logs
+    reader = LineReader(epochs.logs)
+    [start] = reader.read("[GPU1] Epoch 0 | Batchsize: 32 | Steps: 16")
+    assert (start.fields["step"], start.starts_unit, start.rank) == (0, True, 1)
+    [saved] = reader.read("Epoch 0 | Training snapshot saved at /r/ckpt/snapshot.pt")
+    assert (saved.fields["step"], saved.fields["id"]) == (1, "snapshot.pt")
+    one_based = LineReader(
+        LogPatterns(step={"pattern": r"epoch (?P<step>\d+) begins", "counts": "started"})
+    )
+    [bad] = one_based.read("epoch 0 begins")
+    assert bad.kind == "unreadable" and "below logs.first_unit 1" in bad.fields["why"]
+    msg = refused({**PLAIN, "step": {"pattern": PLAIN["step"], "count": "started"}})
+    assert "logs.step: give a pattern, or {pattern:" in msg and "unknown: count" in msg

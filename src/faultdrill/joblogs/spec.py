@@ -35,6 +35,14 @@ it did not take part in the match; a pattern without one leaves verification unk
 (``progress.checkpoint-verified`` then retests). A ``samples`` count says how many samples
 a step consumed, not which: the sample ledger then retests ("not observable").
 
+What a number counts: a ``step`` event's ``step`` is how many units are complete. A field
+with a ``step`` group (``step``, ``checkpoint_loaded``, ``checkpoint_saved``, ``run_end``)
+may be given as ``{pattern: ..., counts: started}``: its number is the unit about to run,
+not (``completed``, the default) the unit just completed. ``first_unit`` (0 or 1, default
+1) is the number the job gives its first unit, ``unit`` its name (``epoch``). A step line
+of a unit about to run completes the replica's previous one (:attr:`Reading.starts_unit`;
+the tail keeps the count).
+
 Validation names the field: a pattern that does not compile, lacks a required group or has
 a group its field does not know is refused when the plan loads.
 """
