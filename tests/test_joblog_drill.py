@@ -178,3 +178,37 @@ def test_the_chinese_report_says_the_log_evidence_and_every_finding_in_chinese(
     said = finding_texts(md, html_page=False)
     assert said and english_in(said) == []
     assert english_in(finding_texts(page, html_page=True)) == []
+
+
+@pytest.mark.slow
+def test_a_job_printing_nothing_at_start_or_end_is_drilled_the_same(tmp_path: Path) -> None:
+    """The same job, printing only its step, save and resume lines (``PLAIN_TRAIN_QUIET``),
+    read without run_start, no_checkpoint or run_end patterns: a fresh start is inferred
+    from a first step line with no resume line before it, the launcher's exit ends the
+    run, and the killed worker still passes (the model digest is not observable)."""
+    task_id = f"t-{uuid.uuid4().hex[:10]}"
+    raw = plain_plan(task_id)
+    raw["task"]["env"] = {"PLAIN_TRAIN_QUIET": "1"}
+    for name in ("run_start", "no_checkpoint", "run_end"):
+        raw["logs"].pop(name)
+    raw.pop("controls")
+    old = os.environ.get("FAULTDRILL_STATE_DIR")
+    os.environ["FAULTDRILL_STATE_DIR"] = str(tmp_path / "state")
+    try:
+        plan = parse_plan(raw, source=str(PLAN), plan_dir=PLAN.parent)
+        run_plan(plan, tmp_path / "run", controls=False)
+        report = json.loads((tmp_path / "run" / "report.json").read_text())
+    finally:
+        kill_task(task_id)
+        if old is None:
+            os.environ.pop("FAULTDRILL_STATE_DIR", None)
+        else:
+            os.environ["FAULTDRILL_STATE_DIR"] = old
+    assert report["baseline"]["verdict"] == "pass", json.dumps(report["baseline"])[:3000]
+    s = item(report, "kill-worker")
+    assert s["verdict"] == "pass", json.dumps(s["evidence"], indent=1)[:4000]
+    assert finding(s, "progress.completed")["verdict"] == "pass"
+    assert finding(s, "results.final-model-digest")["message_id"] == "logs.not-observable"
+    assert "bitwise" in finding(s, "results.loss-matches-baseline")["message"]
+    assert finding(s, "progress.sample-ledger")["verdict"] == "pass"
+    assert s["log_evidence"]["from_logs"]["ckpt_none"] >= 2  # inferred fresh starts

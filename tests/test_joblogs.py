@@ -19,10 +19,11 @@ from faultdrill.engine.watch import Watch
 from faultdrill.errors import PlanError
 from faultdrill.events import EventSink, malformed
 from faultdrill.joblogs import LineReader, LogPatterns, Reading
-from faultdrill.joblogs.evidence import log_evidence
+from faultdrill.joblogs.evidence import as_reached, log_evidence, not_observable
 from faultdrill.joblogs.tail import LogTail, hash_checkpoint, log_file_origin
 from faultdrill.plan import Plan, parse_plan
 from faultdrill.platforms.api import Replica
+from faultdrill.timeline import Timeline
 from tests.drillkit import ROOT, demo_raw
 from tests.timelines import Judge, restart
 
@@ -73,9 +74,13 @@ def test_an_unknown_group_is_refused_with_the_groups_the_field_knows() -> None:
     assert "its groups are digest, rank, step" in msg
 
 
-def test_the_step_and_end_patterns_are_required() -> None:
-    msg = refused({k: v for k, v in PLAIN.items() if k != "run_end"})
-    assert "logs.run_end" in msg and "required field is missing" in msg
+def test_the_step_pattern_is_required_and_the_end_and_load_id_are_not() -> None:
+    msg = refused({k: v for k, v in PLAIN.items() if k != "step"})
+    assert "logs.step" in msg and "required field is missing" in msg
+    plan = plan_with({k: v for k, v in PLAIN.items() if k != "run_end"})
+    assert plan.logs is not None and plan.logs.run_end is None
+    assert "results.final-model-digest" in dict(plan.logs.blind_spots())
+    plan_with({**PLAIN, "checkpoint_loaded": r"\] resuming at step (?P<step>\d+)"})
 
 
 def test_a_half_sample_range_and_a_pattern_matching_any_line_are_refused() -> None:
@@ -370,17 +375,326 @@ def test_the_report_data_says_what_came_from_logs_and_what_they_cannot_decide(
         checkpoint_loaded=PLAIN["checkpoint_loaded"],
         checkpoint_saved=PLAIN["checkpoint_saved"],
     )
-    data = log_evidence(counted, timeline, run_checks(ctx))
-    assert data["stamp_bound_s"] == 0.06
+    evidence = run_checks(ctx)
+    not_observable(counted, evidence)
+    data = log_evidence(counted, timeline, evidence)
+    assert (data["stamp_bound_s"], data["unit"]) == (0.06, "step")
     assert data["from_logs"] == {"run_start": 4, "step": 10}
     assert data["from_probe"]["ckpt_load"] == 2
     assert data["not_observable"] == [
         {
             "check": "progress.sample-ledger",
             "why": counted.sample_ids,
-            "verdict": "retest",
+            "verdict": "pass",
             "why_message": {"message_id": "logs.blind.sample-count", "params": {}},
+            "to_be_verified": True,
         }
     ]
-    ledger = [u for u in data["undecided"] if u["check"] == "progress.sample-ledger"]
-    assert ledger and all(u["message_id"].startswith("progress.sample-ledger.") for u in ledger)
+    [ledger] = [f for f in evidence["progress"].findings if f.check == "progress.sample-ledger"]
+    assert ledger.message_id == "logs.not-observable"
+    assert ledger.data["to_be_verified"] == "which samples each step consumed"
+    assert "progress.sample-ledger.no-ids" in ledger.message or "sample ids" in ledger.message
+    assert not [u for u in data["undecided"] if u["check"] == "progress.sample-ledger"]
+
+
+def test_only_the_retests_the_blindness_causes_pass_as_to_be_verified(judge: Judge) -> None:
+    """A sample ledger that cannot be traced (a load of a checkpoint nobody saved) stays
+    retest: its cause is not what the patterns cannot show."""
+    tl = restart().edit("probe", "step", lambda r: True, samples=[])
+    tl = tl.edit("probe", "ckpt_load", lambda r: True, id="nobody-saved-this")
+    counted = LogPatterns(step=r"step (?P<step>\d+) n=(?P<samples>\d+)")
+    evidence = run_checks(judge.ctx(tl))
+    not_observable(counted, evidence)
+    [ledger] = [f for f in evidence["progress"].findings if f.check == "progress.sample-ledger"]
+    assert (ledger.verdict, ledger.message_id) == (
+        Verdict.RETEST,
+        "progress.sample-ledger.untraceable",
+    )
+    reached = as_reached(evidence)
+    assert all(
+        f.verdict is Verdict.RETEST
+        for e in reached.values()
+        for f in e.findings
+        if f.data.get("not_observable")
+    )
+
+
+# --- every event the tail writes keeps the event contract ---------------------------------
+
+#: A value each group reads correctly.
+_VALUE = {
+    "step": "7",
+    "rank": "0",
+    "world_size": "2",
+    "data_position": "56",
+    "sample_start": "8",
+    "sample_end": "12",
+    "sample_last": "11",
+    "samples": "4",
+    "loss": "0.5",
+    "id": "ck-7",
+    "path": "ck-7/state.pt",
+    "verified": "verified",
+    "digest": "abc123",
+}
+
+
+def _combinations() -> list[tuple[str, tuple[str, ...]]]:
+    """(field, optional groups) for every field and every subset of its optional groups
+    that a plan may write (an incomplete sample range is refused at load)."""
+    from itertools import combinations
+
+    from faultdrill.joblogs.spec import GROUPS
+
+    out = []
+    for name, (kind, _required, optional) in GROUPS.items():
+        if kind is None:
+            continue
+        opts = sorted(optional)
+        for n in range(len(opts) + 1):
+            out += [(name, subset) for subset in combinations(opts, n)]
+    return out
+
+
+@pytest.mark.parametrize(("name", "groups"), _combinations())
+@pytest.mark.parametrize("given", [True, False], ids=["values-given", "values-absent"])
+def test_every_combination_of_optional_groups_writes_valid_events(
+    tmp_path: Path, name: str, groups: tuple[str, ...], given: bool
+) -> None:
+    """Each optional group is written as an optional part of the line: present with its
+    value, or absent (the group takes no part in the match). Whatever a plan's patterns
+    and a job's lines, the tail writes only events the loader accepts."""
+    from faultdrill.joblogs.spec import GROUPS
+
+    required = sorted(GROUPS[name][1])
+    pattern = f"{name}:" + "".join(f" {g}=(?P<{g}>\\S+)" for g in required)
+    pattern += "".join(f"(?: {g}=(?P<{g}>\\S+))?" for g in groups)
+    line = f"{name}:" + "".join(f" {g}={_VALUE[g]}" for g in required)
+    if given:
+        line += "".join(f" {g}={_VALUE[g]}" for g in groups)
+    logs = {
+        "step": r"^step: step=(?P<step>\d+)$",
+        "checkpoint_loaded": r"^never (?P<step>\d+)$",
+        name: pattern,
+    }
+    try:
+        patterns = LogPatterns(**logs)
+    except ValueError:
+        assert name == "step" and {"sample_start", "sample_end", "sample_last"} & set(groups)
+        return
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0))
+    (tmp_path / "logs").mkdir()
+    tail = LogTail(
+        patterns,
+        tmp_path / "logs",
+        EventSink(tmp_path / "events", "t"),
+        live,
+        world_size=1,
+        ckpt_dir=tmp_path / "ckpt",
+    )
+    write(tmp_path / "logs" / "agent-n1.log", line, "step: step=8")
+    tail.stop(succeeded_at=None if name == "run_end" else 1.0)
+    written = events(tmp_path)  # asserts that each keeps the contract
+    assert GROUPS[name][0] in {e["kind"] for e in written}, (pattern, line)
+    tl = Timeline.load(tmp_path / "events")
+    assert (tl.bad_lines, tl.torn_lines) == ({}, 0)
+
+
+def test_a_number_that_is_not_whole_makes_the_line_unreadable() -> None:
+    reader = LineReader(
+        LogPatterns(
+            step=r"^s (?P<step>\d+)",
+            checkpoint_saved=r"saved (?P<id>\w+) at (?P<step>\d+) pos (?P<data_position>\S+)",
+        )
+    )
+    [bad] = reader.read("saved ck at 4 pos four")
+    assert bad.kind == "unreadable" and "data_position is not a whole number" in bad.fields["why"]
+    [good] = reader.read("saved ck at 4 pos 32")
+    assert good.fields["data_position"] == 32
+
+
+def test_without_an_end_line_the_launchers_exit_ends_the_last_replicas(tmp_path: Path) -> None:
+    logs = {"step": r"\] step (?P<step>\d+)", "rank": PLAIN["rank"]}
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0), rep(W1, 1))
+    tail = tail_in(tmp_path, live, logs)
+    log = tmp_path / "logs" / "agent-n1.log"
+    write(log, "[rank 0] step 1", "[rank 1] step 1")
+    tail.poll()
+    live.now = [rep(AGENT, None, "agent", 1), rep(70, 0), rep(71, 1)]  # a restart
+    write(log, "[rank 0] step 2", "[rank 1] step 2", "[rank 1] step 3")
+    tail.stop(succeeded_at=123.0)
+    ends = [e for e in events(tmp_path) if e["kind"] == "run_end"]
+    assert [(e["pid"], e["rank"], e["final_step"], e["synthesized"], e["mono"]) for e in ends] == [
+        (70, 0, 2, True, 123.0),
+        (71, 1, 3, True, 123.0),
+    ]
+
+
+def test_a_job_that_did_not_succeed_gets_no_end(tmp_path: Path) -> None:
+    tail = tail_in(
+        tmp_path, Live(rep(AGENT, None, "agent", 1), rep(W0, 0)), {"step": r"step (?P<step>\d+)"}
+    )
+    write(tmp_path / "logs" / "agent-n1.log", "step 1")
+    tail.stop()  # stopped, failed or killed: no exit to end it
+    assert [e["kind"] for e in events(tmp_path) if e["src"] == "probe"] == ["run_start", "step"]
+
+
+def test_a_first_step_line_with_no_resume_line_before_it_loaded_nothing(tmp_path: Path) -> None:
+    logs = {
+        "step": r"step (?P<step>\d+)",
+        "checkpoint_loaded": r"resuming at (?P<step>\d+)",
+        "checkpoint_saved": r"saved (?P<id>\S+) at (?P<step>\d+)",
+    }
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0))
+    tail = tail_in(tmp_path, live, logs)
+    log = tmp_path / "logs" / "agent-n1.log"
+    write(log, "step 1", "step 2", "saved snapshot.pt at 2")
+    tail.poll()
+    live.now = [rep(AGENT, None, "agent", 1), rep(70, 0)]
+    write(log, "resuming at 2", "step 3")
+    tail.poll()
+    got = [
+        (e["kind"], e["pid"], e.get("inferred"), e.get("id"))
+        for e in events(tmp_path)
+        if e["kind"] in ("ckpt_none", "ckpt_load")
+    ]
+    assert got == [
+        ("ckpt_none", W0, "no-resume-line", None),
+        ("ckpt_load", 70, "id", "snapshot.pt"),
+    ]
+
+
+def test_a_harness_written_file_with_bad_lines_is_not_advised_a_rerun(judge: Judge) -> None:
+    from faultdrill.checks.api import run_checks as checks_of
+    from faultdrill.judge.evaluate import _integrity
+
+    tl = restart().build()
+    tl.bad_lines = {"joblog-n1.jsonl": (13, "probe"), "probe-rank0.jsonl": (1, "probe")}
+    evidence = checks_of(judge.ctx(tl))
+    _integrity(tl, evidence, None)
+    said = {
+        f.data["file"]: f.message_id
+        for f in evidence["progress"].findings
+        if f.check == "timeline.integrity"
+    }
+    assert said == {
+        "events/joblog-n1.jsonl": "timeline.integrity.incomplete.harness",
+        "events/probe-rank0.jsonl": "timeline.integrity.incomplete",
+    }
+
+
+# --- a job that prints only epoch lines (tests/jobs/epoch_log_train.py) --------------------
+
+#: The patterns of tests/jobs/epoch_log_train.py, from its plan (examples/epoch_logs/plan.yaml).
+EPOCHS: dict[str, Any] = yaml.safe_load(
+    (ROOT / "examples" / "epoch_logs" / "plan.yaml").read_text()
+)["logs"]
+
+
+def _epoch_run(tmp_path: Path, resumed_at: int) -> Timeline:
+    """Epochs 0-2 run and saved (0-based), a kill during epoch 3, a restart that resumes
+    at ``resumed_at`` and runs to epoch 4, and the launcher's successful exit."""
+
+    live = Live(rep(AGENT, None, "agent", 1), rep(W0, 0))
+    tail = tail_in(tmp_path, live, EPOCHS)
+    log = tmp_path / "logs" / "agent-n1.log"
+    for epoch in range(3):
+        write(
+            log,
+            f"[GPU0] Epoch {epoch} | Batchsize: 32 | Steps: 16",
+            f"Epoch {epoch} | Training snapshot saved at {tmp_path}/ckpt/snapshot.pt",
+        )
+    write(log, "[GPU0] Epoch 3 | Batchsize: 32 | Steps: 16")
+    tail.poll()
+    live.now = [rep(AGENT, None, "agent", 1), rep(70, 0)]
+    write(log, f"Resuming training from snapshot at Epoch {resumed_at}")
+    for epoch in range(resumed_at, 5):
+        write(
+            log,
+            f"[GPU0] Epoch {epoch} | Batchsize: 32 | Steps: 16",
+            f"Epoch {epoch} | Training snapshot saved at {tmp_path}/ckpt/snapshot.pt",
+        )
+    tail.stop(succeeded_at=1e9)
+    return Timeline.load(tmp_path / "events")
+
+
+def test_an_epoch_line_announces_the_epoch_about_to_run(tmp_path: Path) -> None:
+    tl = _epoch_run(tmp_path, resumed_at=3)
+    first, second = tl.incarnations
+    assert first.load is not None and second.load is not None
+    # epoch N's line says N epochs are done; the first line of a replica completes nothing
+    assert (first.first_step, first.last_step, first.load.kind) == (1, 3, "ckpt_none")
+    assert (second.resume_step, second.first_step, second.last_step) == (3, 4, 5)
+    assert [e["step"] for e in tl.of("probe", "ckpt_save")] == [1, 2, 3, 4, 5]
+    assert second.load["id"] == "snapshot.pt" and second.load["inferred"] == "id"
+    [end] = second.ends
+    assert (end["final_step"], end["synthesized"]) == (5, True)
+
+
+def test_an_epoch_rerun_after_resume_fails_and_the_fixed_resume_passes(
+    tmp_path: Path, judge: Judge
+) -> None:
+    (tmp_path / "fixed").mkdir()
+    (tmp_path / "buggy").mkdir()
+    fixed = judge.ctx(_epoch_run(tmp_path / "fixed", resumed_at=3))
+    found = {f.check: f for f in run_checks(fixed)["progress"].findings}
+    for name in ("progress.resume-point", "progress.no-jump", "progress.no-restart-from-zero"):
+        assert found[name].verdict is Verdict.PASS, found[name].message
+    # the bug: the save after epoch 2 recorded "2 epochs run", so the restart runs epoch 2
+    # again
+    buggy = judge.ctx(_epoch_run(tmp_path / "buggy", resumed_at=2))
+    progress = run_checks(buggy)["progress"].findings
+    [resume] = [f for f in progress if f.check == "progress.resume-point"]
+    assert resume.verdict is Verdict.FAIL, resume.message
+    assert resume.params["step"] == 2 and resume.params["valid_step"] == 3
+
+
+def test_the_report_lists_what_passed_without_evidence_as_to_be_verified() -> None:
+    """The scope table of every report says which checks passed without evidence (a job
+    that evaluates nothing, what log lines cannot show), in which items, in both
+    languages; a report without such a finding has no such row."""
+    from faultdrill.report.i18n import Translator
+    from faultdrill.report.scope import derive_scope
+    from tests.report_data import report_of, synthetic_report
+
+    data = synthetic_report()
+    assert "evidence" not in {r.dimension for r in derive_scope(report_of(data), Translator("en"))}
+    first = data["scenarios"][0]
+    first["evidence"]["results"]["findings"].append(
+        {
+            "check": "results.evaluation-matches-baseline",
+            "verdict": "pass",
+            "message": "not applicable: the job reports no held-out evaluation",
+            "data": {"to_be_verified": "held-out evaluation"},
+        }
+    )
+    for lang, said in (("en", "passed without evidence, to be verified"), ("zh", "待验证")):
+        [row] = [
+            r for r in derive_scope(report_of(data), Translator(lang)) if r.dimension == "evidence"
+        ]
+        [entry] = row.to_verify
+        assert "results.evaluation-matches-baseline" in entry and said in entry
+        assert first["id"] in entry
+
+
+def test_what_a_number_counts_is_read_from_the_plan_and_dumped_only_when_said() -> None:
+    plain = plan_with(PLAIN)
+    assert plain.logs is not None
+    dumped = plain.logs.model_dump(mode="json")
+    assert not {"counts", "unit", "first_unit"} & set(dumped)  # older plans keep their digest
+    epochs = plan_with(EPOCHS)
+    assert epochs.logs is not None and epochs.logs.counted("step") == "started"
+    again = LogPatterns(**epochs.logs.model_dump(mode="json"))
+    assert again == epochs.logs
+    reader = LineReader(epochs.logs)
+    [start] = reader.read("[GPU1] Epoch 0 | Batchsize: 32 | Steps: 16")
+    assert (start.fields["step"], start.starts_unit, start.rank) == (0, True, 1)
+    [saved] = reader.read("Epoch 0 | Training snapshot saved at /r/ckpt/snapshot.pt")
+    assert (saved.fields["step"], saved.fields["id"]) == (1, "snapshot.pt")
+    one_based = LineReader(
+        LogPatterns(step={"pattern": r"epoch (?P<step>\d+) begins", "counts": "started"})
+    )
+    [bad] = one_based.read("epoch 0 begins")
+    assert bad.kind == "unreadable" and "below logs.first_unit 1" in bad.fields["why"]
+    msg = refused({**PLAIN, "step": {"pattern": PLAIN["step"], "count": "started"}})
+    assert "logs.step: give a pattern, or {pattern:" in msg and "unknown: count" in msg

@@ -17,6 +17,8 @@ reads its progress from these lines (``[rank R]`` prefix, then)::
 the job's own ``time.monotonic()`` when it printed the line (a test measures how late the
 harness read it). Known-bad mode: ``PLAIN_TRAIN_RESUME=ignore`` makes a restarted process
 (``TORCHELASTIC_RESTART_COUNT`` > 0) ignore its checkpoint and train from scratch.
+``PLAIN_TRAIN_QUIET=1``: print nothing at a fresh start or at the end (no ``start``, ``no
+checkpoint`` or ``done`` line): only the step, save and resume lines.
 """
 
 from __future__ import annotations
@@ -113,7 +115,9 @@ def main() -> None:
     torch.use_deterministic_algorithms(True)
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
-    say(rank, f"start world={world}")
+    quiet = os.environ.get("PLAIN_TRAIN_QUIET") == "1"
+    if not quiet:
+        say(rank, f"start world={world}")
 
     gen = torch.Generator().manual_seed(args.seed)
     xs = torch.randn(DATASET, 16, generator=gen)
@@ -128,7 +132,8 @@ def main() -> None:
     if not (restarted and os.environ.get("PLAIN_TRAIN_RESUME") == "ignore"):
         found = load(args.ckpt)
     if found is None:
-        say(rank, "no checkpoint; starting at step 0")
+        if not quiet:
+            say(rank, "no checkpoint; starting at step 0")
     else:
         cid, state = found
         model.load_state_dict(state["model"])  # type: ignore[arg-type]
@@ -161,7 +166,8 @@ def main() -> None:
             say(rank, f"saved checkpoint {cid} at step {step} position {position}")
         time.sleep(args.step_sleep)
     dist.barrier()
-    say(rank, f"done at step {step} model {digest(model)}")
+    if not quiet:
+        say(rank, f"done at step {step} model {digest(model)}")
     os._exit(0)  # nothing is left to flush; the interpreter's teardown of torch takes seconds
 
 

@@ -245,6 +245,7 @@ def execute_item(
                     r.natural_end,
                     phase,
                     r.tail,
+                    r.succeeded_at,
                 )
         finally:
             if guard.late is not None:  # the job's outcome stands; the run stops after it
@@ -281,6 +282,8 @@ class _ItemParts:
     tail: LogTail | None
     outcome: str = "unknown"
     natural_end: bool = False
+    #: When the watch saw the job end by itself successfully (None: it did not).
+    succeeded_at: float | None = None
 
 
 def _open_item(
@@ -384,6 +387,8 @@ def _run_item(
         r.outcome, r.natural_end = _watch_job(
             plan, kind, item, r.fault, r.ctx, r.platform, r.stop, r.watch, report
         )
+        if r.outcome == JobState.SUCCEEDED.value:
+            r.succeeded_at = time.monotonic()
     if r.outcome == JobState.FAILED.value:  # say why, from the launcher's logs
         with phase("sampling", part="why the job failed"):
             facts = failure_facts(r.work, job.argv, run_dir.resolve())
@@ -583,6 +588,7 @@ def _finish(
     natural_end: bool,
     phase: PhaseClock,
     tail: LogTail | None = None,
+    succeeded_at: float | None = None,
 ) -> list[str]:
     """The cleanup path: runs on every exit, with signals noted and ignored (the caller
     sets ``signal_guard.cleaning``). Every step is attempted even if an earlier one raised:
@@ -605,7 +611,7 @@ def _finish(
         attempt("stop the job", lambda: platform.stop(reason="end of drill"))
     with phase("sampling"):
         if tail is not None:  # before the inventory: it hashes what the last lines saved
-            attempt("read the job's last log lines", tail.stop)
+            attempt("read the job's last log lines", lambda: tail.stop(succeeded_at))
         _close_observation(plan, platform, sampler, watch, work, natural_end, attempt)
     with phase("teardown", part="release the platform, replay the ledger"):
         attempt("tear the platform down", platform.teardown)

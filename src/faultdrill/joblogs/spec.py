@@ -9,7 +9,7 @@ order of the table. Groups that a pattern may use (**bold**: required):
 field              event               groups
 =================  ==================  ==================================================
 run_start          ``run_start``       rank, world_size
-checkpoint_loaded  ``ckpt_load``       **id**, **step**, rank, verified, data_position,
+checkpoint_loaded  ``ckpt_load``       **step**, id, rank, verified, data_position,
                                        path
 no_checkpoint      ``ckpt_none``       rank
 step               ``step``            **step**, rank, loss, and the samples it consumed:
@@ -20,13 +20,28 @@ run_end            ``run_end``         rank, step, digest
 rank               (none)              **rank**: the rank of any line it matches
 =================  ==================  ==================================================
 
-``step`` and ``run_end`` are required (without the job's own end-of-run line a clean end
-cannot be told from a crash). Without ``run_start`` a replica announces itself with its
-first matched line. A ``verified`` group says the job checked the checkpoint before loading
+``step`` is required. Without ``run_start`` a replica announces itself with its first
+matched line. Without ``run_end`` the launcher's exit ends the run: when the job ends by
+itself successfully, each replica of its last generation ends there (a ``run_end`` the
+harness writes, ``synthesized: true``). A ``checkpoint_loaded`` line without an ``id`` group
+loaded the checkpoint whose save was read last (``inferred: id``). Without
+``no_checkpoint``, a replica whose first step line came with no resume line before it loaded
+no checkpoint (a ``ckpt_none``, ``inferred: no-resume-line``; only when
+``checkpoint_loaded`` is given, else nothing can be told). A value a line does not give is
+left out of its event, never written as null; a group whose text is not a whole number
+where one is needed makes the line unreadable. A ``verified`` group says the job checked the checkpoint before loading
 it: true when it matched text other than ``false``/``no``/``0``/``unverified``, false when
 it did not take part in the match; a pattern without one leaves verification unknown
 (``progress.checkpoint-verified`` then retests). A ``samples`` count says how many samples
 a step consumed, not which: the sample ledger then retests ("not observable").
+
+What a number counts: a ``step`` event's ``step`` is how many units are complete. A field
+with a ``step`` group (``step``, ``checkpoint_loaded``, ``checkpoint_saved``, ``run_end``)
+may be given as ``{pattern: ..., counts: started}``: its number is the unit about to run,
+not (``completed``, the default) the unit just completed. ``first_unit`` (0 or 1, default
+1) is the number the job gives its first unit, ``unit`` its name (``epoch``). A step line
+of a unit about to run completes the replica's previous one (:attr:`Reading.starts_unit`;
+the tail keeps the count).
 
 Validation names the field: a pattern that does not compile, lacks a required group or has
 a group its field does not know is refused when the plan loads.
@@ -37,9 +52,17 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from faultdrill.report.i18n import Msg
 
@@ -50,8 +73,8 @@ GROUPS: dict[str, tuple[str | None, frozenset[str], frozenset[str]]] = {
     "run_start": ("run_start", frozenset(), frozenset({"rank", "world_size"})),
     "checkpoint_loaded": (
         "ckpt_load",
-        frozenset({"id", "step"}),
-        frozenset({"rank", "verified", "data_position", "path"}),
+        frozenset({"step"}),
+        frozenset({"id", "rank", "verified", "data_position", "path"}),
     ),
     "no_checkpoint": ("ckpt_none", frozenset(), frozenset({"rank"})),
     "step": (
@@ -67,6 +90,25 @@ GROUPS: dict[str, tuple[str | None, frozenset[str], frozenset[str]]] = {
     "run_end": ("run_end", frozenset(), frozenset({"rank", "step", "digest"})),
     "rank": (None, frozenset({"rank"}), frozenset()),
 }
+
+#: Groups whose text must be a whole number: a line where one is not reads as unreadable
+#: (never as an event with the value left out or null).
+_WHOLE = (
+    "step",
+    "rank",
+    "world_size",
+    "data_position",
+    "sample_start",
+    "sample_end",
+    "sample_last",
+    "samples",
+)
+
+#: The fields whose ``step`` group numbers a unit of work: each says whether its number is
+#: the unit just completed (``completed``, the default) or the one about to start
+#: (``started``).
+COUNTED = ("step", "checkpoint_loaded", "checkpoint_saved", "run_end")
+Counts = Literal["completed", "started"]
 
 _FALSE = frozenset({"", "false", "no", "0", "unverified", "not verified", "none"})
 
@@ -120,7 +162,15 @@ class LogPatterns(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     step: str
-    run_end: str
+    #: field -> what its number counts (see :data:`COUNTED`); a plan writes it beside the
+    #: pattern: ``step: {pattern: '...', counts: started}``.
+    counts: dict[Literal["step", "checkpoint_loaded", "checkpoint_saved", "run_end"], Counts] = {}
+    #: What one step is, in the job's words (``epoch``): said in the report.
+    unit: str = Field("step", min_length=1, max_length=40, pattern=r"^[A-Za-z][A-Za-z -]*$")
+    #: The number the job gives its first unit: 1 (``step 1`` after the first) or 0
+    #: (``Epoch 0``, as ``range(epochs)`` numbers them).
+    first_unit: int = Field(1, ge=0, le=1)
+    run_end: str | None = None
     run_start: str | None = None
     checkpoint_loaded: str | None = None
     no_checkpoint: str | None = None
@@ -139,6 +189,44 @@ class LogPatterns(BaseModel):
     @classmethod
     def _valid(cls, value: str | None, info: Any) -> str | None:
         return _check_pattern(str(info.field_name), value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _counted(cls, raw: Any) -> Any:
+        """``{pattern: ..., counts: ...}`` of a counted field into its pattern and
+        :attr:`counts`."""
+        if not isinstance(raw, dict):
+            return raw
+        raw, counts = dict(raw), dict(raw.get("counts") or {})
+        for name in COUNTED:
+            value = raw.get(name)
+            if not isinstance(value, dict):
+                continue
+            unknown = sorted(set(value) - {"pattern", "counts"})
+            if unknown or "pattern" not in value:
+                raise ValueError(
+                    f"logs.{name}: give a pattern, or {{pattern: '...', counts: started}} "
+                    f"(counts: completed or started){'; unknown: ' + ', '.join(unknown) if unknown else ''}"
+                )
+            raw[name] = value["pattern"]
+            if "counts" in value:
+                counts[name] = value["counts"]
+        if counts:
+            raw["counts"] = counts
+        return raw
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a plan that does not use counts, unit or first_unit keeps the digest it had
+        out: dict[str, Any] = handler(self)
+        for key, default in (("counts", {}), ("unit", "step"), ("first_unit", 1)):
+            if out.get(key) == default:
+                out.pop(key, None)
+        return out
+
+    def counted(self, name: str) -> Counts:
+        """What the number of field ``name``'s ``step`` group counts."""
+        return self.counts.get(name, "completed")  # type: ignore[call-overload,no-any-return]
 
     @model_validator(mode="after")
     def _not_empty_match(self) -> LogPatterns:
@@ -193,7 +281,9 @@ class LogPatterns(BaseModel):
             out.append(("progress.checkpoint-verified", Msg("logs.blind.no-verified")))
         if self.checkpoint_saved is None:
             out.append(("results.final-checkpoint-verifies", Msg("logs.blind.no-save-pattern")))
-        if "digest" not in _compiled(self.run_end).groupindex:
+        if self.run_end is None:
+            out.append(("results.final-model-digest", Msg("logs.blind.no-end-pattern")))
+        elif "digest" not in _compiled(self.run_end).groupindex:
             out.append(("results.final-model-digest", Msg("logs.blind.no-digest")))
         return out
 
@@ -206,6 +296,9 @@ class Reading:
     kind: str
     fields: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
+    #: A step line whose number is the unit about to start (``counts: started``): its
+    #: ``step`` is how many were complete before it.
+    starts_unit: bool = False
 
 
 def _int(text: str | None) -> int | None:
@@ -215,6 +308,13 @@ def _int(text: str | None) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+def _known(fields: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    """``fields`` with each of ``optional`` the line gave (not None). A value the line did
+    not give is left out, never written as null: the event contract
+    (:data:`faultdrill.events.SHAPES`) refuses a null ``data_position`` or ``final_step``."""
+    return fields | {k: v for k, v in optional.items() if v is not None}
 
 
 def _float(text: str | None) -> float | None:
@@ -267,15 +367,31 @@ class LineReader:
     ) -> Reading:
         groups = m.groupdict()
         rank = _int(groups.get("rank"))
+        for group in _WHOLE:
+            if groups.get(group) is not None and _int(groups[group]) is None:
+                why = f"{group} is not a whole number"
+                return Reading("unreadable", {"field": name, "why": why})
         fields = self._fields(kind, groups)
-        if "step" in GROUPS[name][1] and fields.get("step") is None:
-            return Reading("unreadable", {"field": name, "why": "step is not a whole number"})
-        if groups.get("rank") is not None and rank is None:
-            return Reading("unreadable", {"field": name, "why": "rank is not a whole number"})
+        started = name in COUNTED and self.patterns.counted(name) == "started"
+        if fields.get("step") is not None or (kind == "run_end" and "final_step" in fields):
+            key = "final_step" if kind == "run_end" else "step"
+            done = self._completed(int(fields[key]), started)
+            if done is None:
+                first = self.patterns.first_unit
+                why = f"step {fields[key]} is below logs.first_unit {first}"
+                return Reading("unreadable", {"field": name, "why": why})
+            fields[key] = done
         if rank is None:
             before = [r for at, r in marks if at <= m.start()]
             rank = before[-1] if before else None
-        return Reading(kind, fields, rank)
+        return Reading(kind, fields, rank, starts_unit=started and kind == "step")
+
+    def _completed(self, number: int, started: bool) -> int | None:
+        """How many units are complete at a line whose number is ``number``: the unit just
+        completed (its ordinal; 0 when none is), or the one about to start (those before
+        it); None for a number that cannot be either (below the plan's ``first_unit``)."""
+        done = number - self.patterns.first_unit + (0 if started else 1)
+        return done if done >= 0 else None
 
     def _fields(self, kind: str, g: dict[str, str | None]) -> dict[str, Any]:
         if kind == "step":
@@ -285,27 +401,29 @@ class LineReader:
             if self._knows_verified:
                 v = g.get("verified")
                 verified = v is not None and v.strip().lower() not in _FALSE
-            return {
-                "id": g["id"],
-                "step": _int(g["step"]),
-                "path": g.get("path") or "",
-                "verified": verified,
-                "data_position": _int(g.get("data_position")),
-                "rejected": [],
-            }
+            return _known(
+                {
+                    "id": g.get("id"),
+                    "step": _int(g["step"]),
+                    "path": g.get("path") or "",
+                    "verified": verified,
+                    "rejected": [],
+                },
+                data_position=_int(g.get("data_position")),
+            )
         if kind == "ckpt_save":
-            return {
-                "id": g["id"],
-                "step": _int(g["step"]),
-                "path": g.get("path") or "",
-                "data_position": _int(g.get("data_position")),
-            }
+            return _known(
+                {"id": g["id"], "step": _int(g["step"]), "path": g.get("path") or ""},
+                data_position=_int(g.get("data_position")),
+            )
         if kind == "ckpt_none":
             return {"rejected": []}
         if kind == "run_start":
             return {"world_size": _int(g.get("world_size"))}
         # run_end
-        return {"status": "ok", "final_step": _int(g.get("step")), "model_digest": g.get("digest")}
+        return _known(
+            {"status": "ok", "model_digest": g.get("digest")}, final_step=_int(g.get("step"))
+        )
 
     @staticmethod
     def _step(g: dict[str, str | None]) -> dict[str, Any]:

@@ -140,6 +140,14 @@ class LogTail:
         self.synthesized = 0
         self.stamp_bound_s = 0.0
         self._announced: set[int] = set()
+        self._decided: set[int] = set()  # pids whose load decision was read
+        #: pid -> the unit it announced starting last (``counts: started``): it completes
+        #: at the next such line, at its end line, or at the launcher's successful exit
+        self._unit: dict[int, int] = {}
+        self._last_saved = ""  # the id of the checkpoint whose save was read last
+        #: pid -> (node, rank, last step read) of replicas of the agents'
+        #: logs that printed no end line: those a successful exit ends
+        self._running: dict[int, tuple[str, int, int | None]] = {}
         self._last: dict[tuple[str, int | None], tuple[int, int]] = {}
         self._now: list[Replica] | None = None
         self._prev_start: float | None = None
@@ -153,14 +161,34 @@ class LogTail:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, succeeded_at: float | None = None) -> None:
         """Stop the thread, read what is left, and emit the ``log_evidence`` summary.
-        Idempotent for the thread; the summary is emitted on every call."""
+        ``succeeded_at``: the job ended by itself, successfully, at this monotonic time
+        (the launcher exited 0); without a ``logs.run_end`` pattern each replica of the
+        agents' logs that printed no end line and belongs to the last generation ends
+        then (a ``run_end`` with ``synthesized: true``). Idempotent for the thread; the
+        summary is emitted on every call."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self.poll()
+        if succeeded_at is not None and self.patterns.run_end is None:
+            self._end_at_exit(succeeded_at)
         self.sink.emit("harness", "log_evidence", **self.summary())
+
+    def _end_at_exit(self, at: float) -> None:
+        """The launcher's exit ends the last replica of each rank that printed no end line."""
+        last: dict[int, tuple[int, str, int | None]] = {}
+        for pid, (node, rank, step) in self._running.items():
+            last[rank] = (pid, node, step)  # the most recently active last
+        for rank, (pid, node, _) in sorted(last.items()):
+            self._complete_running_unit(node, pid, rank, at)
+            step = self._running[pid][2]
+            fields: dict[str, Any] = {"status": "ok", "model_digest": None}
+            if step is not None:
+                fields["final_step"] = step
+            self._emit("run_end", node, pid, rank, fields, "", synthesized=True, at_mono=at)
+        self._running.clear()
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -232,11 +260,69 @@ class LogTail:
             self.synthesized += 1
             self._emit("run_start", node, pid, rank, self._start_fields({}), line, synthesized=True)
         fields = dict(reading.fields)
+        extra: dict[str, Any] = {}
         if reading.kind == "run_start":
             fields = self._start_fields(fields)
         elif reading.kind == "ckpt_save":
             fields.update(hash_checkpoint(self.ckpt_dir, str(fields["id"]), fields["path"]))
-        self._emit(reading.kind, node, pid, rank, fields, line)
+            self._last_saved = str(fields["id"])
+        elif reading.kind == "ckpt_load" and fields.get("id") is None:
+            fields["id"], extra["inferred"] = self._last_saved, "id"
+        if reading.kind == "step":
+            self._no_resume_line(node, pid, rank, line)
+            if reading.starts_unit and not self._unit_started(pid, int(fields["step"])):
+                self._track("started", origin, node, pid, rank, None)
+                return
+        elif reading.kind == "run_end":
+            self._complete_running_unit(node, pid, rank)
+        if reading.kind in ("ckpt_load", "ckpt_none"):
+            self._decided.add(pid)
+        self._track(reading.kind, origin, node, pid, rank, fields.get("step"))
+        self._emit(reading.kind, node, pid, rank, fields, line, **extra)
+
+    def _unit_started(self, pid: int, done: int) -> bool:
+        """A line announcing that unit ``done + 1`` starts (``counts: started``): whether
+        it also completes a unit, the one this replica started before (its first such
+        line completes nothing)."""
+        ran = pid in self._unit
+        self._unit[pid] = done + 1
+        return ran
+
+    def _complete_running_unit(
+        self, node: str, pid: int, rank: int, at_mono: float | None = None
+    ) -> None:
+        """The unit a replica announced last (``counts: started``) completed: its end line
+        was read, or the launcher exited successfully."""
+        unit = self._unit.pop(pid, None)
+        if unit is None:
+            return
+        fields: dict[str, Any] = {"step": unit, "loss": None, "samples": []}
+        if at_mono is not None:
+            self._emit(
+                "step", node, pid, rank, fields, "", completed_by="launcher-exit", at_mono=at_mono
+            )
+        else:
+            self._emit("step", node, pid, rank, fields, "", completed_by="end-line")
+        if pid in self._running:
+            self._running[pid] = (node, rank, unit)
+
+    def _no_resume_line(self, node: str, pid: int, rank: int, line: str) -> None:
+        """A replica's first step line with no resume line before it: it loaded no
+        checkpoint (inferred; only when a resume line could have said otherwise)."""
+        p = self.patterns
+        if pid in self._decided or p.checkpoint_loaded is None or p.no_checkpoint is not None:
+            return
+        self._decided.add(pid)
+        fields: dict[str, Any] = {"rejected": []}
+        self._emit("ckpt_none", node, pid, rank, fields, line, inferred="no-resume-line")
+
+    def _track(self, kind: str, origin: str, node: str, pid: int, rank: int, step: Any) -> None:
+        """Remember the replicas of the agents' logs still running (for :meth:`stop`)."""
+        if origin != "agent" or kind == "run_end":
+            self._running.pop(pid, None)
+            return
+        node_, rank_, last = self._running.pop(pid, (node, rank, None))
+        self._running[pid] = (node_, rank_, step if kind == "step" else last)
 
     def _start_fields(self, fields: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -23,7 +23,7 @@ from faultdrill.checks.network import network_report
 from faultdrill.checks.results import comparison_mode
 from faultdrill.engine.item import environment_facts
 from faultdrill.errors import RunDirError
-from faultdrill.joblogs.evidence import log_evidence
+from faultdrill.joblogs.evidence import as_reached, log_evidence, not_observable
 from faultdrill.judge.analysis import Answers, answer_questions
 from faultdrill.judge.conclusion import Conclusion, conclude
 from faultdrill.judge.dependencies import dependency_totals, recovery_dependencies
@@ -435,7 +435,9 @@ def _integrity(
     that is not an event makes the evidence its file feeds retest: a ``timeline.integrity``
     finding names the file and the count, and that evidence's failures are not judged
     (they may come from the lines that are missing). So does a damaged baseline
-    (``reference``) for everything compared with it."""
+    (``reference``) for everything compared with it. The advice depends on who wrote the
+    file: the job's probe (``probe-*``: a rerun writes it anew) or faultdrill itself (any
+    other file: a rerun writes the same lines, so only the run's bundled copy can help)."""
     if reference is not None and reference.damaged:
         _not_judged(
             evidence,
@@ -456,7 +458,13 @@ def _integrity(
                 Finding.of(
                     "timeline.integrity",
                     Verdict.RETEST,
-                    Msg("timeline.integrity.incomplete", why=why, category=cat),
+                    Msg(
+                        "timeline.integrity.incomplete"
+                        if name.startswith("probe-")
+                        else "timeline.integrity.incomplete.harness",
+                        why=why,
+                        category=cat,
+                    ),
                     {"file": f"events/{name}", "lines": count, "source": source or None},
                 )
             )
@@ -596,6 +604,8 @@ def evaluate_item(
     tl = timeline if timeline is not None else Timeline.load(rundir.events_dir(work))
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
     evidence = run_checks(ctx)
+    if plan.logs is not None:
+        not_observable(plan.logs, evidence)
     item_id = "baseline" if item is None else item.id
     failed = tl.first("harness", "job_failed")
     no_probe = _no_probe_events(tl, evidence, failed is not None)
@@ -659,7 +669,8 @@ def _what_a_buyer_signs(ctx: CheckContext, evidence: dict[str, EvidenceResult]) 
     (the failing layer needs its final verdict: :func:`evaluate_item` adds it)."""
     tl, plan = ctx.timeline, ctx.plan
     return {
-        "conclusion": conclude(tl, evidence),
+        # what the job's log lines cannot show is no evidence: no level rests on it
+        "conclusion": conclude(tl, as_reached(evidence)),
         "dependencies": recovery_dependencies(tl, plan, ctx.item),
         "trend": trend_after_recovery(
             tl,

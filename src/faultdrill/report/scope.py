@@ -116,6 +116,40 @@ def _drill_rows(report: Report, t: Translator) -> list[ScopeRow]:
     ]
 
 
+def _evidence_rows(report: Report, t: Translator) -> list[ScopeRow]:
+    """The checks that passed without evidence (``to_be_verified`` in a finding's data: a
+    job that reports no evaluation or artefact, what its log lines cannot show), each with
+    the items it passed so in; no row when there is none."""
+    items: dict[str, list[str]] = {}
+    baseline = report.baseline.evidence
+    found = [
+        ("baseline", f)
+        for _, ev in (baseline.categories() if baseline else [])
+        for f in ev.findings
+    ]
+    found += [(s.id, f) for s in report.scenarios for _, f in s.findings()]
+    for item_id, f in found:
+        if f.verdict == "pass" and f.data.get("to_be_verified"):
+            items.setdefault(f.check, []).append(item_id)
+    if not items:
+        return []
+    return [
+        ScopeRow(
+            "evidence",
+            t("scope.v.evidence"),
+            [
+                t(
+                    "scope.tv.evidence",
+                    check=check,
+                    name=t.opt("check." + check, check),
+                    ids=", ".join(ids),
+                )
+                for check, ids in sorted(items.items())
+            ],
+        )
+    ]
+
+
 def derive_scope(report: Report, t: Translator) -> list[ScopeRow]:
     """The verified / to-be-verified rows of every dimension, in report order."""
-    return [*_stack_rows(report, t), *_drill_rows(report, t)]
+    return [*_stack_rows(report, t), *_drill_rows(report, t), *_evidence_rows(report, t)]

@@ -42,7 +42,10 @@ def _checks(t: Translator, item_id: str, entries: Any, verdicts: bool) -> list[R
         link: Text = Link(Code(check), finding_anchor(item_id, check))
         if verdicts:
             v = entry.get("verdict")
-            badge: Text = Badge(str(v), t.verdict(str(v))) if v else t("na")
+            shown = t.verdict(str(v))
+            if entry.get("to_be_verified"):
+                shown = f"{shown}, {t('col.to_verify')}"
+            badge: Text = Badge(str(v), shown) if v else t("na")
             said = _said(t, entry, "why_message", "why")
             rows.append(Row([link, badge, said], data={"check": check}))
         else:
@@ -72,6 +75,9 @@ def log_evidence_part(t: Translator, s: Item) -> Part | None:
             cls="note",
         ),
     ]
+    unit = logs.get("unit")
+    if isinstance(unit, str) and unit != "step":
+        blocks.append(Para(t("logs.unit", unit=unit), cls="note"))
     blind = _checks(t, s.id, logs.get("not_observable"), verdicts=True)
     if blind:
         head = [t("col.check"), t("col.verdict"), t("logs.col.why")]
