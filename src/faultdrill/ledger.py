@@ -592,6 +592,10 @@ class Ledger:
             if not isinstance(kind, str) or not isinstance(data, dict):
                 self.problems.append(f"line {n}: a record without 'kind' or 'data'")
                 return
+            if eid in self.entries and self.entries[eid].reverted:
+                # A signed line replayed after its close: it must not re-arm the undo.
+                self.problems.append(f"line {n}: entry {eid} recorded again after its close")
+                return
             self.entries[eid] = LedgerEntry(
                 id=eid,
                 kind=kind,
