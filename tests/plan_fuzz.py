@@ -118,6 +118,7 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "StorageOutageSpec": ("rounds.2.scenarios.2.fault", None),
     "CorruptCheckpointSpec": ("rounds.2.scenarios.3.fault", None),
     "RollbackLatestSpec": ("controls.0.fault", {"kind": "rollback-latest"}),
+    "LogPatterns": ("logs", {"step": r"step (?P<step>\d+)"}),
 }
 
 #: Values no numeric field may take, as (label, value).

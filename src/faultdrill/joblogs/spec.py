@@ -55,8 +55,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     field_validator,
@@ -64,6 +62,7 @@ from pydantic import (
     model_validator,
 )
 
+from faultdrill.frozen import Frozen
 from faultdrill.report.i18n import Msg
 
 __all__ = ["GROUPS", "LineReader", "LogPatterns", "Reading"]
@@ -156,15 +155,16 @@ def _check_pattern(name: str, pattern: str | None) -> str | None:
     return pattern
 
 
-class LogPatterns(BaseModel):
-    """How the job's own output says what it did (see the module docstring)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class LogPatterns(Frozen):
+    """How the job's own output says what it did (see the module docstring); a plan's
+    model like the others (numbers written as numbers)."""
 
     step: str
     #: field -> what its number counts (see :data:`COUNTED`); a plan writes it beside the
     #: pattern: ``step: {pattern: '...', counts: started}``.
-    counts: dict[Literal["step", "checkpoint_loaded", "checkpoint_saved", "run_end"], Counts] = {}
+    counts: dict[Literal["step", "checkpoint_loaded", "checkpoint_saved", "run_end"], Counts] = (
+        Field(default_factory=dict)
+    )
     #: What one step is, in the job's words (``epoch``): said in the report.
     unit: str = Field("step", min_length=1, max_length=40, pattern=r"^[A-Za-z][A-Za-z -]*$")
     #: The number the job gives its first unit: 1 (``step 1`` after the first) or 0
