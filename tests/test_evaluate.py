@@ -243,8 +243,32 @@ def _evidence(**verdicts: Verdict) -> dict[str, EvidenceResult]:
     ("evidence", "outcome", "actions", "confirm", "expected", "why"),
     [
         (_evidence(), "succeeded", 0, False, RecoveryClass.AUTOMATIC, "by itself"),
-        (_evidence(), "failed", 0, False, RecoveryClass.UNRECOVERABLE, "ended failed"),
-        (_evidence(), None, 0, False, RecoveryClass.UNRECOVERABLE, "without an end state"),
+        (
+            _evidence(progress=Verdict.RETEST),
+            "failed",
+            0,
+            False,
+            RecoveryClass.UNRECOVERABLE,
+            "ended failed",
+        ),
+        (
+            _evidence(progress=Verdict.RETEST),
+            None,
+            0,
+            False,
+            RecoveryClass.UNRECOVERABLE,
+            "without an end state",
+        ),
+        (
+            # every progress finding passed (it reached its last step from valid progress):
+            # it did continue, so not unrecoverable, whatever the launcher said at the end
+            _evidence(),
+            "failed",
+            0,
+            False,
+            RecoveryClass.MANUAL_CONFIRMATION,
+            "continued from valid progress to its last step, but ended failed",
+        ),
         (
             _evidence(progress=Verdict.FAIL),
             "succeeded",

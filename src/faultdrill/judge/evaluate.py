@@ -114,10 +114,17 @@ def class_and_why(
         return RecoveryClass.UNRECOVERABLE, Msg("class.why.aborted", why=aborted)
     if undetermined is not None:
         return RecoveryClass.NOT_DETERMINED, Msg("class.why.not-determined", why=undetermined)
-    if outcome != "succeeded":
+    if outcome != "succeeded" and evidence["progress"].verdict != Verdict.PASS:
         return RecoveryClass.UNRECOVERABLE, Msg("class.why.ended", state=outcome or "none")
     if evidence["progress"].verdict == Verdict.FAIL:
         return RecoveryClass.UNRECOVERABLE, Msg("class.why.evidence-failed", category="progress")
+    if outcome != "succeeded":
+        # Every progress finding passed (it reached its planned last step from valid
+        # progress), yet the launcher reported it ended otherwise: it did continue, so not
+        # unrecoverable; a person must confirm how it ended.
+        return RecoveryClass.MANUAL_CONFIRMATION, Msg(
+            "class.why.ended-after-valid-progress", state=outcome or "none"
+        )
     cls, why = _who_acted(evidence, operator_actions, confirm_required)
     if evidence["results"].verdict == Verdict.FAIL:
         # It continued from valid progress (the conclusion level says so): the class still

@@ -600,6 +600,7 @@ CATALOG: dict[str, str] = {
     "class.why.aborted": "not determined within the stop conditions: {why}; the job had not recovered when the drill was aborted",
     "class.why.not-determined": "not determined: {why}",
     "class.why.ended": "the job ended {state:@job.ended.}",
+    "class.why.ended-after-valid-progress": "the job continued from valid progress to its last step, but ended {state:@job.ended.}: a person must confirm how it ended",
     "class.why.evidence-failed": "the job ran again but its {category} evidence failed: it did not continue from valid progress",
     "class.why.results-failed": "{who}; but its results evidence failed: what it computed after recovery is not what a correct run computes",
     "class.why.resubmitted": "the job continued only after an operator resubmitted it",

@@ -602,6 +602,7 @@ CATALOG: dict[str, str] = {
     "class.why.aborted": "在停止条件限定的范围内未能确定：{why}；演练中止时任务尚未恢复",
     "class.why.not-determined": "无法确定：{why}",
     "class.why.ended": "任务{state:@job.ended.}",
+    "class.why.ended-after-valid-progress": "任务已从有效进度继续到最后一步，但{state:@job.ended.}：需人工确认其结束方式",
     "class.why.evidence-failed": "任务重新运行，但其{category:@ev.}未通过：没有从有效进度继续",
     "class.why.results-failed": "{who}；但其结果证据未通过：恢复后计算出的结果不是正确运行应有的结果",
     "class.why.resubmitted": "恢复操作人重新提交后任务才继续",
