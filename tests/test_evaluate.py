@@ -239,6 +239,23 @@ def _evidence(**verdicts: Verdict) -> dict[str, EvidenceResult]:
     return out
 
 
+def _reached() -> dict[str, EvidenceResult]:
+    out = _evidence()
+    out["progress"] = EvidenceResult(
+        "progress",
+        [
+            Finding(
+                "progress.completed",
+                Verdict.PASS,
+                "",
+                message_id="progress.completed.reached",
+                params={"target": 40},
+            )
+        ],
+    )
+    return out
+
+
 @pytest.mark.parametrize(
     ("evidence", "outcome", "actions", "confirm", "expected", "why"),
     [
@@ -259,10 +276,13 @@ def _evidence(**verdicts: Verdict) -> dict[str, EvidenceResult]:
             RecoveryClass.UNRECOVERABLE,
             "without an end state",
         ),
+        # every progress finding passed but none says it reached its last step (e.g. a
+        # failure was expected): the job ended
+        (_evidence(), "failed", 0, False, RecoveryClass.UNRECOVERABLE, "ended failed"),
         (
-            # every progress finding passed (it reached its last step from valid progress):
-            # it did continue, so not unrecoverable, whatever the launcher said at the end
-            _evidence(),
+            # every progress finding passed and it reached its last step with a clean end on
+            # every rank: it did continue, so not unrecoverable, whatever the launcher said
+            _reached(),
             "failed",
             0,
             False,

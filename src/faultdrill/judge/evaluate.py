@@ -114,13 +114,13 @@ def class_and_why(
         return RecoveryClass.UNRECOVERABLE, Msg("class.why.aborted", why=aborted)
     if undetermined is not None:
         return RecoveryClass.NOT_DETERMINED, Msg("class.why.not-determined", why=undetermined)
-    if outcome != "succeeded" and evidence["progress"].verdict != Verdict.PASS:
+    if outcome != "succeeded" and not _reached_last_step(evidence):
         return RecoveryClass.UNRECOVERABLE, Msg("class.why.ended", state=outcome or "none")
     if evidence["progress"].verdict == Verdict.FAIL:
         return RecoveryClass.UNRECOVERABLE, Msg("class.why.evidence-failed", category="progress")
     if outcome != "succeeded":
-        # Every progress finding passed (it reached its planned last step from valid
-        # progress), yet the launcher reported it ended otherwise: it did continue, so not
+        # Every progress finding passed and every rank ended cleanly at the planned last
+        # step, yet the launcher reported another end: it did continue, so it is not
         # unrecoverable; a person must confirm how it ended.
         return RecoveryClass.MANUAL_CONFIRMATION, Msg(
             "class.why.ended-after-valid-progress", state=outcome or "none"
@@ -131,6 +131,17 @@ def class_and_why(
         # says who brought it back; the failure is the verdict's and the level's to say.
         return cls, Msg("class.why.results-failed", who=why)
     return cls, why
+
+
+def _reached_last_step(evidence: dict[str, EvidenceResult]) -> bool:
+    """Every progress finding passed, and ``progress.completed`` says the committed progress
+    reached the planned last step with a clean end on every rank (not merely that a failure
+    was expected)."""
+    progress = evidence["progress"]
+    return progress.verdict == Verdict.PASS and any(
+        f.check == "progress.completed" and f.message_id == "progress.completed.reached"
+        for f in progress.findings
+    )
 
 
 def _who_acted(
