@@ -1,6 +1,10 @@
-"""The benchmarks at tiny sizes, so they cannot rot; and the fast paths the checks take at
-scale, compared with the plain computations they replace. No timing is asserted here:
-speed is measured by ``python bench/run.py`` (see ``bench/README.md``)."""
+"""Every benchmark module at tiny sizes, so none can rot: ``bench/run.py --quick
+--no-drill`` (seconds), every module's command line started, the overhead on one real
+drill item and the Slurm experiment (``drill`` tests, well under a minute each); the
+comparison with the previous results and ``bench/README.md`` as generated from
+``bench/results.json``. And the fast paths the checks take at scale, compared with the
+plain computations they replace. No timing is asserted here: speed is measured by
+``python bench/run.py`` (see ``bench/README.md``)."""
 
 from __future__ import annotations
 
