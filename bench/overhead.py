@@ -8,7 +8,10 @@ processes for another run's. Then reads each item's ``harness``/``phase`` events
 plus judging it and its share of the reports) minus the job's own (from its submission to
 its last agent's exit), and what each phase took.
 
-Run alone: ``python -m bench.overhead``; it takes about a minute on 2 cores.
+Run alone: ``python -m bench.overhead``; it takes about two minutes on 2 cores.
+``--only=`` (nothing) runs the baseline alone, and ``--steps N`` shortens the workload:
+``python -m bench.overhead --only= --steps 12`` is the tiny size the test suite runs
+(``tests/test_bench_smoke.py``, a drill test: one real item, well under a minute).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 from faultdrill.engine.demo import without_netns_if_unavailable
 from faultdrill.engine.phases import harness_overhead
 from faultdrill.engine.run import machine_problems, run_plan
-from faultdrill.plan import Plan, load_plan, plan_without
+from faultdrill.plan import Plan, load_plan, parse_plan, plan_without
 from faultdrill.timeline import Timeline
 
 __all__ = ["TARGET_S", "measure"]
@@ -34,10 +37,21 @@ TARGET_S = 2.0
 TASK = "bench-overhead"
 
 
-def bench_plan(only: set[str]) -> tuple[Plan, list[str]]:
-    """The demo plan under :data:`TASK`, without what this machine cannot run."""
-    plan = load_plan(Path(str(files("faultdrill") / "plans" / "demo.yaml")))
-    plan = plan.model_copy(update={"task": plan.task.model_copy(update={"id": TASK})})
+def bench_plan(only: set[str], steps: int | None = None) -> tuple[Plan, list[str]]:
+    """The demo plan under :data:`TASK` with its scenarios in ``only`` (none: the baseline
+    alone) and ``steps`` training steps (None: the demo's), without what this machine
+    cannot run."""
+    demo = load_plan(Path(str(files("faultdrill") / "plans" / "demo.yaml")))
+    unknown = only - {i.id for i in demo.items()}
+    if unknown:
+        raise SystemExit(f"the demo plan has no item {', '.join(sorted(unknown))}")
+    raw = plan_without(demo, {i.id for i in demo.items()} - only, source="demo plan").model_dump(
+        mode="json"
+    )
+    raw["task"]["id"] = TASK
+    if steps is not None:
+        raw["task"]["workload"]["steps"] = steps
+    plan = parse_plan(raw, source="bench plan")
     notes = []
     plan, note = without_netns_if_unavailable(plan)
     if note:
@@ -52,9 +66,10 @@ def bench_plan(only: set[str]) -> tuple[Plan, list[str]]:
     return plan, notes
 
 
-def measure(only: set[str]) -> dict[str, Any]:
-    """Run the baseline and ``only``; per item, the overhead and its phases."""
-    plan, notes = bench_plan(only)
+def measure(only: set[str], steps: int | None = None) -> dict[str, Any]:
+    """Run the baseline and ``only`` (``steps`` long, None: the demo's); per item, the
+    overhead and its phases."""
+    plan, notes = bench_plan(only, steps)
     with tempfile.TemporaryDirectory(prefix="faultdrill-overhead-") as tmp:
         run_dir = Path(tmp) / "run"
         t = time.perf_counter()
@@ -75,6 +90,7 @@ def measure(only: set[str]) -> dict[str, Any]:
     return {
         "isolation": plan.resources.isolation,
         "notes": notes,
+        "steps": plan.task.workload.get("steps"),
         "run_s": round(run_s, 2),
         "items": items,
         "max_overhead_s": worst,
@@ -85,9 +101,13 @@ def measure(only: set[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    ap.add_argument("--only", default="kill-worker", help="scenario ids, comma-separated")
+    ap.add_argument(
+        "--only", default="kill-worker", help="scenario ids, comma-separated (empty: none)"
+    )
+    ap.add_argument("--steps", type=int, help="training steps (default: the demo plan's)")
     args = ap.parse_args(argv)
-    json.dump(measure(set(args.only.split(","))), sys.stdout, indent=1)
+    only = {x for x in args.only.split(",") if x}
+    json.dump(measure(only, args.steps), sys.stdout, indent=1)
     print()
     return 0
 

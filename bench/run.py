@@ -8,15 +8,20 @@ Measures, in one run on this machine (see ``bench/README.md``), each against its
 (b) timing precision: the error of the injection, process exit, old-replica-stopped and
     first-new-step times on the timeline against known ground truth (``bench.precision``);
 (c) the harness's own time per drill item beyond the job's, by phase, on a real drill of
-    the local platform (``bench.overhead``; not in ``--quick``);
+    the local platform (``bench.overhead``);
 (d) loading a run from its columnar step store and every registered check, from 256 to
     4,096 ranks x 10,000 steps (41 M step events, plus a 41 M-event baseline), each size
     written by one fresh process and measured by another (``bench.checks_scale``); and
     what loading JSON lines and writing the store cost per million events.
 
-Prints a table with every target and its measured value, writes ``bench/results.json``,
-and exits 1 if a target is missed. ``--quick`` runs tiny sizes (seconds; the smoke test
-uses it) and judges nothing. Run heavy benchmarks alone: they use both cores.
+Prints a table with every target, its measured value, the previous run's value (from
+``--previous``, by default the results file this run replaces) and the ratio now /
+previous; writes ``bench/results.json`` and, after a full run there, ``bench/README.md``
+(``bench.readme``; ``--readme`` writes the page alone from the results file); exits 1 if
+a target is missed. ``--quick`` runs every part at tiny sizes (the overhead: the baseline
+alone, 12 steps) and judges nothing; ``--no-drill`` leaves out the part that runs a real
+drill (the smoke test runs ``--quick --no-drill``; the overhead's tiny size is a drill
+test of its own). Run heavy benchmarks alone: they use both cores.
 """
 
 from __future__ import annotations
@@ -41,13 +46,20 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable
 
 from bench.load_cost import load_cost  # noqa: E402
 from bench.probe_cost import probe_step_cost, reference_step_time  # noqa: E402
+from bench.readme import render  # noqa: E402
+from bench.targets import (  # noqa: E402
+    PROBE_TARGET_US,
+    SCALE_TARGET_BYTES,
+    SCALE_TARGET_S,
+    compare,
+    targets,
+)
 
-PROBE_TARGET_US = 100.0
-PRECISION_TARGET_MS = 10.0
-OVERHEAD_TARGET_S = 2.0
-SCALE_TARGET_S = 60.0
-SCALE_TARGET_BYTES = 4 * 1024**3
+__all__ = ["main", "overhead", "targets"]
+
 GIB = 1024**3
+RESULTS = ROOT / "bench" / "results.json"
+README = ROOT / "bench" / "README.md"
 
 
 def machine() -> dict[str, Any]:
@@ -105,6 +117,13 @@ def checks_at(ranks: int, steps: int) -> dict[str, Any]:
     return {**result, "written": written}
 
 
+def overhead(only: str, steps: int | None) -> dict[str, Any]:
+    """``bench.overhead`` in a fresh process: the baseline and the scenarios in ``only``
+    (comma-separated ids, empty: none), ``steps`` long (None: the demo plan's)."""
+    size = [] if steps is None else [f"--steps={steps}"]
+    return _module(["bench.overhead", f"--only={only}", *size], timeout=1800)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     out: dict[str, Any] = {
@@ -130,9 +149,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # (b) timing precision against ground truth
     out["precision"] = _module(["bench.precision", f"--rounds={args.precision_rounds}"])
     # (c) the harness's own time on a real drill
-    out["overhead"] = (
-        None if args.quick else _module(["bench.overhead", "--only=kill-worker"], timeout=1800)
-    )
+    out["overhead"] = None if args.no_drill else overhead(args.overhead_only, args.overhead_steps)
     # (d) load + checks at scale, one pair of fresh processes per size
     sizes = [checks_at(r, args.steps) for r in args.ranks]
     first = sizes[0]
@@ -159,54 +176,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out["load_average_at_end"] = os.getloadavg()
     out["total_wall_s"] = round(time.perf_counter() - t0, 1)
     return out
-
-
-def targets(res: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
-    """(what, target, measured, met) for every target (met None: not measured)."""
-    probe, prec, over, scale = res["probe"], res["precision"], res["overhead"], res["scale"]
-    worst = max(probe["shapes"].values(), key=lambda v: v["median_cpu_us"])
-    rows: list[tuple[str, str, str, bool | None]] = [
-        (
-            "probe: Probe.step, 64 ids, worst shape",
-            f"<= {PROBE_TARGET_US:.0f} us",
-            f"{worst['median_cpu_us']:.1f} us CPU ({worst['median_us']:.1f} us wall here)",
-            probe["meets_target"],
-        )
-    ]
-    for key in prec["targeted"]:
-        t = prec["times"][key]
-        rows.append(
-            (
-                f"precision: {key.replace('_', ' ')} (max of {prec['rounds']})",
-                f"<= {PRECISION_TARGET_MS:.0f} ms",
-                f"{t['max_ms']:.2f} ms (median {t['median_ms']:.2f})",
-                abs(t["max_ms"]) <= PRECISION_TARGET_MS,
-            )
-        )
-    if over is None:
-        rows.append(("harness overhead per item", f"<= {OVERHEAD_TARGET_S:.0f} s", "-", None))
-    else:
-        for item, v in over["items"].items():
-            rows.append(
-                (
-                    f"harness overhead: {item} (job {v['job_s']:.1f} s)",
-                    f"<= {OVERHEAD_TARGET_S:.0f} s",
-                    f"{v['overhead_s']:.2f} s",
-                    v["overhead_s"] <= OVERHEAD_TARGET_S and v["verdict"] == "pass",
-                )
-            )
-    big = scale["sizes"][-1]
-    rows.append(
-        (
-            f"load + every check, {big['ranks']:,} x {big['steps']:,} "
-            f"({big['step_events'] / 1e6:.1f} M events)",
-            f"<= {SCALE_TARGET_S:.0f} s, <= {SCALE_TARGET_BYTES / GIB:.0f} GiB",
-            f"{big['judge_cpu_s']:.1f} s CPU ({big['judge_s']:.1f} s wall here), "
-            f"{big['peak_rss_bytes'] / GIB:.2f} GiB",
-            scale["meets_target"],
-        )
-    )
-    return rows
 
 
 def table(res: dict[str, Any]) -> str:
@@ -247,7 +216,7 @@ def table(res: dict[str, Any]) -> str:
     lines += ["", "(c) harness overhead per item on a real drill (local platform)"]
     over = res["overhead"]
     if over is None:
-        lines.append("  not measured with --quick (a real drill takes a minute)")
+        lines.append("  not measured: --no-drill (a real drill takes a minute or more)")
     else:
         names = list(next(iter(over["items"].values()))["phases_s"])
         lines.append(
@@ -282,18 +251,45 @@ def table(res: dict[str, Any]) -> str:
             f"{ld['store_write_s_per_million_events']:.2f} s/M (by the harness, while the job "
             f"runs); loading from it {ld['store_load_s_per_million_events']:.3f} s/M"
         )
-    lines += ["", "targets"]
-    for what, target, measured, met in targets(res):
-        verdict = "-" if met is None else ("met" if met else "MISSED")
-        lines.append(f"  {what:58s} {target:>18s}  {measured:44s} {verdict}")
     lines.append(f"\ntotal {res['total_wall_s']} s")
+    return "\n".join(lines)
+
+
+def targets_table(res: dict[str, Any], previous: dict[str, Any] | None, source: str) -> str:
+    """Every target: its value now, the previous run's (``source``) and now / previous."""
+    lines = [
+        f"targets (previous: {source})",
+        f"  {'what':62s} {'target':>10s}  {'measured':48s} {'':6s} {'previous':>12s} "
+        f"{'now/prev':>8s}",
+    ]
+    for c in compare(res, previous):
+        t = c.now
+        verdict = "-" if t.met is None else ("met" if t.met else "MISSED")
+        prev = "-" if c.previous is None else f"{c.previous:.4g} {t.unit}"
+        ratio = "-" if c.ratio is None else f"{c.ratio:.2f}"
+        lines.append(
+            f"  {t.what:62s} {t.target:>10s}  {t.measured:48s} {verdict:6s} {prev:>12s} {ratio:>8s}"
+        )
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (seconds)")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (a minute)")
+    ap.add_argument("--no-drill", action="store_true", help="leave out the overhead (a real drill)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="the results file to write")
+    ap.add_argument(
+        "--previous",
+        type=Path,
+        default=RESULTS,
+        help="the results to compare with (default: bench/results.json, read before --out "
+        "is written)",
+    )
+    ap.add_argument(
+        "--readme",
+        action="store_true",
+        help="only write bench/README.md from the results file (--out) and exit",
+    )
     ap.add_argument("--ranks", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--steps", type=int)
     ap.add_argument("--precision-rounds", type=int)
@@ -311,6 +307,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "lm_batches": [8],
             "load_ranks": 2,
             "load_events": [200],
+            "overhead_only": "",
+            "overhead_steps": 12,
         }
     else:
         defaults = {
@@ -324,6 +322,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "lm_batches": [8, 64],
             "load_ranks": 16,
             "load_events": [250_000, 1_000_000],
+            "overhead_only": "kill-worker",
+            "overhead_steps": None,
         }
     for key, value in defaults.items():
         if getattr(args, key, None) is None:
@@ -331,14 +331,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def read_results(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """A results file and how to name it; None (and why, in the name) when it is missing
+    or not a results file this version can read."""
+    try:
+        res = json.loads(path.read_text(encoding="utf-8"))
+        targets(res)
+    except FileNotFoundError:
+        return None, f"none ({path} does not exist)"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return None, f"none ({path} is not a results file: {type(exc).__name__}: {exc})"
+    return res, f"{path} of {res.get('started', '?')}"
+
+
+def write_readme(results: Path) -> int:
+    """``bench/README.md`` from ``results``; 1 with a message when it cannot be read."""
+    res, name = read_results(results)
+    if res is None:
+        print(f"cannot write {README}: results file {name}", file=sys.stderr)
+        return 1
+    README.write_text(render(res), encoding="utf-8")
+    print(f"wrote {README} from {name}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.readme:
+        return write_readme(args.out)
+    previous, source = read_results(args.previous)  # before --out, often the same, is written
     res = run(args)
     print(table(res))
+    print()
+    print(targets_table(res, previous, source))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2) + "\n")
     print(f"wrote {args.out}")
-    ok = all(met is not False for _w, _t, _m, met in targets(res))
+    if not args.quick and args.out.resolve() == RESULTS.resolve():
+        write_readme(RESULTS)
+    ok = all(t.met is not False for t in targets(res))
     return 0 if ok or args.quick else 1
 
 

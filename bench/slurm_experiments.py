@@ -137,7 +137,7 @@ def report(work: Path, t0: float, marks: list[tuple[float, str]]) -> None:
         )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scenario")
     ap.add_argument("out", type=Path)
@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--victim-index", type=int, default=-1)
     ap.add_argument("--min-nodes", type=int, default=2)
     ap.add_argument("--max-restarts", type=int, default=3)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     work = args.out.resolve()
     work.mkdir(parents=True, exist_ok=True)
     run_id = f"x-slurm-{uuid.uuid4().hex[:8]}"

@@ -1,11 +1,18 @@
-"""The benchmarks at tiny sizes, so they cannot rot; and the fast paths the checks take at
-scale, compared with the plain computations they replace. No timing is asserted here:
-speed is measured by ``python bench/run.py`` (see ``bench/README.md``)."""
+"""Every benchmark module at tiny sizes, so none can rot: ``bench/run.py --quick
+--no-drill`` (seconds), every module's command line started, the overhead on one real
+drill item and the Slurm experiment (``drill`` tests, well under a minute each); the
+comparison with the previous results and ``bench/README.md`` as generated from
+``bench/results.json``. And the fast paths the checks take at scale, compared with the
+plain computations they replace. No timing is asserted here: speed is measured by
+``python bench/run.py`` (see ``bench/README.md``)."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 from importlib.resources import files
 from pathlib import Path
 
@@ -13,6 +20,8 @@ import numpy as np
 import pytest
 from bench import run as bench_run
 from bench.checks_scale import Drill, measure, synthetic
+from bench.readme import render
+from bench.targets import compare
 
 from faultdrill.checks import CheckContext, Verdict, run_checks
 from faultdrill.events import read_jsonl
@@ -21,17 +30,25 @@ from faultdrill.judge.reference import LossLookup, Reference, StepCovers, mean_l
 from faultdrill.plan import load_plan
 from faultdrill.timeline import StepTable, Timeline
 from faultdrill.timeline.model import _lookup
+from tests.slurmkit import needs_slurm
 
 DEMO_PLAN = Path(str(files("faultdrill") / "plans" / "demo.yaml"))
 
 # --- the benchmark itself ---------------------------------------------------------------
 
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_MODULES = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if p.stem != "__init__")
 
-def test_quick_run_measures_everything_and_writes_results(tmp_path: Path) -> None:
+
+def test_quick_run_measures_everything_and_writes_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "results.json"
-    assert bench_run.main(["--quick", f"--out={out}"]) == 0
+    previous = ROOT / "bench" / "results.json"
+    argv = ["--quick", "--no-drill", f"--out={out}", f"--previous={previous}"]
+    assert bench_run.main(argv) == 0
     res = json.loads(out.read_text())
-    assert res["command"] == f"python bench/run.py --quick --out={out}"
+    assert res["command"] == "python bench/run.py " + " ".join(argv)
     shapes = res["probe"]["shapes"]
     assert set(shapes) == {
         "range(64)",
@@ -50,7 +67,7 @@ def test_quick_run_measures_everything_and_writes_results(tmp_path: Path) -> Non
     assert set(precision["targeted"]) <= set(precision["times"])
     assert {"injection", "kill_to_exit", "exit_self", "first_new_step"} <= set(precision["times"])
     assert precision["exit_clocks"] and set(precision["exit_clocks"]) <= {"kernel", "pidfd"}
-    assert res["overhead"] is None  # a real drill: not in --quick
+    assert res["overhead"] is None  # a real drill: --no-drill (see the drill test below)
     sizes = res["scale"]["sizes"]
     assert [s["ranks"] for s in sizes] == [4, 8]
     assert all(
@@ -61,7 +78,109 @@ def test_quick_run_measures_everything_and_writes_results(tmp_path: Path) -> Non
     assert load["step_events"] == 200 and load["other_events"] == 2
     assert load["store_write_s"] >= 0 and load["store_load_s"] >= 0
     rows = bench_run.targets(res)
-    assert [met for _w, _t, _m, met in rows].count(None) == 1  # only the overhead: not run
+    assert [t.met for t in rows].count(None) == 1  # only the overhead: not run
+    assert all((t.value is None) == (t.met is None) for t in rows)
+    # Against the committed full run: the probe row compares (same measure), the sizes
+    # that differ do not; the table says both.
+    printed = capsys.readouterr().out
+    assert f"targets (previous: {previous} of " in printed and "now/prev" in printed
+    compared = {c.now.what: c for c in compare(res, json.loads(previous.read_text()))}
+    probe = compared["probe: Probe.step, 64 ids, worst shape (CPU)"]
+    assert probe.now.value is not None and probe.previous == 39.45
+    assert probe.ratio == pytest.approx(probe.now.value / 39.45)
+    scale = [c for w, c in compared.items() if w.startswith("load + every check")]
+    assert len(scale) == 2 and all(c.previous is None and c.ratio is None for c in scale)
+
+
+def test_previous_results_are_compared_row_by_row_and_a_bad_file_is_said(
+    tmp_path: Path,
+) -> None:
+    res = json.loads((ROOT / "bench" / "results.json").read_text())
+    faster = json.loads(json.dumps(res))
+    faster["scale"]["sizes"][-1]["judge_cpu_s"] = 16.38  # half of 32.76
+    rows = {c.now.what: c for c in compare(faster, res)}
+    cpu = next(c for w, c in rows.items() if w.endswith(": CPU"))
+    assert (cpu.now.value, cpu.previous, cpu.ratio) == (16.38, 32.76, 0.5)
+    assert all(c.ratio == 1.0 for w, c in rows.items() if not w.endswith(": CPU"))
+    assert all(c.previous is None for c in compare(res, None))
+    bad = tmp_path / "results.json"
+    bad.write_text('{"probe": {}}')
+    got, name = bench_run.read_results(bad)
+    assert got is None and f"{bad} is not a results file: KeyError" in name
+    got, name = bench_run.read_results(tmp_path / "absent.json")
+    assert got is None and "does not exist" in name
+
+
+def test_the_readme_is_what_the_generator_makes_of_the_results() -> None:
+    """bench/README.md is generated (``python bench/run.py --readme``), never hand-edited:
+    every figure in it is the committed results file's."""
+    res = json.loads((ROOT / "bench" / "results.json").read_text())
+    page = (ROOT / "bench" / "README.md").read_text()
+    assert page == render(res), "bench/README.md is stale: run python bench/run.py --readme"
+    worst = res["probe"]["shapes"]["list of 64 non-consecutive ids"]["median_cpu_us"]
+    assert f"| {worst:.2f} |" in page and res["started"][:10] in page
+
+
+@pytest.mark.parametrize("module", BENCH_MODULES)
+def test_every_bench_module_starts(module: str) -> None:
+    """Each module's command line, in a fresh process: a broken import or a changed API
+    that breaks the module's imports fails here, also for the modules that take a cluster."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", f"bench.{module}", "--help"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    if 'if __name__ == "__main__":' in (ROOT / "bench" / f"{module}.py").read_text():
+        assert "usage:" in done.stdout, done.stdout[-2000:]
+    else:  # a library of the others: importing it is the test
+        assert done.stdout == ""
+
+
+@pytest.mark.drill
+def test_the_overhead_of_a_real_drill_item_at_its_tiny_size() -> None:
+    """``bench.overhead`` as ``bench/run.py --quick`` runs it: the demo's baseline alone,
+    12 steps, for real (well under a minute): phases recorded, overhead measured."""
+    over = bench_run.overhead("", 12)
+    assert over["steps"] == 12 and set(over["items"]) == {"baseline"}
+    base = over["items"]["baseline"]
+    assert base["verdict"] == "pass" and base["job_s"] > 0
+    assert 0 <= base["overhead_s"] == over["max_overhead_s"]
+    assert {"bring-up", "teardown", "checks", "report"} <= set(base["phases_s"])
+    assert base["overhead_s"] >= sum(base["phases_s"].values()) - 0.01
+    res = {**json.loads((ROOT / "bench" / "results.json").read_text()), "overhead": over}
+    (row,) = [t for t in bench_run.targets(res) if t.what.startswith("harness overhead")]
+    assert row.what == "harness overhead: baseline" and row.value == base["overhead_s"]
+
+
+@pytest.mark.drill
+@pytest.mark.root
+@needs_slurm
+def test_the_slurm_experiment_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    """``bench.slurm_experiments`` on the embedded Slurm cluster: a worker killed at step
+    3 of 8, and its report of what Slurm and the job did."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    argv = ["kill-worker", str(tmp_path / "x"), "--steps=8", "--at-step=3", "--restore-s=1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.slurm_experiments", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "INJECT kill-worker on n" in done.stdout and "at step" in done.stdout
 
 
 def test_synthetic_drill_is_judged_for_real() -> None:
@@ -312,14 +431,3 @@ def test_streaming_load_equals_the_records_it_reads(tmp_path: Path) -> None:
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), col
     assert [e.to_json() for e in loaded.events] == [e.to_json() for e in plain.events]
     assert [i.members for i in loaded.incarnations] == [i.members for i in plain.incarnations]
-
-
-def test_every_bench_module_imports() -> None:
-    """``--quick`` skips the overhead drill, so an import that moved under a bench module
-    would go unseen (it did: ``bench/overhead.py``); import every one of them."""
-    import importlib
-
-    names = sorted(p.stem for p in (Path(bench_run.__file__).parent).glob("*.py"))
-    assert "overhead" in names
-    for name in names:
-        importlib.import_module(f"bench.{name}")

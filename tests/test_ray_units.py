@@ -261,6 +261,60 @@ def test_announcements_are_read_incrementally_from_the_events(tmp_path: Path) ->
     assert seen.dead == ["n2"]  # read once
 
 
+def test_a_stale_registration_ending_is_no_node_loss(tmp_path: Path) -> None:
+    """A member started again between drills can leave an earlier registration that the
+    GCS declares dead only after the next job began: while the node's newer registration
+    is up, that is no ``node_lost`` (else a spare joined and Ray Train placed a rank on it
+    instead of on the live member). Its only registration going down is one."""
+    gcs_pb2 = pytest.importorskip("ray.core.generated.gcs_pb2")
+    from faultdrill.events import EventSink
+    from faultdrill.platforms.ray.observe import _Poller
+
+    def reg(address: str, dead: bool) -> Any:
+        info = gcs_pb2.GcsNodeInfo(node_manager_address=address)
+        if dead:
+            info.state = gcs_pb2.GcsNodeInfo.DEAD
+            info.death_info.reason = info.death_info.UNEXPECTED_TERMINATION
+        return info
+
+    class Ids:  # the node ids the GCS client answers with: only .hex() is read
+        def __init__(self, rid: str) -> None:
+            self.rid = rid
+
+        def hex(self) -> str:
+            return self.rid
+
+    answers: list[dict[Ids, Any]] = []
+
+    class Client:
+        def get_all_node_info(self, timeout: float) -> dict[Ids, Any]:
+            return answers.pop(0)
+
+    sink = EventSink(tmp_path, "t")
+    poller = _Poller("gcs", sink, {"10.0.0.1": "n1", "10.0.0.2": "n2"})
+    poller.client = Client()
+    n1, old, new = Ids("n1-a"), Ids("n2-old"), Ids("n2-new")
+    answers += [
+        {n1: reg("10.0.0.1", False), old: reg("10.0.0.2", False), new: reg("10.0.0.2", False)},
+        {n1: reg("10.0.0.1", False), old: reg("10.0.0.2", True), new: reg("10.0.0.2", False)},
+        {n1: reg("10.0.0.1", False), old: reg("10.0.0.2", True), new: reg("10.0.0.2", True)},
+    ]
+    poller.poll()
+    poller.poll()
+    sink.close()
+    events = [json.loads(x) for x in (tmp_path / "ray-gcs.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in events if e["kind"] == "node_lost"] == []
+    (ended,) = [e for e in events if e["kind"] == "node_state" and not e["initial"]]
+    assert (ended["ray_node_id"], ended["state"]) == ("n2-old", "down")  # still recorded
+    sink = EventSink(tmp_path, "t")
+    poller.sink = sink
+    poller.poll()
+    sink.close()
+    events = [json.loads(x) for x in (tmp_path / "ray-gcs.jsonl").read_text().splitlines()]
+    (lost,) = [e for e in events if e["kind"] == "node_lost"]
+    assert lost["node"] == "n2" and lost["reason"] == "UNEXPECTED_TERMINATION"
+
+
 def test_a_damaged_checkpoint_the_platform_never_handed_over_is_retest_not_silent() -> None:
     judge = Judge(parse_plan(ray_plan()), None, None)
     # Killed between the save of ckpt-4 and Ray registering it: Ray hands over ckpt-2.

@@ -86,6 +86,9 @@ _SOCKET_SUFFIX = "/session_2026-12-01_09-25-36_123456_1234567/sockets/plasma_sto
 _SHORT_ROOT = "/tmp"
 _SHORT_PREFIX = "fd-ray-"
 _READY_LINE = b"Ray runtime started"
+#: How many times :meth:`EmbeddedRay.restore` looks at members it started again (and
+#: starts again those not up) before it gives up.
+RESTORE_LOOKS = 3
 
 
 def ray_executable() -> Path:
@@ -762,15 +765,33 @@ class EmbeddedRay:
             self.node_names.remove(node)
             done.append(f"spare {node} left the cluster")
         restarted = self._restart_members(view, done)
-        if restarted:
-            # A raylet started on a busy machine can miss its first health checks and be
-            # declared dead a second later: look again after one detection window.
-            t = self.tuning
-            window_ms = t.health_check_failure_threshold * t.health_check_period_ms
-            time.sleep((window_ms + t.health_check_timeout_ms) / 1000 + 0.5)
+        # A raylet started on a busy machine can miss its first health checks and be
+        # declared dead a second later; the item would run without it (a spare joins, and
+        # Ray Train places a rank there). After every start, look again one detection
+        # window later, until a look finds every member up.
+        t = self.tuning
+        window_s = t.health_check_failure_threshold * t.health_check_period_ms / 1000
+        window_s += t.health_check_timeout_ms / 1000 + 0.5
+        looks = 0
+        while restarted:
+            time.sleep(window_s)
+            looks += 1
             again = self.gcs_view() if self.running(self.head, "head") else None
-            if again is not None:
-                self._restart_members(again, done)
+            lacking = [
+                n
+                for n in self.members
+                if again is None or again.get(n) != "up" or not self.running(n, self.role(n))
+            ]
+            if not lacking:
+                break
+            if looks >= RESTORE_LOOKS:
+                why = "the GCS does not answer" if again is None else "not up in the GCS"
+                raise EnvironmentPrepError(
+                    f"embedded Ray cluster: {', '.join(lacking)}: {why} {looks} detection "
+                    f"windows after being started again between drills ({'; '.join(done)})"
+                )
+            # a GCS that did not answer this time is asked again after the next window
+            restarted = again is None or self._restart_members(again, done)
         return done
 
     def _restart_members(self, view: dict[str, str], done: list[str]) -> bool:

@@ -12,8 +12,10 @@ appends to ``<events dir>/ray-gcs.jsonl`` (``source="gcs"``):
 node_state          node (our name), state (``up``, ``draining``, ``down``), previous,
                     reason (Ray's death reason or drain state), detail (its message),
                     ray_node_id, ray_time (Ray's own end time of a dead node, epoch s)
-node_lost           node, reason, detail, ray_time: with every ``node_state`` down (the
-                    generic kind the timeline reads as "the platform deemed it lost")
+node_lost           node, reason, detail, ray_time: with a ``node_state`` down that leaves
+                    the node no registration up (the generic kind the timeline reads as
+                    "the platform deemed it lost"; an earlier registration of a node
+                    started again, ending while its newer one is up, is no loss)
 gcs_unreachable     error: a poll failed (GCS stopped, killed, cut off); once per outage
 gcs_reachable       outage_s: the first poll that answered again
 ==================  ===================================================================
@@ -98,7 +100,7 @@ class _Poller:
             return
         self.state[rid] = (name, state)
         ray_time = node.end_time_ms / 1000 if node.end_time_ms else None
-        if state == "down" and not self.initial:
+        if state == "down" and not self.initial and not self.other_registration_up(name, rid):
             self.emit("node_lost", node=name, reason=reason, detail=detail[:300], ray_time=ray_time)
         self.emit(
             "node_state",
@@ -111,6 +113,12 @@ class _Poller:
             ray_time=ray_time,
             initial=self.initial,
         )
+
+    def other_registration_up(self, name: str, rid: str) -> bool:
+        """Whether node ``name`` has a registration other than ``rid`` that is up: then
+        ``rid`` going down is a stale registration ending (a raylet started again between
+        drills, whose earlier start the GCS declares dead only now), not the node's loss."""
+        return any(n == name and st == "up" and r != rid for r, (n, st) in self.state.items())
 
 
 def _state_of(node: Any) -> str:

@@ -1,0 +1,125 @@
+"""faultdrill's benchmark targets, and each run's figures against them and against the
+previous run's (``bench/run.py`` prints them; ``bench/readme.py`` writes them)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = [
+    "OVERHEAD_TARGET_S",
+    "PRECISION_TARGET_MS",
+    "PROBE_TARGET_US",
+    "SCALE_TARGET_BYTES",
+    "SCALE_TARGET_S",
+    "Compared",
+    "Target",
+    "compare",
+    "targets",
+]
+
+PROBE_TARGET_US = 100.0
+PRECISION_TARGET_MS = 10.0
+OVERHEAD_TARGET_S = 2.0
+SCALE_TARGET_S = 60.0
+SCALE_TARGET_BYTES = 4 * 1024**3
+GIB = 1024**3
+
+
+class Target(NamedTuple):
+    """One target and what a run measured for it."""
+
+    #: What is measured, at which size: two runs' rows with the same ``what`` compare.
+    what: str
+    target: str
+    measured: str
+    #: None: not measured in this run.
+    met: bool | None
+    #: The number judged against the target (in ``unit``); None: not measured.
+    value: float | None
+    unit: str
+
+
+class Compared(NamedTuple):
+    """A target of this run beside the same row of the previous run."""
+
+    now: Target
+    #: The previous run's value of the same row; None: not measured then, or no such row.
+    previous: float | None
+    #: now / previous; None where either is missing or previous is 0.
+    ratio: float | None
+
+
+def targets(res: dict[str, Any]) -> list[Target]:
+    """Every target with what ``res`` (a results file's content) measured for it."""
+    probe, prec, over, scale = res["probe"], res["precision"], res["overhead"], res["scale"]
+    worst = max(probe["shapes"].values(), key=lambda v: v["median_cpu_us"])
+    rows = [
+        Target(
+            "probe: Probe.step, 64 ids, worst shape (CPU)",
+            f"<= {PROBE_TARGET_US:.0f} us",
+            f"{worst['median_cpu_us']:.1f} us CPU ({worst['median_us']:.1f} us wall here)",
+            probe["meets_target"],
+            worst["median_cpu_us"],
+            "us",
+        )
+    ]
+    for key in prec["targeted"]:
+        t = prec["times"][key]
+        rows.append(
+            Target(
+                f"precision: {key.replace('_', ' ')} (max of {prec['rounds']})",
+                f"<= {PRECISION_TARGET_MS:.0f} ms",
+                f"{t['max_ms']:.2f} ms (median {t['median_ms']:.2f})",
+                abs(t["max_ms"]) <= PRECISION_TARGET_MS,
+                t["max_ms"],
+                "ms",
+            )
+        )
+    target_s = f"<= {OVERHEAD_TARGET_S:.0f} s"
+    if over is None:
+        rows.append(Target("harness overhead per item", target_s, "-", None, None, "s"))
+    else:
+        for item, v in over["items"].items():
+            rows.append(
+                Target(
+                    f"harness overhead: {item}",
+                    target_s,
+                    f"{v['overhead_s']:.2f} s (job {v['job_s']:.1f} s, {v['verdict']})",
+                    v["overhead_s"] <= OVERHEAD_TARGET_S and v["verdict"] == "pass",
+                    v["overhead_s"],
+                    "s",
+                )
+            )
+    big = scale["sizes"][-1]
+    size = f"{big['ranks']:,} x {big['steps']:,} ({big['step_events'] / 1e6:.1f} M events)"
+    rows += [
+        Target(
+            f"load + every check, {size}: CPU",
+            f"<= {SCALE_TARGET_S:.0f} s",
+            f"{big['judge_cpu_s']:.1f} s CPU ({big['judge_s']:.1f} s wall here)",
+            big["judge_cpu_s"] <= SCALE_TARGET_S,
+            big["judge_cpu_s"],
+            "s",
+        ),
+        Target(
+            f"load + every check, {size}: peak RSS",
+            f"<= {SCALE_TARGET_BYTES / GIB:.0f} GiB",
+            f"{big['peak_rss_bytes'] / GIB:.2f} GiB",
+            big["peak_rss_bytes"] <= SCALE_TARGET_BYTES,
+            big["peak_rss_bytes"] / GIB,
+            "GiB",
+        ),
+    ]
+    return rows
+
+
+def compare(res: dict[str, Any], previous: dict[str, Any] | None) -> list[Compared]:
+    """Each target of ``res`` beside the same row (same ``what``: same measure, same size)
+    of ``previous`` (None: no previous run)."""
+    before = {t.what: t.value for t in targets(previous)} if previous is not None else {}
+    out = []
+    for t in targets(res):
+        prev = before.get(t.what)
+        ratio = t.value / prev if t.value is not None and prev else None
+        out.append(Compared(t, prev, ratio))
+    return out
