@@ -85,6 +85,10 @@ def test_second_operator_reproduces_the_original_verdicts(recorded_demo: Recorde
     junit = recorded_demo.base / "replay-junit.xml"
     argv = ["replay", str(bundle), "--scenario", "kill-worker", "--operator", "second-operator"]
     argv += ["--unsigned"]  # the recorded demo's bundle is not signed
+    # Verdicts, classes and resume points are what this drill proves; the times of a drill
+    # recorded earlier in a loaded test run (16.8 s to recover, against 3.6 s here, once)
+    # are not, so their band is wide here (the band itself: test_times_inside_the_band_match)
+    argv += ["--time-band-s", "120"]
     argv += ["--out", str(out), "--quiet", "--junit", str(junit), "--lang", "zh"]
     proc = subprocess.run(
         [sys.executable, "-m", "faultdrill.cli", *argv],
