@@ -40,11 +40,11 @@ from typing import Any
 
 import numpy as np
 
+from faultdrill.admit import load_plan
 from faultdrill.checks import CHECKS, CheckContext, run_checks
 from faultdrill.events import Event
 from faultdrill.judge.analysis import answer_questions
 from faultdrill.judge.reference import Reference
-from faultdrill.plan import load_plan
 from faultdrill.timeline import StepTable, Timeline
 from faultdrill.timeline.store import write_table
 

@@ -25,10 +25,11 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from faultdrill.admit import load_plan, parse_plan, plan_without
 from faultdrill.engine.demo import without_netns_if_unavailable
 from faultdrill.engine.phases import harness_overhead
 from faultdrill.engine.run import machine_problems, run_plan
-from faultdrill.plan import Plan, load_plan, parse_plan, plan_without
+from faultdrill.plan import Plan
 from faultdrill.timeline import Timeline
 
 __all__ = ["TARGET_S", "measure"]

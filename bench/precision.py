@@ -38,18 +38,18 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from faultdrill.admit import load_plan
 from faultdrill.engine.item import _inject
 from faultdrill.engine.samplers import ProcessSampler
 from faultdrill.engine.watch import Watch
 from faultdrill.errors import FaultError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
+from faultdrill.host import procfs
+from faultdrill.host.linux import signal_change
 from faultdrill.judge.analysis import answer_questions
 from faultdrill.ledger import Ledger
-from faultdrill.plan import load_plan
 from faultdrill.platforms.api import Change, JobSpec, JobState, NodeInfo, Platform, Replica
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import signal_change
 from faultdrill.timeline import Timeline
 
 __all__ = ["TARGET_MS", "measure"]

@@ -24,7 +24,7 @@ def ci_mode() -> bool:
 
 def what_the_drills_lack() -> list[str]:
     """What this machine lacks for the drill tests, each with its fix."""
-    from faultdrill.platforms.local.linux import netns_unavailable
+    from faultdrill.host.linux import netns_unavailable
     from faultdrill.platforms.local.platform import fuse_missing
 
     out = []

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from faultdrill.platforms.local import procfs
+from faultdrill.host import procfs
 from faultdrill.timeline import Timeline
 from faultdrill.timeline.store import STORE_DIR, read_store
 

@@ -12,7 +12,7 @@ import html
 import re
 import string
 
-from faultdrill.report.i18n import catalog
+from faultdrill.i18n import catalog
 
 __all__ = ["CJK", "english_in", "finding_texts", "message_chunks"]
 

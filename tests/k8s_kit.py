@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from faultdrill.errors import EnvironmentPrepError
+from faultdrill.host import procfs
+from faultdrill.host.linux import netns_unavailable
 from faultdrill.platforms.kubernetes.binaries import find_binaries
 from faultdrill.platforms.kubernetes.client import client_missing
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import netns_unavailable
 from tests.drillkit import ROOT, cli_env, kill_task
 from tests.test_netns_kit import ledger_records, leftovers
 

@@ -618,7 +618,7 @@ def combined_cases() -> Iterator[Case]:
 
 def corpus() -> list[Case]:
     """Every case, in a fixed order (the same bytes on every run)."""
-    from faultdrill.plan import plan_schema
+    from faultdrill.admit import plan_schema
 
     makers: list[Callable[[], Iterator[Case]]] = [
         encoding_cases,

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from faultdrill.events import EventSink
+from faultdrill.host import procfs
+from faultdrill.host.cluster import NodeCluster
+from faultdrill.host.linux import netns_exists, netns_unavailable
 from faultdrill.ledger import Ledger
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.cluster import NodeCluster
-from faultdrill.platforms.local.linux import netns_exists, netns_unavailable
 from faultdrill.platforms.ray.embedded import MARKER_ENV, EmbeddedRay, ray_missing
 from tests.test_netns_kit import ledger_records
 

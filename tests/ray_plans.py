@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from faultdrill.platforms.local.linux import netns_unavailable
+from faultdrill.host.linux import netns_unavailable
 from faultdrill.platforms.ray.embedded import ray_missing, redis_missing
 
 __all__ = ["default_raw", "needs_ray_cluster", "slow_raw"]

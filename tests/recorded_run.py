@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from faultdrill.platforms.local import procfs
+from faultdrill.host import procfs
 from tests.drillkit import task_pids
 
 #: The core loop's drill: the worker kill and the six workload bugs it must catch.

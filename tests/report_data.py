@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from faultdrill.plan import load_plan
+from faultdrill.admit import load_plan
 from faultdrill.report.model import Report
 from tests.drillkit import DEMO
 

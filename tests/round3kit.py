@@ -19,7 +19,7 @@ _RUN_ONE = """
 import sys
 from pathlib import Path
 from faultdrill.engine.item import execute_item
-from faultdrill.plan import load_plan
+from faultdrill.admit import load_plan
 plan = load_plan(sys.argv[1])
 sc = plan.scenarios()[0]
 execute_item(plan, "scenario", sc, Path(sys.argv[2]))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from faultdrill.platforms.local.linux import netns_unavailable
+from faultdrill.host.linux import netns_unavailable
 from faultdrill.platforms.slurm.embedded import slurm_missing
 from tests.drillkit import ROOT, cli_env, kill_task
 

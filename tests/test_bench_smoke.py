@@ -23,11 +23,11 @@ from bench.checks_scale import Drill, measure, synthetic
 from bench.readme import render
 from bench.targets import compare
 
+from faultdrill.admit import load_plan
 from faultdrill.checks import CheckContext, Verdict, run_checks
 from faultdrill.events import read_jsonl
 from faultdrill.intervals import merge
 from faultdrill.judge.reference import LossLookup, Reference, StepCovers, mean_loss_by_step
-from faultdrill.plan import load_plan
 from faultdrill.timeline import StepTable, Timeline
 from faultdrill.timeline.model import _lookup
 from tests.slurmkit import needs_slurm

@@ -359,8 +359,8 @@ def test_data_after_the_end_of_the_archive_fails(work: Path, tmp_path: Path) -> 
 def test_the_replay_report_says_what_was_checked_of_the_bundle(
     trust: dict[str, object], en: str, zh: str
 ) -> None:
+    from faultdrill.i18n import translator
     from faultdrill.report.html.sections import replay_html
-    from faultdrill.report.i18n import translator
     from faultdrill.report.model import Report
     from tests.report_data import synthetic_report
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.errors import FaultError, PlanError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
 from faultdrill.faults.checkpoint import CorruptCheckpointSpec, damage_checkpoint
 from faultdrill.faults.storage import observe_pointer
 from faultdrill.ledger import Ledger
-from faultdrill.plan import Resources, parse_plan
+from faultdrill.plan import Resources
 from faultdrill.platforms.fake import FakePlatform
 from tests.drillkit import demo_raw
 

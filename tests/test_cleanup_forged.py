@@ -28,10 +28,10 @@ import pytest
 import faultdrill.platforms.kubernetes.platform as k8s_platform
 import faultdrill.platforms.slurm.platform as slurm_platform
 from faultdrill import platforms as _platforms  # noqa: F401  (registers the undo kinds)
+from faultdrill.host import procfs
 from faultdrill.ledger import OWNS, UNDOERS, Ledger, acting_for
 from faultdrill.platforms.kubernetes.manifest import run_label
 from faultdrill.platforms.kubernetes.objects import CORDONED_BY
-from faultdrill.platforms.local import procfs
 from faultdrill.platforms.ray.embedded import MARKER_ENV, process_tree
 from tests.drillkit import cli_env
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from faultdrill import cli
+from faultdrill.host import procfs
 from faultdrill.ledger import OWNS, PATH, UNDOERS, Ledger, active_entries
-from faultdrill.platforms.local import procfs
 
 
 def _undo_marker(data: dict[str, Any]) -> None:

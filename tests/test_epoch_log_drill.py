@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from faultdrill.admit import parse_plan
 from faultdrill.engine.run import run_plan
-from faultdrill.plan import parse_plan
 from tests.drillkit import ROOT, finding, item, kill_task
 
 pytestmark = [pytest.mark.drill]

@@ -22,10 +22,10 @@ from faultdrill.engine.exits import Exit, ExitWatch
 from faultdrill.engine.item import _first_change_applied
 from faultdrill.engine.samplers import ProcessSampler
 from faultdrill.events import EventSink, read_jsonl
+from faultdrill.host import procfs
 from faultdrill.ledger import UNDOERS, Ledger
 from faultdrill.plan import Resources
 from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Platform, Replica
-from faultdrill.platforms.local import procfs
 from faultdrill.timeline import Timeline
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfds here")

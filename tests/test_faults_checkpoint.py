@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 import torch
 
+from faultdrill.admit import parse_plan
 from faultdrill.errors import FaultError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
 from faultdrill.faults.checkpoint import CorruptCheckpointSpec, damage_checkpoint
 from faultdrill.ledger import Ledger
-from faultdrill.plan import Resources, parse_plan
+from faultdrill.plan import Resources
 from faultdrill.platforms.fake import FakePlatform
 from faultdrill.workloads import _ckpt
 from tests.drillkit import demo_raw

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.errors import FaultError, PlanError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
 from faultdrill.faults.control_plane import ControlPlaneOutageSpec
+from faultdrill.host import procfs
 from faultdrill.ledger import UNDOERS, Ledger
-from faultdrill.plan import Resources, parse_plan
+from faultdrill.plan import Resources
 from faultdrill.platforms.api import Ability
-from faultdrill.platforms.local import procfs
 from faultdrill.platforms.local.platform import LocalPlatform, describe_process
 from tests.drillkit import demo_raw
 from tests.round3kit import Harness

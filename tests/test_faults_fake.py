@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.errors import FaultError, PlanError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FAULTS, Fault, FaultContext, FaultSpec, make_fault
@@ -22,7 +23,7 @@ from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
 from faultdrill.faults.process import KillWorkerSpec
 from faultdrill.faults.storage import StorageOutageSpec
 from faultdrill.ledger import Ledger
-from faultdrill.plan import Resources, parse_plan
+from faultdrill.plan import Resources
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import Ability, Change
 from faultdrill.platforms.fake import FakePlatform

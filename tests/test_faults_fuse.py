@@ -19,17 +19,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from faultdrill.admit import load_plan
 from faultdrill.errors import PlanError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
 from faultdrill.faults.storage import StorageOutage, StorageOutageSpec
+from faultdrill.host import procfs
+from faultdrill.host.mounts import MIRROR_FSTYPE, mirror_entry, mounts_at
+from faultdrill.host.storage import fuse_missing
 from faultdrill.ledger import UNDOERS, Ledger
-from faultdrill.plan import Resources, load_plan
+from faultdrill.plan import Resources
 from faultdrill.platforms.api import Ability
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.mounts import MIRROR_FSTYPE, mirror_entry, mounts_at
 from faultdrill.platforms.local.platform import LocalPlatform
-from faultdrill.platforms.local.storage import fuse_missing
 from tests.drillkit import demo_raw
 
 fuse = pytest.mark.skipif(

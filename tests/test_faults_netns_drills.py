@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import load_plan
 from faultdrill.engine.run import run_plan
+from faultdrill.host import procfs
+from faultdrill.host.linux import ns_run
 from faultdrill.judge.evaluate import RunResult
-from faultdrill.plan import load_plan
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import ns_run
 from faultdrill.platforms.local.netns import NetnsPlatform
 from faultdrill.timeline import Timeline
 from tests.drillkit import finding, item

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import load_plan
 from faultdrill.engine.run import run_plan
 from faultdrill.judge.evaluate import RunResult
-from faultdrill.plan import load_plan
 from tests.drillkit import finding, item
 from tests.test_netns_kit import (
     kill_task,

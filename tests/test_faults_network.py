@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.errors import PlanError
 from faultdrill.events import read_jsonl
 from faultdrill.faults.api import FaultSpec, make_fault
 from faultdrill.faults.network import LinkFlapSpec, LinkLossSpec, LinkSlowSpec, PartitionSpec
+from faultdrill.host.linux import ns_run, run_in_netns
 from faultdrill.ledger import Ledger
-from faultdrill.plan import parse_plan
-from faultdrill.platforms.local.linux import ns_run, run_in_netns
 from faultdrill.platforms.local.netns import NetnsPlatform
 from tests.test_netns_kit import ctx_of, ledger_records, make, needs_netns, netns_raw
 

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import load_plan, parse_plan
 from faultdrill.engine.item import execute_item
 from faultdrill.errors import FaultError, PlanError
 from faultdrill.events import read_jsonl
 from faultdrill.faults.api import make_fault
 from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
+from faultdrill.host import procfs
+from faultdrill.host.linux import ns_run
 from faultdrill.judge.evaluate import evaluate_item
-from faultdrill.plan import load_plan, parse_plan
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import ns_run
 from faultdrill.platforms.local.netns import NetnsPlatform
 from tests.test_netns_kit import (
     ctx_of,

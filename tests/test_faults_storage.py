@@ -13,10 +13,10 @@ import pytest
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
 from faultdrill.faults.storage import StorageOutageSpec, observe_pointer
+from faultdrill.host.mounts import FILLER, is_mount_point, mounts_at
 from faultdrill.ledger import UNDOERS, Ledger
 from faultdrill.plan import Resources
 from faultdrill.platforms.api import Ability
-from faultdrill.platforms.local.mounts import FILLER, is_mount_point, mounts_at
 from faultdrill.platforms.local.platform import LocalPlatform
 from tests.round3kit import Harness
 

@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 import yaml
 
+from faultdrill.admit import load_plan
 from faultdrill.engine.run import run_plan
+from faultdrill.host import procfs
+from faultdrill.host.mounts import MIRROR_FSTYPE, mounts_at
+from faultdrill.host.storage import fuse_missing
 from faultdrill.judge.inventory import verify_dir
-from faultdrill.plan import load_plan
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.mounts import MIRROR_FSTYPE, mounts_at
-from faultdrill.platforms.local.storage import fuse_missing
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import Report
 from tests.drillkit import demo_raw, kill_task, wait_for

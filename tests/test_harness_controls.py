@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.errors import FaultError, PlanError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
@@ -23,13 +24,13 @@ from faultdrill.faults.harness import (
     RollbackLatestSpec,
     StaleCopySpec,
 )
+from faultdrill.host import procfs
+from faultdrill.host.cluster import NodeCluster
+from faultdrill.host.copies import copy_change
 from faultdrill.ledger import UNDOERS, Ledger
-from faultdrill.plan import Resources, parse_plan
+from faultdrill.plan import Resources
 from faultdrill.platforms.api import Ability, Replica
 from faultdrill.platforms.fake import FakePlatform
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.cluster import NodeCluster
-from faultdrill.platforms.local.copies import copy_change
 from tests.drillkit import demo_raw
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from faultdrill.platforms.local import procfs
+from faultdrill.host import procfs
 from tests.drillkit import (
     cli_env,
     faultdrill,

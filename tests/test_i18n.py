@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 import faultdrill
+from faultdrill import i18n
 from faultdrill.cli import build_parser
 from faultdrill.errors import DrillError
 from faultdrill.faults.harness import expand_controls
+from faultdrill.i18n import Msg, catalog, format_message, translator
 from faultdrill.joblogs.spec import LogPatterns
-from faultdrill.report import i18n
 from faultdrill.report.blocks import to_html, to_markdown
 from faultdrill.report.html import render_html
-from faultdrill.report.i18n import Msg, catalog, format_message, translator
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.parts.joblog import log_evidence_part
 from faultdrill.report.runbook import render_runbook

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.engine.run import run_plan
-from faultdrill.plan import parse_plan
 from tests.drillkit import assert_store_is_the_json_lines, finding
 from tests.test_netns_kit import kill_task, needs_netns, netns_raw
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from faultdrill.admit import parse_plan
 from faultdrill.engine.run import run_plan
-from faultdrill.plan import parse_plan
 from faultdrill.report.html import render_html
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import read_report

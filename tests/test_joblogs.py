@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from faultdrill.admit import parse_plan
 from faultdrill.checks import Verdict
 from faultdrill.checks.api import run_checks
 from faultdrill.engine.watch import Watch
@@ -21,7 +22,7 @@ from faultdrill.events import EventSink, malformed
 from faultdrill.joblogs import LineReader, LogPatterns, Reading
 from faultdrill.joblogs.evidence import as_reached, log_evidence, not_observable
 from faultdrill.joblogs.tail import LogTail, hash_checkpoint, log_file_origin
-from faultdrill.plan import Plan, parse_plan
+from faultdrill.plan import Plan
 from faultdrill.platforms.api import Replica
 from faultdrill.timeline import Timeline
 from tests.drillkit import ROOT, demo_raw
@@ -653,7 +654,7 @@ def test_the_report_lists_what_passed_without_evidence_as_to_be_verified() -> No
     """The scope table of every report says which checks passed without evidence (a job
     that evaluates nothing, what log lines cannot show), in which items, in both
     languages; a report without such a finding has no such row."""
-    from faultdrill.report.i18n import Translator
+    from faultdrill.i18n import Translator
     from faultdrill.report.scope import derive_scope
     from tests.report_data import report_of, synthetic_report
 

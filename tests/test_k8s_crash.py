@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from faultdrill.host import procfs
 from faultdrill.platforms.kubernetes.client import api_client, kube
 from faultdrill.platforms.kubernetes.manifest import LABEL_RUN, run_label
-from faultdrill.platforms.local import procfs
 from tests.drillkit import ROOT, cli_env, kill_task, wait_for
 from tests.k8s_kit import k8s_leftovers, needs_test_cluster, plan_raw, write
 from tests.test_netns_kit import ledger_records

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from faultdrill.platforms.local.linux import netns_exists
+from faultdrill.host.linux import netns_exists
 from tests.k8s_kit import (
     events,
     item,

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from faultdrill.admit import load_plan, parse_plan
 from faultdrill.errors import PlanError
 from faultdrill.events import EventSink
-from faultdrill.plan import load_plan, parse_plan
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import Ability, JobState
 from faultdrill.platforms.kubernetes import manifest as mf

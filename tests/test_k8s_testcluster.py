@@ -28,12 +28,12 @@ import pytest
 
 from faultdrill.errors import EnvironmentPrepError
 from faultdrill.events import EventSink
+from faultdrill.host import procfs
+from faultdrill.host.linux import netns_unavailable
 from faultdrill.ledger import Ledger
 from faultdrill.platforms.kubernetes.binaries import find_binaries
 from faultdrill.platforms.kubernetes.client import client_missing, kube
 from faultdrill.platforms.kubernetes.testcluster import TestCluster
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import netns_unavailable
 from tests.drillkit import ROOT
 from tests.test_netns_kit import ledger_records
 from tests.test_netns_kit import leftovers as netns_leftovers

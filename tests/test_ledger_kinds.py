@@ -22,11 +22,11 @@ import pytest
 
 from faultdrill import faults as _faults  # noqa: F401  (registers the fault kinds)
 from faultdrill import platforms as _platforms  # noqa: F401  (registers the platforms)
+from faultdrill.host import procfs
+from faultdrill.host.linux import fresh_rule_id, link_exists, netns_exists, ns_run
+from faultdrill.host.mounts import mounts_at
+from faultdrill.host.owned import net_prefix
 from faultdrill.ledger import UNDOERS, Ledger
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import fresh_rule_id, link_exists, netns_exists, ns_run
-from faultdrill.platforms.local.mounts import mounts_at
-from faultdrill.platforms.local.owned import net_prefix
 from faultdrill.platforms.local.platform import scratch_root
 from tests.drillkit import cli_env
 

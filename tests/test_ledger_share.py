@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import faultdrill.platforms  # noqa: F401  (registers the undo kinds)
+from faultdrill.host.owned import net_prefix
 from faultdrill.ledger import Ledger, refusal
-from faultdrill.platforms.local.owned import net_prefix
 
 CLUSTER, ITEM, OTHER = "ray-0123456789ab", "t-kill-worker-89abcdef", "ray-ba9876543210"
 

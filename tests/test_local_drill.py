@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.engine.run import run_plan
-from faultdrill.plan import parse_plan
-from faultdrill.platforms.local import procfs
+from faultdrill.host import procfs
 from tests.drillkit import demo_raw, kill_task
 from tests.test_netns_kit import ledger_records
 

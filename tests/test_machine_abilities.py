@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from faultdrill.admit import load_plan, plan_without
 from faultdrill.cli import main
 from faultdrill.engine.run import machine_problems, run_plan
 from faultdrill.errors import DrillError
 from faultdrill.judge.evaluate import load_run_plan
-from faultdrill.plan import load_plan, plan_without
 from tests.drillkit import DEMO, demo_plans_run, demo_raw
 
 ROOT_ONLY = {"storage-read-only", "storage-full", "ctl-publish-before-durable"}

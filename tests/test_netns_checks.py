@@ -11,10 +11,10 @@ from faultdrill.checks import Verdict
 from faultdrill.checks.network import placement
 from faultdrill.faults.network import LinkTarget, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeTarget
+from faultdrill.i18n import translator
 from faultdrill.judge.network import network_summary
 from faultdrill.plan import Scenario
 from faultdrill.report.blocks import to_markdown
-from faultdrill.report.i18n import translator
 from faultdrill.report.model import NetworkTrack
 from faultdrill.report.parts.accounting import network_part
 from tests.timelines import NEW, OLD, TL, Judge, baseline, restart

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import ns_run
+from faultdrill.host import procfs
+from faultdrill.host.linux import ns_run
 from tests.test_netns_kit import (
     cleanup,
     kill_task,

@@ -25,10 +25,10 @@ import yaml
 
 from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext
+from faultdrill.host import procfs
+from faultdrill.host.linux import link_exists, netns_exists, netns_unavailable, ns_run
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import link_exists, netns_exists, netns_unavailable, ns_run
 from faultdrill.platforms.local.netns import NetnsPlatform
 from faultdrill.platforms.local.platform import LocalPlatform
 from tests.drillkit import ROOT, demo_raw
@@ -238,8 +238,8 @@ def kill_task(task_id: str) -> None:
 
 
 def _main(plan_path: str, out: str) -> None:
+    from faultdrill.admit import load_plan
     from faultdrill.engine.item import execute_item
-    from faultdrill.plan import load_plan
 
     plan = load_plan(plan_path)
     execute_item(plan, "scenario", plan.scenarios()[0], Path(out))

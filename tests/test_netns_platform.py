@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from faultdrill.admit import load_plan
 from faultdrill.engine import demo as demo_mod
 from faultdrill.engine.demo import without_netns_if_unavailable
 from faultdrill.errors import EnvironmentPrepError
 from faultdrill.events import read_jsonl
+from faultdrill.host import procfs
+from faultdrill.host.linux import link_exists, netns_exists, ns_run, run_in_netns
 from faultdrill.ledger import Ledger
-from faultdrill.plan import Resources, load_plan
+from faultdrill.plan import Resources
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import Ability
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import link_exists, netns_exists, ns_run, run_in_netns
 from faultdrill.platforms.local.netns import NetnsPlatform
 from faultdrill.platforms.local.platform import LocalPlatform
 from tests.drillkit import DEMO, demo_plans_run

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from faultdrill.admit import load_plan, parse_plan, plan_schema
 from faultdrill.cli import main
 from faultdrill.errors import PlanError
-from faultdrill.plan import load_plan, parse_plan, plan_schema
 
 DEMO = Path(__file__).resolve().parents[1] / "src" / "faultdrill" / "plans" / "demo.yaml"
 
@@ -288,7 +288,7 @@ def test_a_plan_not_loaded_from_a_file_keeps_its_script_as_written() -> None:
 
 def test_the_reference_workload_config_is_checked_without_torch() -> None:
     code = (
-        "import sys; from faultdrill.plan import load_plan; "
+        "import sys; from faultdrill.admit import load_plan; "
         f"load_plan({str(DEMO)!r}); "
         "assert 'torch' not in sys.modules, 'torch imported at plan load'"
     )
@@ -377,7 +377,7 @@ def test_the_runs_copy_of_a_plan_file_swapped_for_a_fifo_is_refused(tmp_path: Pa
         "import sys; from pathlib import Path\n"
         "from faultdrill.engine.item import write_plan_copy\n"
         "from faultdrill.errors import DrillError\n"
-        "from faultdrill.plan import load_plan\n"
+        "from faultdrill.admit import load_plan\n"
         f"plan = load_plan({str(DEMO)!r})\n"
         f"try: write_plan_copy(plan, Path({str(fifo)!r}), Path({str(tmp_path / 'run')!r}))\n"
         "except DrillError as exc: print(exc); sys.exit(2)\n"

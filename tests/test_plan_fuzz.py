@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from faultdrill.admit import load_plan, plan_schema
 from faultdrill.engine.run import machine_problems
-from faultdrill.plan import load_plan, plan_schema
 from tests.drillkit import DEMO
 from tests.plan_fuzz import SITES, Case, corpus, demo_raw, numeric_fields
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from faultdrill.admit import load_plan
 from faultdrill.checks import CHECKS, CheckContext, Verdict, run_checks
 from faultdrill.engine.item import execute_item
 from faultdrill.events import read_jsonl
@@ -26,7 +27,6 @@ from faultdrill.judge.artifacts import verify_artifacts
 from faultdrill.judge.evaluate import evaluate_item
 from faultdrill.judge.inventory import pointer_id, read_pointer, take_inventory
 from faultdrill.judge.reference import Reference
-from faultdrill.plan import load_plan
 from faultdrill.timeline import Timeline
 from tests.drillkit import kill_task
 

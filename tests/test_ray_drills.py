@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import load_plan
 from faultdrill.engine.run import run_plan
 from faultdrill.events import Event
+from faultdrill.host import procfs
+from faultdrill.host.linux import netns_exists
 from faultdrill.judge.evaluate import RunResult
-from faultdrill.plan import load_plan
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import netns_exists
 from faultdrill.platforms.ray.embedded import MARKER_ENV
 from faultdrill.timeline import Timeline
 from tests.drillkit import finding, item

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from faultdrill.platforms.local import procfs
+from faultdrill.host import procfs
 from faultdrill.platforms.ray.embedded import MARKER_ENV
 from tests.drillkit import ROOT
 from tests.ray_kit import DRIVER, make_cluster, needs_ray, ray_leftovers

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import load_plan
 from faultdrill.engine.run import run_plan
+from faultdrill.host import procfs
 from faultdrill.judge.evaluate import RunResult
-from faultdrill.plan import load_plan
-from faultdrill.platforms.local import procfs
 from faultdrill.platforms.ray.embedded import MARKER_ENV
 from faultdrill.timeline import Timeline
 from tests.drillkit import ROOT, cli_env, finding, item
@@ -226,8 +226,8 @@ def test_a_cluster_given_by_address_is_drilled_from_one_of_its_nodes(
     given by address: the job runs on it, a Train worker on this host is killed, Ray
     restarts the group, and the report judges it like any other."""
     from faultdrill.events import EventSink
+    from faultdrill.host.cluster import NodeCluster
     from faultdrill.ledger import Ledger
-    from faultdrill.platforms.local.cluster import NodeCluster
     from faultdrill.platforms.local.platform import free_port
     from faultdrill.platforms.ray import embedded
 

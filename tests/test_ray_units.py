@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.errors import PlanError
 from faultdrill.judge.analysis import answer_questions
-from faultdrill.plan import Resources, parse_plan
+from faultdrill.plan import Resources
 from faultdrill.platforms import PLATFORMS, Ability
 from faultdrill.platforms.ray.embedded import RayTuning
 from faultdrill.platforms.ray.platform import RayPlatform, _Announcements
@@ -339,7 +340,7 @@ def test_a_damaged_checkpoint_the_platform_never_handed_over_is_retest_not_silen
 
 
 def test_the_example_plan_is_a_valid_ray_plan() -> None:
-    from faultdrill.plan import load_plan
+    from faultdrill.admit import load_plan
     from tests.drillkit import ROOT
 
     plan = load_plan(ROOT / "examples" / "ray.yaml")

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.engine.run import run_plan
-from faultdrill.plan import parse_plan
 from tests.drillkit import demo_raw, finding, kill_task
 
 pytestmark = [pytest.mark.drill]

@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.engine.run import run_plan
-from faultdrill.plan import parse_plan
 from tests.drillkit import assert_no_class_level_contradiction, finding, item
 from tests.test_netns_kit import kill_task, needs_netns, netns_raw
 

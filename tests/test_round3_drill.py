@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import load_plan
 from faultdrill.engine.run import run_plan
-from faultdrill.plan import load_plan
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import Report
 from tests.drillkit import DEMO, item, kill_task

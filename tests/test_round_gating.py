@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 import faultdrill.engine.run as runner
+from faultdrill.admit import parse_plan
 from faultdrill.checks import Verdict
 from faultdrill.judge.reference import Reference
-from faultdrill.plan import Plan, parse_plan
+from faultdrill.plan import Plan
 from faultdrill.timeline import Timeline
 from tests.drillkit import demo_raw
 

@@ -24,10 +24,10 @@ import yaml
 
 from faultdrill.errors import EnvironmentPrepError
 from faultdrill.events import EventSink
+from faultdrill.host import procfs
+from faultdrill.host.cluster import NodeCluster
+from faultdrill.host.linux import netns_exists, netns_unavailable, run_in_netns
 from faultdrill.ledger import Ledger
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.cluster import NodeCluster
-from faultdrill.platforms.local.linux import netns_exists, netns_unavailable, run_in_netns
 from faultdrill.platforms.slurm.embedded import EmbeddedSlurm, slurm_cluster, slurm_missing
 from faultdrill.platforms.slurm.jobs import SlurmWatch
 from tests.drillkit import ROOT, cli_env, kill_task, task_pids, wait_for

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
+from faultdrill.admit import parse_plan
 from faultdrill.checks import Verdict
 from faultdrill.errors import PlanError
 from faultdrill.judge.analysis import answer_questions
-from faultdrill.plan import Resources, parse_plan
+from faultdrill.plan import Resources
 from faultdrill.plan.sections import Timeouts
 from faultdrill.platforms import PLATFORMS, Ability
 from faultdrill.platforms.api import JobSpec

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from faultdrill.events import EventSink, read_jsonl
+from faultdrill.host.linux import ns_run, run_in_netns
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources
 from faultdrill.platforms.api import JobSpec
-from faultdrill.platforms.local.linux import ns_run, run_in_netns
 from faultdrill.platforms.local.netns import NetnsPlatform
 from tests.test_netns_kit import needs_netns
 

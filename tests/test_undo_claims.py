@@ -37,12 +37,12 @@ import pytest
 import faultdrill.platforms.kubernetes.platform  # noqa: F401  (registers its undo kinds)
 from faultdrill import faults as _faults  # noqa: F401  (registers the fault kinds)
 from faultdrill import platforms as _platforms  # noqa: F401  (registers the platforms)
+from faultdrill.host import procfs
+from faultdrill.host.linux import link_exists, netns_exists, ns_run
+from faultdrill.host.mounts import mounts_at
+from faultdrill.host.owned import net_prefix, run_tmp_dir
 from faultdrill.ledger import OWNS, UNDOERS, Ledger
 from faultdrill.platforms.kubernetes.manifest import LABEL_RUN, run_label
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import link_exists, netns_exists, ns_run
-from faultdrill.platforms.local.mounts import mounts_at
-from faultdrill.platforms.local.owned import net_prefix, run_tmp_dir
 from faultdrill.platforms.ray import cluster as ray_cluster
 from faultdrill.platforms.slurm.platform import drain_reason
 

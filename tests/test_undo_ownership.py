@@ -19,13 +19,13 @@ import pytest
 from faultdrill.errors import FaultError
 from faultdrill.events import EventSink
 from faultdrill.faults.process import escalate
+from faultdrill.host import procfs
+from faultdrill.host.linux import netns_exists, ns_inode
+from faultdrill.host.mounts import bind_entry, mounts_at, tmpfs_entry
+from faultdrill.host.owned import net_prefix
 from faultdrill.ledger import UNDOERS, Ledger
 from faultdrill.plan import Resources
 from faultdrill.platforms.api import Replica
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import netns_exists, ns_inode
-from faultdrill.platforms.local.mounts import bind_entry, mounts_at, tmpfs_entry
-from faultdrill.platforms.local.owned import net_prefix
 from faultdrill.platforms.local.platform import LocalPlatform, describe_process
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts and namespaces need root")
@@ -156,7 +156,7 @@ def test_each_tmpfs_entry_has_its_own_tag(tmp_path: Path) -> None:
 @root
 @pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2")
 def test_namespace_with_another_inode_is_left_alone(tmp_path: Path) -> None:
-    from faultdrill.platforms.local import linux as _linux  # noqa: F401  (registers the undo)
+    from faultdrill.host import linux as _linux  # noqa: F401  (registers the undo)
 
     run_id = f"t-ns-{uuid.uuid4().hex[:8]}"
     name = f"{net_prefix(run_id)}-n1"  # named as this run names its nodes

@@ -152,8 +152,8 @@ class _Console:
 def _without_what_this_machine_lacks(plan: Plan) -> tuple[Plan, str | None]:
     """For the demo: the plan without the items this machine cannot run (storage faults
     without root or FUSE...), and a sentence saying which and why; else (plan, None)."""
+    from faultdrill.admit import plan_without
     from faultdrill.engine.run import machine_problems
-    from faultdrill.plan import plan_without
 
     problems = machine_problems(plan, [item.id for item in plan.items()])
     if not problems:
@@ -165,8 +165,8 @@ def _without_what_this_machine_lacks(plan: Plan) -> tuple[Plan, str | None]:
 
 
 def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool) -> int:
+    from faultdrill.admit import load_plan
     from faultdrill.engine.run import run_plan
-    from faultdrill.plan import load_plan
 
     started = time.monotonic()
     plan = load_plan(plan_path)
@@ -401,10 +401,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from faultdrill import faults as _faults  # noqa: F401  (registers undo functions)
-    from faultdrill import platforms as _platforms  # noqa: F401
+    from faultdrill import plugins
     from faultdrill.ledger import active_entries
 
+    plugins.load()  # every plug-in's undo functions
     targets: list[tuple[Path, str | None]] = []  # (ledger file, run id when known)
     for p in args.paths:
         if p.is_dir():
@@ -532,15 +532,15 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
         print(json.dumps(report_schema(), indent=2))
         return 0
-    from faultdrill.plan import plan_schema
+    from faultdrill.admit import plan_schema
 
     print(json.dumps(plan_schema(), indent=2))
     return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from faultdrill.admit import load_plan
     from faultdrill.engine.run import host_problem, machine_problems
-    from faultdrill.plan import load_plan
 
     plan = load_plan(args.plan)
     print(
@@ -558,9 +558,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _language(value: str) -> str:
-    """``--lang``: a language of the reports (one module of ``faultdrill.report.i18n``;
+    """``--lang``: a language of the reports (one module of ``faultdrill.i18n``;
     imported only when the option is given, so that ``--help`` stays fast)."""
-    from faultdrill.report.i18n import check_lang
+    from faultdrill.i18n import check_lang
 
     try:
         return check_lang(value)
@@ -575,7 +575,7 @@ def _lang(sp: argparse.ArgumentParser) -> None:
         default="en",
         metavar="{en,zh}",
         help="language of report.md and report.html: en, zh, or any other language file of "
-        "faultdrill/report/i18n (default: en; report.json is language-neutral)",
+        "faultdrill/i18n (default: en; report.json is language-neutral)",
     )
 
 

@@ -14,7 +14,7 @@ every number to the same rules, whatever the field:
   schema and fails on any number without both bounds).
 
 Cross-field validators report problems with field paths through :class:`FieldProblems`, so
-that one plan error lists every problem at its place (:mod:`faultdrill.plan.validate`).
+that one plan error lists every problem at its place (:mod:`faultdrill.admit`).
 This module imports nothing of faultdrill: faults and the plan both build on it.
 """
 
@@ -63,7 +63,7 @@ def shown(value: Any) -> str:
 class Refused:
     """A value already judged wrong, put in its place before pydantic validates, so that
     pydantic reports it at its own field path, with every other problem of the plan, in
-    :attr:`message` rather than in its own words (the loader, :mod:`faultdrill.plan.validate`,
+    :attr:`message` rather than in its own words (the loader, :mod:`faultdrill.admit`,
     prints the message). It is no number, string or mapping: every typed field refuses it."""
 
     __slots__ = ("message", "value")

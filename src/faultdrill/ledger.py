@@ -34,7 +34,7 @@ is **refused**: never acted on, closed in the file (op ``refused``) and listed i
 :attr:`Ledger.refused` for the caller to report. The generic claims are here
 (:data:`PATH`, :data:`PATHS`, :data:`THIS_RUN`, :data:`SECONDS`); those of the local
 substrate (namespaces, interfaces, cgroups, processes, mount tags) are in
-:mod:`faultdrill.platforms.local.owned`. A kind without a rule cannot be registered. Ledgers of runs in progress are listed in the state
+:mod:`faultdrill.host.owned`. A kind without a rule cannot be registered. Ledgers of runs in progress are listed in the state
 directory's ``active/`` folder so that ``faultdrill cleanup`` finds them without arguments;
 each index entry names the ledger file and the harness process (pid and start time), so
 that a cleanup without arguments can leave alone the ledgers of drills still running.
@@ -313,7 +313,7 @@ class ActiveEntry:
             return False
         # Imported here: importing faultdrill.platforms registers the platforms, whose
         # modules import this one (undoer) at import time.
-        from faultdrill.platforms.local import procfs
+        from faultdrill.host import procfs
 
         return procfs.alive(self.pid, self.start_time)
 
@@ -425,7 +425,7 @@ class Ledger:
         process (the harness) as its owner: pid and start time."""
         # Imported here: importing faultdrill.platforms registers the platforms, whose
         # modules import this one (undoer) at import time.
-        from faultdrill.platforms.local import procfs
+        from faultdrill.host import procfs
 
         idx = self._index_file()
         idx.parent.mkdir(parents=True, exist_ok=True)

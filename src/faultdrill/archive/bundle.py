@@ -64,7 +64,7 @@ from faultdrill.archive.signing import (
 )
 from faultdrill.errors import RunDirError
 from faultdrill.events import read_jsonl
-from faultdrill.report.i18n import LANGS, check_lang
+from faultdrill.i18n import LANGS, check_lang
 from faultdrill.report.model import Report, read_report
 from faultdrill.safepath import UnsafePathError, open_file, open_named, read_bytes, replacing
 

@@ -301,9 +301,9 @@ def replay_bundle(
     nor waived, an empty operator name).
     """
     from faultdrill.engine.run import run_plan
+    from faultdrill.i18n import check_lang
     from faultdrill.judge.evaluate import load_run_plan
     from faultdrill.report import write_reports
-    from faultdrill.report.i18n import check_lang
 
     check_lang(lang)
     band = band or Band()

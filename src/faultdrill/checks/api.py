@@ -1,9 +1,9 @@
 """The check seam: a check is a pure function from a timeline (and the plan) to findings.
 
 * A *finding* is one judgement: the check's name, a verdict, a message a person can act on,
-  and flat data. The message is a :class:`~faultdrill.report.i18n.Msg`: a message id
+  and flat data. The message is a :class:`~faultdrill.i18n.Msg`: a message id
   (``<check name>.<what it found>``) and the values it says; the finding records its
-  English text (from the English catalogue, :mod:`faultdrill.report.i18n.en`) with the id
+  English text (from the English catalogue, :mod:`faultdrill.i18n.en`) with the id
   and values, so that every report can say it in its own language.
 * Verdicts combine worst-first: ``fail`` > ``retest`` > ``pass``. ``retest`` means "we cannot
   tell": missing data, a chain that breaks, a check that raised. It is never a pass.
@@ -24,7 +24,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import DrillError
-from faultdrill.report.i18n import Msg
+from faultdrill.i18n import Msg
 
 if TYPE_CHECKING:
     from faultdrill.judge.reference import Reference

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from faultdrill import plugins
+from faultdrill.admit import plan_without
 from faultdrill.faults import FAULTS
-from faultdrill.plan import Plan, plan_without
-from faultdrill.platforms.local.linux import netns_unavailable
+from faultdrill.host.linux import netns_unavailable
+from faultdrill.plan import Plan
 from faultdrill.platforms.local.platform import LocalPlatform
 
 __all__ = ["without_netns_if_unavailable"]
@@ -19,6 +21,7 @@ def without_netns_if_unavailable(plan: Plan) -> tuple[Plan, str | None]:
     why = netns_unavailable()
     if why is None:
         return plan, None
+    plugins.load()
     can = LocalPlatform.abilities_for(plan.resources.model_copy(update={"isolation": "none"}))
     dropped = [
         item.id

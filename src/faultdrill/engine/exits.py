@@ -131,7 +131,7 @@ class ExitWatch:
         when, or where pidfds are missing."""
         if self._epoll is None or self._stop:
             return False
-        from faultdrill.platforms.local import procfs
+        from faultdrill.host import procfs
 
         try:
             fd = os.pidfd_open(pid)

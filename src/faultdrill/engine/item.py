@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from faultdrill import __version__, rundir
+from faultdrill import __version__, plugins, rundir
 from faultdrill.engine.failure import failure_facts
 from faultdrill.engine.phases import PhaseClock
 from faultdrill.engine.samplers import ProcessSampler, end_snapshot
@@ -301,6 +301,7 @@ def _open_item(
     run_id = f"{plan.task.id}-{item_id}-{uuid.uuid4().hex[:8]}"
     sink = EventSink(rundir.events_dir(work), plan.task.id)
     ledger = Ledger(rundir.ledger_path(work), run_id=run_id)
+    plugins.load()
     platform_cls = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
     platform: Platform = platform_cls(plan.resources, work, ledger, sink)
     stop = plan.stop_for(item.stop) if item is not None else plan.stop

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from faultdrill import rundir
+from faultdrill import plugins, rundir
 from faultdrill.checks import Verdict
 from faultdrill.engine.dossier import (
     amend_change_record,
@@ -123,8 +123,8 @@ def machine_problems(plan: Plan, ids: Iterable[str]) -> dict[str, dict[str, str]
     platform alone (so a recorded run can be judged anywhere); this is checked before a run.
     The machine is asked once for the whole plan, not once per item."""
     from faultdrill.faults import FAULTS
-    from faultdrill.platforms import PLATFORMS
 
+    plugins.load()
     platform = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
     wanted = set(ids)
     needs = {
@@ -145,8 +145,7 @@ def machine_problems(plan: Plan, ids: Iterable[str]) -> dict[str, dict[str, str]
 def host_problem(plan: Plan) -> str | None:
     """What this machine lacks to host the plan's layout at all (``isolation: netns``
     without root...), with its fix; None when nothing is missing."""
-    from faultdrill.platforms import PLATFORMS
-
+    plugins.load()
     return PLATFORMS[plan.resources.platform].variant_for(plan.resources).host_lacks(plan.resources)
 
 
@@ -239,6 +238,7 @@ def run_plan(
     chosen = {"selected": selected, "no_controls": not controls}
     (run_dir / "selection.json").write_text(json.dumps(chosen, indent=2) + "\n")
     say = _Announcer(1 + len(selected), on_item, progress)
+    plugins.load()
     platform = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
     # One scope around every item: an embedded cluster is brought up once per run.
     with platform.run_scope(plan.resources, run_dir):

@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 from faultdrill.engine.exits import Exit, ExitWatch
 from faultdrill.events import EventSink
+from faultdrill.host import procfs
 from faultdrill.platforms.api import Platform, Replica
-from faultdrill.platforms.local import procfs
 
 __all__ = ["HasReplicas", "ProcessSampler", "end_snapshot"]
 

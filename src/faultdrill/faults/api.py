@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from faultdrill.errors import DrillError, FaultError, PlatformError
-from faultdrill.frozen import Frozen
+from faultdrill.plan.faults import FaultSpec
 from faultdrill.platforms.api import Ability, Change
 
 if TYPE_CHECKING:
@@ -48,22 +48,6 @@ __all__ = [
     "make_fault",
     "register",
 ]
-
-
-class FaultSpec(Frozen):
-    """Base of every fault's plan data. Subclasses add ``kind: Literal[...]`` and params
-    (each number with both bounds: :mod:`faultdrill.frozen`)."""
-
-    kind: str
-
-    def target_label(self) -> str:
-        """A short human label of what the fault hits (``rank 1``, ``node n2``)."""
-        return "-"
-
-    @property
-    def duration_s(self) -> float | None:
-        """How long the fault stays applied before the drill reverts it (None: one-shot)."""
-        return None
 
 
 @dataclass

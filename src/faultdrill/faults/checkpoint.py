@@ -29,9 +29,7 @@ import os
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import (
@@ -42,28 +40,13 @@ from faultdrill.faults.api import (
     is_single_name,
     register,
 )
-from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
+from faultdrill.faults.process import KillWorker, KillWorkerSpec
 from faultdrill.judge.inventory import read_pointer
 from faultdrill.ledger import PATH, undoer
+from faultdrill.plan.faults import CorruptCheckpointSpec, Damage
 from faultdrill.platforms.api import Ability, ReachesCheckpoints
 
 __all__ = ["CorruptCheckpointSpec", "damage_checkpoint"]
-
-Damage = Literal["flip-bytes", "truncate", "remove-manifest", "latest-to-missing"]
-
-
-class CorruptCheckpointSpec(FaultSpec):
-    kind: Literal["corrupt-checkpoint"] = "corrupt-checkpoint"
-    damage: Damage
-    flip_count: int = Field(8, ge=1, le=4096, description="flip-bytes: bytes changed")
-    restart: WorkerTarget | None = Field(
-        default_factory=lambda: WorkerTarget(rank=1),
-        description="kill this worker right after the damage so the job must restart and "
-        "load (null: leave the restart to another cause)",
-    )
-
-    def target_label(self) -> str:
-        return "the checkpoint `latest` names"
 
 
 @undoer("ckpt-damage", owns={"ckpt_dir": PATH, "moved_to": PATH})

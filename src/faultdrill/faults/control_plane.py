@@ -28,9 +28,7 @@ signal, or by ``faultdrill cleanup``.
 from __future__ import annotations
 
 import threading
-from typing import Any, Literal
-
-from pydantic import Field, model_validator
+from typing import Any
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import (
@@ -41,8 +39,8 @@ from faultdrill.faults.api import (
     command_of,
     register,
 )
-from faultdrill.faults.process import MAX_RANK, KillWorker, KillWorkerSpec, WorkerTarget
-from faultdrill.frozen import Frozen
+from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
+from faultdrill.plan.faults import ControlPlaneOutageSpec, RestartProbe
 from faultdrill.platforms.api import Ability, ControlPlaneActions
 
 __all__ = ["ControlPlaneOutageSpec", "RestartProbe"]
@@ -52,43 +50,6 @@ _MODE_ABILITY = {
     "cut": Ability.CONTROL_PLANE_CUT,
     "stop": Ability.CONTROL_PLANE_STOP,
 }
-
-
-class RestartProbe(Frozen):
-    """Kill worker ``rank`` ``after_s`` seconds into the outage."""
-
-    rank: int = Field(ge=0, le=MAX_RANK)
-    after_s: float = Field(ge=0, le=3600)
-
-
-class ControlPlaneOutageSpec(FaultSpec):
-    kind: Literal["control-plane-outage"] = "control-plane-outage"
-    mode: Literal["pause", "cut", "stop"] = Field(
-        "pause",
-        description="pause: SIGSTOP the control plane's processes, SIGCONT after for_s; "
-        "cut: drop its traffic on its node's link for for_s (isolation: netns); "
-        "stop: stop it, start it again after for_s (a scheduler's controller)",
-    )
-    for_s: float = Field(gt=0, le=600, description="how long the control plane is away")
-    restart_during: RestartProbe | None = Field(
-        None, description="kill a worker this long into the outage: can a restart rendezvous?"
-    )
-
-    @model_validator(mode="after")
-    def _probe_inside(self) -> ControlPlaneOutageSpec:
-        if self.restart_during is not None and self.restart_during.after_s >= self.for_s:
-            raise ValueError(
-                f"restart_during.after_s ({self.restart_during.after_s}) must be less than "
-                f"for_s ({self.for_s}): the restart must fall inside the outage"
-            )
-        return self
-
-    def target_label(self) -> str:
-        return "the control plane (rendezvous store)"
-
-    @property
-    def duration_s(self) -> float | None:
-        return self.for_s
 
 
 @register

@@ -44,9 +44,7 @@ import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import (
@@ -59,6 +57,18 @@ from faultdrill.faults.api import (
 )
 from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget, check_worker_target
 from faultdrill.ledger import PATH, NotOursError, undoer
+from faultdrill.plan.faults import (  # noqa: F401
+    EXPECTED_CHECK,
+    HARNESS_CONTROLS,
+    TITLE_MESSAGE,
+    HarnessControls,
+    HarnessKind,
+    HideCheckpointsSpec,
+    RollbackLatestSpec,
+    StaleCopySpec,
+    _restart_target,
+    expand_controls,
+)
 from faultdrill.platforms.api import (
     Ability,
     Change,
@@ -66,7 +76,6 @@ from faultdrill.platforms.api import (
     ReachesCheckpoints,
     SignalsRanks,
 )
-from faultdrill.report.i18n import Msg
 
 __all__ = [
     "EXPECTED_CHECK",
@@ -78,55 +87,6 @@ __all__ = [
     "StaleCopySpec",
     "expand_controls",
 ]
-
-HarnessKind = Literal["rollback-latest", "hide-checkpoints", "stale-copy"]
-HARNESS_CONTROLS: tuple[str, ...] = ("rollback-latest", "hide-checkpoints", "stale-copy")
-#: The check each harness control must make fail.
-EXPECTED_CHECK = {
-    "rollback-latest": "progress.resume-point",
-    "hide-checkpoints": "progress.no-restart-from-zero",
-    "stale-copy": "resources.no-stale-replica",
-}
-#: The title each harness control gets (a message: a report says it in its language).
-TITLE_MESSAGE = {kind: f"ctl.harness.title.{kind}" for kind in HARNESS_CONTROLS}
-
-
-def _restart_target() -> WorkerTarget:
-    return WorkerTarget(rank=1)
-
-
-class RollbackLatestSpec(FaultSpec):
-    kind: Literal["rollback-latest"] = "rollback-latest"
-    back: int = Field(1, ge=1, le=16, description="how many checkpoints back the pointer goes")
-    restart: WorkerTarget = Field(
-        default_factory=_restart_target, description="the worker killed to make the job restart"
-    )
-
-    def target_label(self) -> str:
-        return "the checkpoint `latest` names"
-
-
-class HideCheckpointsSpec(FaultSpec):
-    kind: Literal["hide-checkpoints"] = "hide-checkpoints"
-    restart: WorkerTarget = Field(
-        default_factory=_restart_target, description="the worker killed to make the job restart"
-    )
-
-    def target_label(self) -> str:
-        return "the checkpoint directory"
-
-
-class StaleCopySpec(FaultSpec):
-    kind: Literal["stale-copy"] = "stale-copy"
-    target: WorkerTarget = Field(
-        default_factory=_restart_target, description="the worker copied (and then killed)"
-    )
-    kill_original: bool = Field(
-        True, description="kill the original after the copy started, so the job restarts"
-    )
-
-    def target_label(self) -> str:
-        return self.target.label()
 
 
 # --- the changes to the job's checkpoint files (the harness's own acts) ------------------
@@ -365,58 +325,3 @@ class StaleCopy(Fault):
 
 
 # --- the plan's one line ------------------------------------------------------------------
-
-
-class HarnessControls(BaseModel):
-    """``controls:`` as a mapping: the harness-side controls in one line, and the plan's
-    own controls (known-bad workloads) under ``items``::
-
-        controls: {harness: all}
-        controls:
-          harness: [rollback-latest, stale-copy]
-          trigger: {after_checkpoint: 2}    # default: after the second checkpoint
-          target: {rank: 1}                  # the worker killed (and copied); default rank 1
-          items: [...]                       # controls as in the list form
-
-    Each harness control becomes a control ``ctl-<kind>`` whose expected check is the one
-    its defect must fail (:data:`EXPECTED_CHECK`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    harness: tuple[HarnessKind, ...] | Literal["all"]
-    trigger: dict[str, Any] = Field(default_factory=lambda: {"after_checkpoint": 2})
-    target: dict[str, Any] = Field(default_factory=lambda: {"rank": 1})
-    items: tuple[dict[str, Any], ...] = ()
-
-
-def expand_controls(raw: dict[str, Any]) -> list[dict[str, Any]]:
-    """The list form of ``controls`` given as a :class:`HarnessControls` mapping (each
-    control still raw: the plan validates it as any other). Raises ValueError naming the
-    field and the fix."""
-    from pydantic import ValidationError
-
-    try:
-        spec = HarnessControls.model_validate(raw)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = ".".join(
-                str(p) for p in err["loc"] if not str(p).startswith(("tuple", "literal"))
-            )
-            problems.append(f"controls.{loc}: {err['msg']} (got {err.get('input')!r})")
-        raise ValueError(
-            "; ".join(problems) + f"; harness controls are: all, {', '.join(HARNESS_CONTROLS)}"
-        ) from exc
-    kinds = HARNESS_CONTROLS if spec.harness == "all" else tuple(dict.fromkeys(spec.harness))
-    out: list[dict[str, Any]] = []
-    for kind in kinds:
-        where = "target" if kind == "stale-copy" else "restart"
-        out.append(
-            {
-                "id": f"ctl-{kind}",
-                "title": Msg(TITLE_MESSAGE[kind]).text(),
-                "fault": {"kind": kind, where: dict(spec.target)},
-                "trigger": dict(spec.trigger),
-                "expected_check": EXPECTED_CHECK[kind],
-            }
-        )
-    return [*out, *(dict(item) for item in spec.items)]

@@ -26,9 +26,7 @@ before it is applied, so it is removed afterwards whatever happens: by the drill
 from __future__ import annotations
 
 import threading
-from typing import Any, Literal
-
-from pydantic import Field, field_validator
+from typing import Any
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import (
@@ -39,7 +37,15 @@ from faultdrill.faults.api import (
     command_of,
     register,
 )
-from faultdrill.frozen import Frozen
+from faultdrill.plan.faults import (  # noqa: F401
+    LinkFlapSpec,
+    LinkLossSpec,
+    LinkSlowSpec,
+    LinkTarget,
+    PartitionSpec,
+    _Timed,
+    check_nodes,
+)
 from faultdrill.platforms.api import CONTROL_PLANE_PEER, Ability, LinkActions
 
 __all__ = [
@@ -53,97 +59,7 @@ __all__ = [
 ]
 
 
-class LinkTarget(Frozen):
-    """Whose link: a node (``n2``), optionally only towards one ``peer`` (a node, or
-    ``control-plane`` for a partition from the control plane only)."""
-
-    node: str = Field(pattern=r"^n\d{1,2}$")
-    peer: str | None = Field(None, pattern=r"^(n\d{1,2}|control-plane)$")
-
-    def label(self) -> str:
-        return f"node {self.node}" + (f" <-> {self.peer}" if self.peer else "")
-
-
-class _Timed(FaultSpec):
-    target: LinkTarget
-    for_s: float = Field(gt=0, le=3600, description="how long the fault stays applied")
-
-    def target_label(self) -> str:
-        return self.target.label()
-
-    @property
-    def duration_s(self) -> float | None:
-        return self.for_s
-
-
-class LinkLossSpec(_Timed):
-    kind: Literal["link-loss"] = "link-loss"
-    percent: float = Field(gt=0, le=100, description="share of packets dropped, each way")
-
-
-class LinkSlowSpec(_Timed):
-    kind: Literal["link-slow"] = "link-slow"
-    rate: str = Field(
-        "1mbit",
-        pattern=r"^\d+(\.\d+)?(bit|kbit|mbit|gbit)$",
-        description="tbf rate, e.g. 512kbit, 1mbit",
-    )
-    queue_ms: int = Field(
-        200, ge=1, le=10000, description="tbf latency: the longest a packet may queue"
-    )
-    burst: str = Field("32kbit", pattern=r"^\d+(kbit|mbit|k|b)?$")
-
-
-class LinkFlapSpec(FaultSpec):
-    kind: Literal["link-flap"] = "link-flap"
-    target: LinkTarget
-    count: int = Field(3, ge=1, le=100, description="how many times the link goes down")
-    down_s: float = Field(1.0, gt=0, le=600)
-    up_s: float = Field(1.0, gt=0, le=600)
-
-    @field_validator("target")
-    @classmethod
-    def _no_peer(cls, v: LinkTarget) -> LinkTarget:
-        if v.peer is not None:
-            raise ValueError("link-flap acts on the node's whole link; remove 'peer'")
-        return v
-
-    def target_label(self) -> str:
-        return self.target.label()
-
-    @property
-    def duration_s(self) -> float | None:
-        return self.count * (self.down_s + self.up_s)
-
-
-class PartitionSpec(_Timed):
-    kind: Literal["partition"] = "partition"
-
-
 # --- shared machinery -------------------------------------------------------------------
-
-
-def check_nodes(spec: Any, plan: Any) -> str | None:
-    """A problem with the target nodes of ``spec`` in ``plan`` (unknown node), or None."""
-    res = plan.resources
-    known = {f"n{i}" for i in range(1, res.nodes + res.spares + 1)}
-    peer = getattr(spec.target, "peer", None)
-    if peer == CONTROL_PLANE_PEER:
-        if spec.kind != "partition":
-            return (
-                f"{spec.kind}: peer {CONTROL_PLANE_PEER!r} is only for a partition; "
-                "name a node as peer, or use kind partition"
-            )
-        peer = None  # not a node of the layout: the platform's control plane
-    for role, node in (("target node", spec.target.node), ("peer", peer)):
-        if node is not None and node not in known:
-            return (
-                f"{spec.kind}: {role} {node!r} is not a node of this layout "
-                f"(nodes: {', '.join(sorted(known))})"
-            )
-    if peer == spec.target.node:
-        return f"{spec.kind}: peer must differ from the target node"
-    return None
 
 
 def rule_facts(results: list[dict[str, Any]]) -> dict[str, Any]:

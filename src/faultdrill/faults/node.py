@@ -22,9 +22,7 @@ cleanup``); a killed process or a delivered signal cannot be undone and is recor
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from faultdrill.faults.api import (
     Fault,
@@ -34,41 +32,16 @@ from faultdrill.faults.api import (
     command_of,
     register,
 )
-from faultdrill.frozen import Frozen
+from faultdrill.plan.faults import (
+    NodeDownSpec,
+    NodeDrainSpec,
+    NodeFreezeSpec,
+    NodeTarget,
+    _NodeSpec,
+)
 from faultdrill.platforms.api import Ability, NodeActions
 
 __all__ = ["NodeDownSpec", "NodeDrainSpec", "NodeFreezeSpec", "NodeTarget"]
-
-
-class NodeTarget(Frozen):
-    node: str = Field(pattern=r"^n\d{1,2}$")
-
-    def label(self) -> str:
-        return f"node {self.node}"
-
-
-class _NodeSpec(FaultSpec):
-    target: NodeTarget
-
-    def target_label(self) -> str:
-        return self.target.label()
-
-
-class NodeDownSpec(_NodeSpec):
-    kind: Literal["node-down"] = "node-down"
-
-
-class NodeFreezeSpec(_NodeSpec):
-    kind: Literal["node-freeze"] = "node-freeze"
-    for_s: float = Field(gt=0, le=3600, description="how long the node stays frozen")
-
-    @property
-    def duration_s(self) -> float | None:
-        return self.for_s
-
-
-class NodeDrainSpec(_NodeSpec):
-    kind: Literal["node-drain"] = "node-drain"
 
 
 class _NodeFault(Fault):

@@ -11,9 +11,7 @@ import threading
 import time
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import Field, model_validator
+from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import FaultError, PlatformError
 from faultdrill.faults.api import Fault, FaultContext, FaultSpec, cannot, register
@@ -23,54 +21,7 @@ if TYPE_CHECKING:
     from faultdrill.ledger import Ledger
 
 __all__ = ["KillWorker", "KillWorkerSpec", "WorkerTarget", "check_worker_target", "escalate"]
-from faultdrill.frozen import Frozen
-
-#: Highest rank a plan may name (the plan checks it against the world size too).
-MAX_RANK = 65_535
-
-
-class WorkerTarget(Frozen):
-    """Which worker: exactly one of a global rank or a node (all its workers' lowest rank)."""
-
-    rank: int | None = Field(None, ge=0, le=MAX_RANK)
-    node: str | None = None
-
-    @model_validator(mode="after")
-    def _one(self) -> WorkerTarget:
-        if (self.rank is None) == (self.node is None):
-            raise ValueError("set exactly one of 'rank' or 'node'")
-        return self
-
-    def label(self) -> str:
-        return f"rank {self.rank}" if self.rank is not None else f"a worker on node {self.node}"
-
-
-def check_worker_target(target: WorkerTarget, plan: Any, what: str) -> str | None:
-    """Why ``target`` names no worker of the plan's layout (ranks ``0..world-1``; nodes
-    ``n1..nN`` and the spares after them), or None."""
-    res = plan.resources
-    world = res.world_size
-    if target.rank is not None and target.rank >= world:
-        return f"{what} rank {target.rank} does not exist (world size {world})"
-    names = [f"n{i}" for i in range(1, res.nodes + res.spares + 1)]
-    if target.node is not None and target.node not in names:
-        return (
-            f"{what} node {target.node!r} does not exist in this layout (nodes: "
-            f"{', '.join(names)}); use one of those"
-        )
-    return None
-
-
-class KillWorkerSpec(FaultSpec):
-    kind: Literal["kill-worker"] = "kill-worker"
-    target: WorkerTarget
-    signal: Literal["SIGKILL", "SIGTERM"] = "SIGKILL"
-    grace_s: float = Field(
-        3.0, ge=0, le=600, description="with SIGTERM: wait this long, then SIGKILL"
-    )
-
-    def target_label(self) -> str:
-        return self.target.label()
+from faultdrill.plan.faults import MAX_RANK, KillWorkerSpec, WorkerTarget, check_worker_target  # noqa: F401
 
 
 @register

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from typing import Any
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import (
@@ -43,6 +41,7 @@ from faultdrill.faults.api import (
     register,
 )
 from faultdrill.judge.inventory import read_pointer, verify_dir
+from faultdrill.plan.faults import StorageOutageSpec
 from faultdrill.platforms.api import Ability, ReachesCheckpoints, StorageActions
 
 __all__ = ["StorageOutage", "StorageOutageSpec", "observe_pointer"]
@@ -52,56 +51,6 @@ _MODE_ABILITY = {
     "full": Ability.STORAGE_FULL,
     "unreachable": Ability.STORAGE_UNREACHABLE,
 }
-
-
-class StorageOutageSpec(FaultSpec):
-    kind: Literal["storage-outage"] = "storage-outage"
-    mode: Literal["read-only", "full", "unreachable"] = Field(
-        description="read-only: EROFS via a read-only bind remount; full: ENOSPC on a small "
-        "tmpfs that is filled; unreachable: the FUSE server of the directory goes away"
-    )
-    server: Literal["hang", "error"] | None = Field(
-        None,
-        description="unreachable only (default hang): hang = the server stops answering, "
-        "requests block (NFS hard mount); error = every request fails with EIO (soft mount)",
-    )
-    for_s: float = Field(gt=0, le=600, description="how long the outage lasts")
-    fs_size_mb: int = Field(
-        8, ge=2, le=256, description="full: size of the tmpfs holding the checkpoints"
-    )
-    leave_free_kb: int = Field(
-        64,
-        ge=0,
-        le=256 * 1024,
-        description="full: free space left by the filler (smaller than a checkpoint)",
-    )
-
-    @model_validator(mode="after")
-    def _server_for_unreachable(self) -> StorageOutageSpec:
-        if self.server is not None and self.mode != "unreachable":
-            raise ValueError(
-                f"server applies to mode unreachable only; remove it (mode is {self.mode!r})"
-            )
-        return self
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave ``server`` out when unset, so plans written before it keep their digest."""
-        out: dict[str, Any] = handler(self)
-        if self.server is None:
-            out.pop("server", None)
-        return out
-
-    @property
-    def server_behaviour(self) -> Literal["hang", "error"]:
-        return self.server or "hang"
-
-    def target_label(self) -> str:
-        return "the checkpoint directory"
-
-    @property
-    def duration_s(self) -> float | None:
-        return self.for_s
 
 
 # --- observing the pointer -----------------------------------------------------------------

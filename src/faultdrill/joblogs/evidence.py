@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from faultdrill.report.i18n import Msg
+from faultdrill.i18n import Msg
 
 if TYPE_CHECKING:
     from faultdrill.checks import EvidenceResult

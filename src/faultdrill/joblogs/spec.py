@@ -63,7 +63,7 @@ from pydantic import (
 )
 
 from faultdrill.frozen import Frozen
-from faultdrill.report.i18n import Msg
+from faultdrill.i18n import Msg
 
 __all__ = ["GROUPS", "LineReader", "LogPatterns", "Reading"]
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from faultdrill import __version__, rundir
+from faultdrill import __version__, plugins, rundir
+from faultdrill.admit import parse_plan
 from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, combine, run_checks
 from faultdrill.checks.api import Msg
 from faultdrill.checks.network import network_report
@@ -36,7 +37,7 @@ from faultdrill.judge.plausible import implausible
 from faultdrill.judge.reference import Reference
 from faultdrill.judge.runfiles import refuse_outside, run_json
 from faultdrill.judge.trend import trend_after_recovery
-from faultdrill.plan import Control, Plan, RecoveryClass, Scenario, parse_plan
+from faultdrill.plan import Control, Plan, RecoveryClass, Scenario
 from faultdrill.report.model import (
     EVIDENCE,
     Baseline,
@@ -621,6 +622,7 @@ def evaluate_item(
         raise RunDirError(f"{work}: no events/ directory; was this item run?")
     tl = timeline if timeline is not None else Timeline.load(rundir.events_dir(work))
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
+    plugins.load()
     evidence = run_checks(ctx)
     if plan.logs is not None:
         not_observable(plan.logs, evidence)

@@ -2,7 +2,7 @@
 and traffic before, during and after the fault window, and the injected rules' counters.
 
 :func:`network_summary` reads the ``net`` events that the network track
-(:mod:`faultdrill.platforms.local.netsampler`) recorded, for an item's ``network`` section
+(:mod:`faultdrill.host.netsampler`) recorded, for an item's ``network`` section
 of report.json (:class:`~faultdrill.report.model.NetworkTrack`);
 :func:`faultdrill.report.parts.accounting.network_part` says it in the reports.
 """

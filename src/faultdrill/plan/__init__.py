@@ -1,9 +1,11 @@
 """The plan: frozen, typed data, validated once when it is loaded.
 
 :mod:`~faultdrill.plan.sections` holds the baseline's sections (task, data, resources,
-checkpoint policy, trigger, expected state, ...), :mod:`~faultdrill.plan.model` the fault
-union, scenarios, rounds, controls and the :class:`Plan` with its cross-field checks, and
-:mod:`~faultdrill.plan.validate` the loader whose errors name file, field, rule and fix.
+checkpoint policy, trigger, expected state, ...), :mod:`~faultdrill.plan.faults` every fault's spec and the fault union,
+:mod:`~faultdrill.plan.model` scenarios, rounds, controls and the :class:`Plan`. The plan
+is data at the bottom of the house: it imports no fault, check, platform or report. Loading
+a file and admitting a plan against the registries and the platform is
+:mod:`faultdrill.admit` (``load_plan``, ``parse_plan``).
 """
 
 from faultdrill.plan.model import Control, Plan, Round, Scenario
@@ -18,7 +20,6 @@ from faultdrill.plan.sections import (
     StopOverrides,
     Trigger,
 )
-from faultdrill.plan.validate import load_plan, parse_plan, plan_schema, plan_without
 
 __all__ = [
     "ARG_PLACEHOLDERS",
@@ -34,8 +35,4 @@ __all__ = [
     "StopConditions",
     "StopOverrides",
     "Trigger",
-    "load_plan",
-    "parse_plan",
-    "plan_schema",
-    "plan_without",
 ]

@@ -540,14 +540,9 @@ class KubernetesSettings(Frozen):
     def _manifest_valid(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return None
-        path = _plan_relative(value, info, "manifest")
-        if (info.context or {}).get("plan_dir") is not None:
-            from faultdrill.platforms.kubernetes.manifest import template_problem
-
-            problem = template_problem(Path(path))
-            if problem:
-                raise ValueError(problem)
-        return path
+        # the template itself is checked on admission (faultdrill.admit), against the
+        # platform's template rules
+        return _plan_relative(value, info, "manifest")
 
     @model_validator(mode="after")
     def _one_cluster(self) -> KubernetesSettings:
@@ -561,14 +556,6 @@ class KubernetesSettings(Frozen):
                 "kill_worker: signal needs the test cluster (faultdrill cannot reach a "
                 "real cluster's processes); use delete-pod"
             )
-        if self.manifest and not self.test_cluster and self.rendezvous is None:
-            from faultdrill.platforms.kubernetes.manifest import uses_placeholder
-
-            if uses_placeholder(Path(self.manifest), "rdzv_endpoint"):
-                raise ValueError(
-                    "the manifest uses {{rdzv_endpoint}}: set rendezvous: HOST:PORT (the "
-                    "address of the job's c10d store in the cluster)"
-                )
         if not self.manifest and not self.test_cluster:
             raise ValueError(
                 "a cluster given by kubeconfig needs manifest: PATH (the job's template: "

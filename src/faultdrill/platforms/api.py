@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from faultdrill.errors import DrillError
+from faultdrill.plan.faults import CONTROL_PLANE_PEER
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -79,11 +80,6 @@ __all__ = [
     "StorageMode",
     "register",
 ]
-
-
-#: The ``peer`` of ``link_cut`` that names the control plane rather than a node: only the
-#: node's traffic with its controller is cut (ability ``link-cut-control-plane``).
-CONTROL_PLANE_PEER = "control-plane"
 
 
 class Ability(str, Enum):

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Protocol
 
 from faultdrill import rundir
+from faultdrill.i18n import LANGS, check_lang
 from faultdrill.report.html import render_html
-from faultdrill.report.i18n import LANGS, check_lang
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import Report, read_report, write_report
 from faultdrill.safepath import write_file

@@ -1,13 +1,13 @@
 """report.md: the human report, rendered from a :class:`~faultdrill.report.model.Report`
 (never from live state), so that any recorded run can be re-rendered. Every fixed text goes
-through :mod:`faultdrill.report.i18n` (``lang`` ``en`` or ``zh``); findings' messages are
+through :mod:`faultdrill.i18n` (``lang`` ``en`` or ``zh``); findings' messages are
 data (:func:`~faultdrill.report.words.finding_text`)."""
 
 from __future__ import annotations
 
+from faultdrill.i18n import Translator, translator
 from faultdrill.report import words
 from faultdrill.report.blocks import to_markdown
-from faultdrill.report.i18n import Translator, translator
 from faultdrill.report.model import Conditions, Evidence, Item, Report
 from faultdrill.report.parts import dossier_parts, item_parts, run_parts, verdict_parts
 from faultdrill.report.parts.common import value

@@ -313,7 +313,7 @@ class Finding(Record):
 
 
 class Message(Record):
-    """A message by id, with the values it says (see :mod:`faultdrill.report.i18n`)."""
+    """A message by id, with the values it says (see :mod:`faultdrill.i18n`)."""
 
     message_id: str
     params: dict[str, JsonValue] = {}

@@ -22,8 +22,8 @@ from typing import Any
 from faultdrill import boundedjson, rundir
 from faultdrill.errors import RunDirError
 from faultdrill.events import read_jsonl, read_objects
+from faultdrill.i18n import Translator, translator
 from faultdrill.report import words
-from faultdrill.report.i18n import Translator, translator
 from faultdrill.report.model import Item, PlanStop, RecordedPlan, Report
 from faultdrill.report.svg import item_events_dir
 from faultdrill.safepath import read_bytes

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from faultdrill.report.i18n import Translator
+from faultdrill.i18n import Translator
+from faultdrill.plan.faults import FAULT_KINDS
 from faultdrill.report.model import Report
 
 __all__ = ["ScopeRow", "derive_scope"]
@@ -22,14 +23,6 @@ class ScopeRow:
     dimension: str  # i18n key suffix: model, framework, ...
     verified: str
     to_verify: list[str] = field(default_factory=list)
-
-
-def _fault_kinds_known() -> list[str]:
-    try:
-        from faultdrill.faults.api import FAULTS
-    except ImportError:  # rendering must not depend on the drill machinery
-        return []
-    return sorted(FAULTS)
 
 
 def _stack_rows(report: Report, t: Translator) -> list[ScopeRow]:
@@ -79,7 +72,7 @@ def _drill_rows(report: Report, t: Translator) -> list[ScopeRow]:
     ran_ids = {s.id for s in ran}
     not_run = [sid for sid in report.plan.scenario_ids() if sid not in ran_ids]
     retest = [s.id for s in ran if s.verdict == "retest"]
-    others = [k for k in _fault_kinds_known() if k not in kinds]
+    others = [k for k in sorted(FAULT_KINDS) if k not in kinds]
     return [
         ScopeRow(
             "nodes",

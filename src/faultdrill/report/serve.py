@@ -31,8 +31,8 @@ from urllib.parse import parse_qs, urlparse
 
 from faultdrill import rundir
 from faultdrill.errors import DrillError, RunDirError
+from faultdrill.i18n import LANGS
 from faultdrill.report.html import render_html
-from faultdrill.report.i18n import LANGS
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import Report, read_report
 from faultdrill.report.runbook import render_runbook

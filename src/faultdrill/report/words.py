@@ -1,6 +1,6 @@
 """Phrases every human report says the same way (Markdown, HTML, runbook).
 
-Each takes the :class:`~faultdrill.report.i18n.Translator` of the report's language and a
+Each takes the :class:`~faultdrill.i18n.Translator` of the report's language and a
 part of the :class:`~faultdrill.report.model.Report`, and returns plain text (the HTML
 renderer escapes it). :func:`finding_text` is the one place a finding's message becomes
 words on a page.
@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from faultdrill.report.i18n import Translator, format_message
+from faultdrill.i18n import Translator, format_message
 from faultdrill.report.model import (
     Conditions,
     Expected,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill.errors import EnvironmentPrepError
-from faultdrill.platforms.local.linux import run_in_netns
+from faultdrill.host.linux import run_in_netns
 
 __all__ = ["api_client", "client_missing", "get_in_netns", "kube"]
 

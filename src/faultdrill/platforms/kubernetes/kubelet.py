@@ -60,8 +60,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faultdrill.host import procfs
 from faultdrill.platforms.kubernetes.job import ENV_POD_UID
-from faultdrill.platforms.local import procfs
 
 __all__ = ["PodRun", "ProcessKubelet", "expand", "main"]
 

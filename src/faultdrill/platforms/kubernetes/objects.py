@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill.errors import NotOursError, PlatformError
+from faultdrill.host import owned
 from faultdrill.ledger import PATH, RunScope, undoer
 from faultdrill.platforms.kubernetes.client import api_client
-from faultdrill.platforms.local import owned
 
 __all__ = [
     "CORDONED_BY",

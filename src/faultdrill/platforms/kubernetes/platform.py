@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import yaml
 
 from faultdrill.errors import FaultError, NotOursError, PlatformError
+from faultdrill.host import owned
 from faultdrill.ledger import undoer
 from faultdrill.platforms.api import (
     Ability,
@@ -71,7 +72,6 @@ from faultdrill.platforms.kubernetes.objects import (
     api_for,
     is_not_found,
 )
-from faultdrill.platforms.local import owned
 from faultdrill.probe import ENV_CLOCK_OFFSET, ENV_PID_PER_HOST
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from faultdrill.errors import PlatformError
+from faultdrill.host import owned, procfs
 from faultdrill.ledger import SECONDS, undoer
-from faultdrill.platforms.local import owned, procfs
 
 if TYPE_CHECKING:
     from faultdrill.ledger import Ledger

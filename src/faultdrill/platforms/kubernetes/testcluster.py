@@ -7,7 +7,7 @@ limits). Flags from ``../shared/notes/kubernetes.md`` section 5: the node monito
 every 1 s with a 10 s grace, and the NoExecute tolerations default to 10 s, so a lost
 node is NotReady in ~10 s and its pods are evicted ~10 s later.
 
-Where things run (a :class:`~faultdrill.platforms.local.cluster.NodeCluster` whose nodes
+Where things run (a :class:`~faultdrill.host.cluster.NodeCluster` whose nodes
 are the worker nodes, spares included, plus the controller host ``cp``)::
 
     control-plane host cp (namespace, 10.77.0.250)      worker nodes n1..nN (namespaces)
@@ -46,13 +46,13 @@ from typing import TYPE_CHECKING, Any
 
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
+from faultdrill.host import owned, procfs
+from faultdrill.host.cluster import NodeCluster
 from faultdrill.ledger import PATHS, undoer
 from faultdrill.platforms.kubernetes import procs
 from faultdrill.platforms.kubernetes.client import api_client, get_in_netns
 from faultdrill.platforms.kubernetes.job import store_argv
 from faultdrill.platforms.kubernetes.pki import Pki, make_pki
-from faultdrill.platforms.local import owned, procfs
-from faultdrill.platforms.local.cluster import NodeCluster
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink

@@ -49,6 +49,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from faultdrill import rundir
 from faultdrill.errors import FaultError, PlatformError
 from faultdrill.events import EventSink
+from faultdrill.host import procfs
+from faultdrill.host.linux import signal_change, sigstop_change
+from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import Ledger, undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import CONTROL_PLANE_PEER, Ability, Change, JobSpec, Note, Replica
@@ -60,16 +63,13 @@ from faultdrill.platforms.kubernetes.testcluster import (
     RDZV_PORT,
     TestCluster,
 )
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import signal_change, sigstop_change
 from faultdrill.platforms.local.platform import describe_process, scratch_root
-from faultdrill.platforms.local.storage import HostStorage, fuse_missing
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    from faultdrill.host.netsampler import NetSampler
     from faultdrill.plan import Resources
-    from faultdrill.platforms.local.netsampler import NetSampler
 
 __all__ = ["TEST_CLUSTER_ABILITIES", "TestClusterPlatform", "run_scope"]
 
@@ -196,9 +196,9 @@ class TestClusterPlatform(HostStorage, KubernetesPlatform):
 
     @classmethod
     def machine_lacks(cls, abilities: frozenset[Ability]) -> dict[Ability, str]:
+        from faultdrill.host.linux import netns_unavailable
         from faultdrill.platforms.kubernetes.binaries import ETCD, tarball_candidates
         from faultdrill.platforms.kubernetes.client import client_missing
-        from faultdrill.platforms.local.linux import netns_unavailable
 
         missing = [w for w in (netns_unavailable(), client_missing()) if w]
         if not ETCD.is_file():
@@ -431,7 +431,7 @@ class TestClusterPlatform(HostStorage, KubernetesPlatform):
     def start_network_track(self, hz: float) -> None:
         """Sample the nodes' links into this item's events (the cluster's rule registry
         gives the final counters of a rule to this track while it runs)."""
-        from faultdrill.platforms.local.netsampler import NetSampler
+        from faultdrill.host.netsampler import NetSampler
 
         hosts = self._cluster().hosts
         if self._track is None:

@@ -132,7 +132,7 @@ class _NodeProcesses:
         self.lineage = Lineage()
 
     def replicas(self) -> list[Any]:
-        from faultdrill.platforms.local import procfs
+        from faultdrill.host import procfs
         from faultdrill.platforms.local.platform import describe_process
 
         pids = [os.getpid()]

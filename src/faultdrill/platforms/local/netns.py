@@ -1,6 +1,6 @@
 """The local platform with network isolation: every node is a network namespace.
 
-The nodes are a :class:`~faultdrill.platforms.local.cluster.NodeCluster` with ``netns``:
+The nodes are a :class:`~faultdrill.host.cluster.NodeCluster` with ``netns``:
 each node a network namespace with a veth on a bridge (``10.77.0.<i>``) and a cgroup; the
 host's own network namespace is never touched. A node's agent joins its cgroup first, then
 enters its namespace (``nsenter --net``). torchrun gets ``--rdzv-endpoint=<n1
@@ -34,17 +34,17 @@ from typing import TYPE_CHECKING
 
 from faultdrill import rundir
 from faultdrill.errors import FaultError, PlatformError
+from faultdrill.host import procfs
+from faultdrill.host.cluster import SUBNET
+from faultdrill.host.linux import ActiveRule, NodeLink, netns_unavailable, signal_change
 from faultdrill.platforms.api import Change, JobSpec, JobState, NodeInfo
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.cluster import SUBNET
-from faultdrill.platforms.local.linux import ActiveRule, NodeLink, netns_unavailable, signal_change
 from faultdrill.platforms.local.platform import ISOLATION_VARIANTS, LocalPlatform
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
+    from faultdrill.host.netsampler import NetSampler
     from faultdrill.ledger import Ledger
     from faultdrill.plan import Resources
-    from faultdrill.platforms.local.netsampler import NetSampler
 
 __all__ = ["SUBNET", "NetnsPlatform"]
 

@@ -2,12 +2,12 @@
 
 Each node is one torchrun agent (``faultdrill.platforms.local.agent``) with elastic
 c10d rendezvous on loopback; the first node hosts the rendezvous store. The nodes are a
-:class:`~faultdrill.platforms.local.cluster.NodeCluster` (each node's processes in their
+:class:`~faultdrill.host.cluster.NodeCluster` (each node's processes in their
 own cgroup v1 freezer group, so that every process of a node can be found, frozen and
 killed even when a worker runs in its own session or leaves a detached child behind;
 without cgroup access, not root, the run id in each process's environment is the fallback
 handle, recorded in the ledger like the groups). Storage outages act on the checkpoint
-directory of this host (:class:`~faultdrill.platforms.local.storage.HostStorage`).
+directory of this host (:class:`~faultdrill.host.storage.HostStorage`).
 
 Actions (:mod:`faultdrill.platforms.api`): a rank's replica is signalled through /proc
 (pid and start time), the control plane (the store's host, the first agent) is paused
@@ -34,6 +34,11 @@ from typing import IO, TYPE_CHECKING
 
 from faultdrill import rundir
 from faultdrill.errors import FaultError, NotOursError, PlatformError
+from faultdrill.host import owned, procfs
+from faultdrill.host.cluster import NodeCluster
+from faultdrill.host.copies import copy_change, reap
+from faultdrill.host.linux import signal_change, sigstop_change
+from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
@@ -46,11 +51,6 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
-from faultdrill.platforms.local import owned, procfs
-from faultdrill.platforms.local.cluster import NodeCluster
-from faultdrill.platforms.local.copies import copy_change, reap
-from faultdrill.platforms.local.linux import signal_change, sigstop_change
-from faultdrill.platforms.local.storage import HostStorage, fuse_missing
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink

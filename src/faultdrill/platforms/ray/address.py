@@ -30,8 +30,8 @@ from typing import Any
 
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
+from faultdrill.host import procfs
 from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Replica
-from faultdrill.platforms.local import procfs
 from faultdrill.platforms.ray.embedded import MARKER_ENV, RayTuning, ray_missing
 from faultdrill.platforms.ray.platform import _LM, _SCRUB, VARIANTS, RayPlatform, _Announcements
 

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 from faultdrill import rundir
 from faultdrill.errors import PlatformError
 from faultdrill.events import EventSink
+from faultdrill.host.cluster import NodeCluster
 from faultdrill.ledger import Ledger
-from faultdrill.platforms.local.cluster import NodeCluster
 from faultdrill.platforms.ray.embedded import EmbeddedRay, RayTuning
 
 if TYPE_CHECKING:

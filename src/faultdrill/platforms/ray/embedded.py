@@ -5,7 +5,7 @@ Contract
 --------
 * Every daemon is ``ray start --head|--address=... --block`` (or ``redis-server`` for GCS
   fault tolerance) started through the node cluster's launch
-  (:class:`~faultdrill.platforms.local.cluster.NodeCluster`): inside its node's network
+  (:class:`~faultdrill.host.cluster.NodeCluster`): inside its node's network
   namespace (``--node-ip-address`` = the node's own address) AND its node's cgroup, joined
   before exec, so the raylet and every worker it forks are found, frozen and killed by
   node. Nodes start one after another (parallel starts time out on
@@ -53,14 +53,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, PlatformError
+from faultdrill.host import owned, procfs
 from faultdrill.ledger import SECONDS, acting_for, undoer
-from faultdrill.platforms.local import owned, procfs
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
+    from faultdrill.host.cluster import NodeCluster
     from faultdrill.ledger import Ledger
     from faultdrill.plan import RaySettings
-    from faultdrill.platforms.local.cluster import NodeCluster
 
 __all__ = [
     "GCS_PORT",

@@ -43,6 +43,9 @@ from typing import TYPE_CHECKING, Any
 
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError
+from faultdrill.host import procfs
+from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
+from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
@@ -57,9 +60,6 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import netns_unavailable, signal_change, sigstop_change
-from faultdrill.platforms.local.storage import HostStorage, fuse_missing
 from faultdrill.platforms.ray.cluster import (
     LIVE,
     RayCluster,

@@ -4,8 +4,6 @@ Modules: ``parse`` (scontrol output), ``jobs`` (batch and task scripts, submissi
 watcher that puts Slurm's decisions on the timeline), ``embedded`` (munged, slurmctld and
 one slurmd per node on the node cluster), ``platform`` (``platform: slurm`` against the
 cluster ``sbatch`` reaches) and ``embedded_platform`` (the same on an embedded cluster,
-with node-level actions). Importing registers the platform and the ledger undo functions
+with node-level actions). Its modules register the platform and the ledger undo functions
 (``slurm-daemon``, ``slurm-drain``, ``slurmctld-stop``) that ``faultdrill cleanup`` needs.
 """
-
-from faultdrill.platforms.slurm import embedded, embedded_platform, platform  # noqa: F401

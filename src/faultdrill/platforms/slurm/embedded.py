@@ -4,7 +4,7 @@ Needs Debian's packages, installed with::
 
     apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge
 
-Layout, on a :class:`~faultdrill.platforms.local.cluster.NodeCluster` with network
+Layout, on a :class:`~faultdrill.host.cluster.NodeCluster` with network
 namespaces, one controller host ``ctl`` and one host group ``svc``::
 
     svc  (host network, cgroup .../svc)   munged, its own key/socket/pid/log/seed files
@@ -47,9 +47,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
+from faultdrill.host import owned, procfs
+from faultdrill.host.cluster import CONTROLLER_BASE, SUBNET, NodeCluster
 from faultdrill.ledger import SECONDS, undoer
-from faultdrill.platforms.local import owned, procfs
-from faultdrill.platforms.local.cluster import CONTROLLER_BASE, SUBNET, NodeCluster
 from faultdrill.platforms.slurm.parse import parse_records
 
 if TYPE_CHECKING:

@@ -39,14 +39,14 @@ from typing import TYPE_CHECKING, Any
 
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
+from faultdrill.host import procfs
+from faultdrill.host.copies import copy_change, reap
+from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
+from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import CONTROL_PLANE_PEER, Ability, Change, JobSpec, Note, Replica
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.copies import copy_change, reap
-from faultdrill.platforms.local.linux import netns_unavailable, signal_change, sigstop_change
 from faultdrill.platforms.local.platform import describe_process, scratch_root
-from faultdrill.platforms.local.storage import HostStorage, fuse_missing
 from faultdrill.platforms.slurm import jobs
 from faultdrill.platforms.slurm.embedded import (
     CONTROLLER,
@@ -60,9 +60,9 @@ from faultdrill.platforms.slurm.platform import VARIANTS, SlurmPlatform
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
+    from faultdrill.host.netsampler import NetSampler
     from faultdrill.ledger import Ledger
     from faultdrill.plan import Resources
-    from faultdrill.platforms.local.netsampler import NetSampler
 
 __all__ = ["EmbeddedSlurmPlatform"]
 

@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import EnvironmentPrepError, FaultError, NotOursError, PlatformError
+from faultdrill.host import owned
+from faultdrill.host.linux import netns_exists
 from faultdrill.ledger import PATH, RunScope, undoer
 from faultdrill.platforms.api import (
     Ability,
@@ -55,8 +57,6 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
-from faultdrill.platforms.local import owned
-from faultdrill.platforms.local.linux import netns_exists
 from faultdrill.platforms.slurm import jobs
 from faultdrill.platforms.slurm.parse import base_state, expand_hostlist, parse_records, reason_of
 from faultdrill.probe import ENV_CLOCK_OFFSET

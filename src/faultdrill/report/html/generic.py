@@ -9,7 +9,7 @@ import json
 from html import escape
 from typing import Any
 
-from faultdrill.report.i18n import Translator
+from faultdrill.i18n import Translator
 
 __all__ = ["e", "generic", "vb"]
 

@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from faultdrill.i18n import Translator
 from faultdrill.report import words
 from faultdrill.report.blocks import Table, html_block, to_html
 from faultdrill.report.html.generic import e, generic, vb
-from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Evidence, Item, Report
 from faultdrill.report.parts import ITEM_PART_KEYS, item_parts, verdict_parts
 from faultdrill.report.parts.common import finding_anchor

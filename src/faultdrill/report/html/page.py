@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from faultdrill.i18n import Translator, translator
 from faultdrill.report.blocks import to_html
 from faultdrill.report.html import sections
 from faultdrill.report.html.assets import CSP, CSS, SCRIPT
 from faultdrill.report.html.generic import e, generic
 from faultdrill.report.html.item import item_html
-from faultdrill.report.i18n import Translator, translator
 from faultdrill.report.model import Report
 from faultdrill.report.parts import dossier_parts, run_parts
 from faultdrill.report.svg import item_events_dir, load_item

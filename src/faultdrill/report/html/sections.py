@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill.events import read_jsonl
+from faultdrill.i18n import Translator
 from faultdrill.report import words
 from faultdrill.report.blocks import to_html
 from faultdrill.report.html.generic import e, generic, vb
-from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Item, Report
 from faultdrill.report.parts.common import level_anchor
 from faultdrill.report.parts.verdict import failure_part, no_probe_part

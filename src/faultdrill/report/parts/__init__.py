@@ -12,8 +12,8 @@ cost discussion and who owns each. The baseline's dossiers: :func:`dossier_parts
 
 from __future__ import annotations
 
+from faultdrill.i18n import Translator
 from faultdrill.report.blocks import Part
-from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Item, Report
 from faultdrill.report.parts.accounting import (
     disruption_part,

@@ -4,8 +4,8 @@ job ran and resumed, and the network track. Times are seconds after the injectio
 
 from __future__ import annotations
 
+from faultdrill.i18n import Translator
 from faultdrill.report.blocks import Bullets, Code, Para, Part, Row, Strong, Table, Text
-from faultdrill.report.i18n import Translator
 from faultdrill.report.model import (
     CheckpointRecord,
     Disruption,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from faultdrill.i18n import Translator
 from faultdrill.report.blocks import Code, Link, Text
-from faultdrill.report.i18n import Translator
 from faultdrill.report.words import after_injection, size, utc, value
 
 __all__ = [

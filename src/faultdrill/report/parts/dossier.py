@@ -9,8 +9,8 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from faultdrill.i18n import Translator
 from faultdrill.report.blocks import Code, Para, Part, Row, Strong, Table, Text, plain
-from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Report
 from faultdrill.report.parts.common import as_map, pick, size, utc, value
 from faultdrill.report.parts.recovery import owner

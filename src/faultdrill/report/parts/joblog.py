@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from faultdrill.i18n import Translator
 from faultdrill.report.blocks import Badge, Code, Link, Para, Part, Row, Table, Text
-from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Item
 from faultdrill.report.parts.common import as_map, finding_anchor
 

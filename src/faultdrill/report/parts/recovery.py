@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from faultdrill.i18n import Translator
 from faultdrill.report.blocks import Code, Para, Part, Row, Strong, Table, Text
-from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Item, Report
 from faultdrill.report.parts.common import after_injection, size, value
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from faultdrill.i18n import Translator
 from faultdrill.report import words
 from faultdrill.report.blocks import Badge, Code, Link, Para, Part, Row, Strong, Table, Text
-from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Item
 from faultdrill.report.parts.common import after_injection, as_map, finding_anchor, pick, value
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from faultdrill.i18n import Translator
 from faultdrill.report.blocks import Badge, Bullets, Code, Para, Part, Pre, Row, Strong, Table, Text
-from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Clue, FailingLayer, Failure, Item, LevelProof
 from faultdrill.report.parts.common import event_text, finding_links, level_anchor
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from faultdrill.report.i18n import Translator
+from faultdrill.i18n import Translator
 from faultdrill.report.model import Item
 from faultdrill.report.svg.canvas import PALETTE, Svg
 from faultdrill.report.svg.loss import _W, _axes, _lines, _marks, _plot, _Series

@@ -8,7 +8,7 @@ from html import escape
 
 import numpy as np
 
-from faultdrill.report.i18n import Translator
+from faultdrill.i18n import Translator
 from faultdrill.report.model import Item
 from faultdrill.report.svg.canvas import PALETTE, Svg, fmt, nice_ticks
 from faultdrill.report.svg.view import ItemView

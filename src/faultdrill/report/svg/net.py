@@ -8,7 +8,7 @@ from collections import defaultdict
 from html import escape
 from typing import Any
 
-from faultdrill.report.i18n import Translator
+from faultdrill.i18n import Translator
 from faultdrill.report.svg.frame import LANE, Frame
 
 __all__ = ["draw_net", "net_series"]

@@ -13,8 +13,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from faultdrill.i18n import Translator
 from faultdrill.judge.analysis import LOST_KINDS
-from faultdrill.report.i18n import Translator
 from faultdrill.report.model import Item
 from faultdrill.report.svg.canvas import PALETTE, STATE_COLOURS, Svg, fmt, nice_ticks
 from faultdrill.report.svg.frame import GAP, LANE, LEFT, RIGHT, TOP, WIDTH, Frame

@@ -3,7 +3,7 @@ network filesystem, so that a storage outage can make its "server" unreachable.
 
 Run as its own process, in its own session::
 
-    python -m faultdrill.platforms.local.fuse_mirror SRC MOUNTPOINT STATUS --fsname TAG
+    python -m faultdrill.host.fuse_mirror SRC MOUNTPOINT STATUS --fsname TAG
 
 * ``SRC``: the directory mirrored, as ``fd:N`` (a directory descriptor inherited from the
   caller, opened before the mount covered the directory) or a path (opened here, before
@@ -271,7 +271,7 @@ def _open_source(src: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m faultdrill.platforms.local.fuse_mirror",
+        prog="python -m faultdrill.host.fuse_mirror",
         description=__doc__.split("\n\n")[0],
     )
     parser.add_argument("src", help="the directory mirrored: fd:N or a path")

@@ -1,6 +1,6 @@
 """Mounts over a checkpoint directory of this host, and their undo.
 
-The Linux side of the storage outages (:mod:`faultdrill.platforms.local.storage`): reading
+The Linux side of the storage outages (:mod:`faultdrill.host.storage`): reading
 ``/proc/self/mountinfo``, a read-only bind of a directory onto itself, a small tmpfs and
 the filler file that fills it, and the FUSE mirror (:mod:`~faultdrill.platforms.local.
 fuse_mirror`) that serves a directory so that its server can be taken away. Every mount is
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill.errors import FaultError
+from faultdrill.host import owned, procfs
+from faultdrill.host.owned import MIRROR_MODULE
 from faultdrill.ledger import PATH, undoer
-from faultdrill.platforms.local import owned, procfs
-from faultdrill.platforms.local.owned import MIRROR_MODULE
 
 __all__ = [
     "FILLER",

@@ -4,7 +4,7 @@ What a platform that failed to stop an old replica leaves running, made on purpo
 ``stale-copy`` harness control, ability ``replica-copy``): the original's command line,
 environment (``RANK``, ``MASTER_ADDR``/``MASTER_PORT`` of its rendezvous round, the run's
 ``FAULTDRILL_*`` handles) and working directory, read from /proc, started with
-:meth:`NodeCluster.launch <faultdrill.platforms.local.cluster.NodeCluster.launch>` on the
+:meth:`NodeCluster.launch <faultdrill.host.cluster.NodeCluster.launch>` on the
 original's node (its cgroup, its network namespace) in a session of its own, its output in
 ``logs/copy-<node>-rank<R>.log``.
 
@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from faultdrill.host import owned, procfs
 from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.platforms.api import Change, Note, Replica
-from faultdrill.platforms.local import owned, procfs
 
 if TYPE_CHECKING:
-    from faultdrill.platforms.local.cluster import NodeCluster
+    from faultdrill.host.cluster import NodeCluster
 
 __all__ = ["copy_change", "reap"]
 

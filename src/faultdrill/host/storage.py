@@ -13,7 +13,7 @@ entered with ``nsenter --net`` only. It makes the directory
   still fits); undone by deleting the filler. At the end of the item the tmpfs is unmounted
   and its contents copied back into the directory, so the run keeps its checkpoints;
 * ``unreachable``: the directory is served through a FUSE passthrough for the whole item
-  (``storage_prepare`` mounts :mod:`~faultdrill.platforms.local.fuse_mirror` over the
+  (``storage_prepare`` mounts :mod:`~faultdrill.host.fuse_mirror` over the
   directory itself; the daemon mirrors the directory underneath through a descriptor
   opened before mounting), so the job writes its checkpoints as through a network
   filesystem; the outage makes that server ``hang`` (SIGSTOP: every request blocks, as on
@@ -39,9 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import FaultError
-from faultdrill.platforms.api import Change, Note, StorageMode
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.mounts import (
+from faultdrill.host import procfs
+from faultdrill.host.mounts import (
     FILLER,
     MIRROR_FSTYPE,
     MIRROR_MODULE,
@@ -56,6 +55,7 @@ from faultdrill.platforms.local.mounts import (
     tmpfs_entry,
     wait_until,
 )
+from faultdrill.platforms.api import Change, Note, StorageMode
 
 if TYPE_CHECKING:
     from faultdrill.platforms.api import Replica

@@ -3,7 +3,7 @@
 Creating, entering and deleting named network namespaces (``/run/netns/NAME``), running a
 command or a Python callable inside one (``nsenter``, ``setns`` on one thread), finding
 the processes and listening ports inside one; and the undo of every change the node
-cluster (:mod:`faultdrill.platforms.local.cluster`) and the local platform make, by ledger
+cluster (:mod:`faultdrill.host.cluster`) and the local platform make, by ledger
 kind, also replayed by ``faultdrill cleanup`` (so these kinds and what their data means
 never change: ledgers written by earlier versions must stay cleanable):
 
@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from faultdrill.errors import NotOursError
+from faultdrill.host import owned, procfs
 from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.platforms.api import Change, Note
-from faultdrill.platforms.local import owned, procfs
 
 __all__ = [
     "ActiveRule",

@@ -1,7 +1,7 @@
 """English: the source language of the reports and of every finding's recorded message.
 
 Every key of every other language is a key here; a check's English ``message`` in
-report.json is this catalogue's text of its ``message_id`` (see :mod:`faultdrill.report.i18n`).
+report.json is this catalogue's text of its ``message_id`` (see :mod:`faultdrill.i18n`).
 """
 
 from __future__ import annotations

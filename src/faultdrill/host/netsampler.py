@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
-    from faultdrill.platforms.local.linux import ActiveRule, NodeLink
+    from faultdrill.host.linux import ActiveRule, NodeLink
 
 __all__ = ["PROBE_PORT", "NetSampler", "read_rule_counters"]
 
@@ -139,7 +139,7 @@ class NetSampler:
     # --- the thread ---------------------------------------------------------------------
 
     def _open(self) -> None:
-        from faultdrill.platforms.local.linux import in_netns
+        from faultdrill.host.linux import in_netns
 
         for ln in self.links:
             try:

@@ -35,7 +35,7 @@ recorded (never by pattern). Bring-up and tear-down are idempotent.
 Besides the verbs (``prepare``, ``teardown``, ``nodes``, ``address``, ``launch``, ``run``,
 ``node_pids``, ``free_port``), the cluster makes the changes a node or a link can suffer
 (:class:`~faultdrill.platforms.api.Change`; their undo is in
-:mod:`~faultdrill.platforms.local.linux`), and keeps the registry of rules in place for the
+:mod:`~faultdrill.host.linux`), and keeps the registry of rules in place for the
 network track. A platform composes a cluster and adds its own view on top (node states,
 what a drain means for its scheduler).
 """
@@ -55,9 +55,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
-from faultdrill.platforms.api import Change, Note
-from faultdrill.platforms.local import procfs
-from faultdrill.platforms.local.linux import (
+from faultdrill.host import procfs
+from faultdrill.host.linux import (
     _NETNS_DIR,
     ActiveRule,
     NodeLink,
@@ -71,8 +70,9 @@ from faultdrill.platforms.local.linux import (
     ns_inode,
     ns_run,
 )
-from faultdrill.platforms.local.netsampler import NetSampler
-from faultdrill.platforms.local.owned import net_prefix
+from faultdrill.host.netsampler import NetSampler
+from faultdrill.host.owned import net_prefix
+from faultdrill.platforms.api import Change, Note
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink

@@ -41,8 +41,8 @@ from typing import Any
 
 from faultdrill import safepath
 from faultdrill.errors import NotOursError
+from faultdrill.host import procfs
 from faultdrill.ledger import Claim, RunScope
-from faultdrill.platforms.local import procfs
 
 __all__ = [
     "CGROUP",
@@ -61,7 +61,7 @@ __all__ = [
     "tmp_dir",
 ]
 
-MIRROR_MODULE = "faultdrill.platforms.local.fuse_mirror"
+MIRROR_MODULE = "faultdrill.host.fuse_mirror"
 _TMP = Path("/tmp")
 _RULE_TAG = re.compile(r"fd-[0-9a-f]{10}")
 _MOUNT_TAG = re.compile(r"faultdrill-[0-9a-f]{32}")
