@@ -101,6 +101,9 @@ def plan_problems(plan: Plan, plan_dir: Path | None) -> list[tuple[str, str]]:
     the reference workload's config and, for a plan read from a file (``plan_dir``), the
     Kubernetes manifest and :func:`drill_problems`."""
     plugins.load()
+    template = _kubernetes_problems(plan, plan_dir)
+    if template:  # the job's template is a field of the plan: as any field error, it comes alone
+        return template
     problems: list[tuple[str, str]] = []
     paths = plan.item_paths()
     seen: dict[str, str] = {}
@@ -127,7 +130,6 @@ def plan_problems(plan: Plan, plan_dir: Path | None) -> list[tuple[str, str]]:
         problems += _fault_problems(plan, platform, paths)
     problems += _control_problems(plan, paths)
     problems += _check_reference_workload(plan)
-    problems += _kubernetes_problems(plan, plan_dir)
     if plan_dir is not None:
         problems += drill_problems(plan)
     return problems
