@@ -258,7 +258,7 @@ class StorageSlow(_CheckpointStorageFault):
                 now = read_pointer(self._view(ctx, ckpt) / pointer)
             except (OSError, FaultError):
                 continue  # not there yet, or being replaced: the next read sees it
-            if now != latest:
+            if now is not None and now != latest:  # empty: a pointer rewritten in place
                 with contextlib.suppress(OSError, FaultError):
                     latest = self._look(ctx, ckpt, "during")["latest"]
 
