@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from faultdrill.checks import Verdict
-from tests.timelines import NEW, OLD, TL, A, Judge, baseline, restart
+from tests.timelines import NEW, OLD, TL, WALL, A, Judge, baseline, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -255,10 +255,17 @@ def test_slow_save_is_measured_against_usual_and_interval(judge: Judge) -> None:
         "the save of step 12 started 1.85 s after the slowdown (200 ms per request) began "
         "and took 1.50 s (usually 0.10 s), within the checkpoint interval of 2.0 s; "
         "training was blocked: no step for 2.00 s after step 12 (steps usually 0.50 s "
-        "apart); saving cost 1.40 s more training time than usual"
+        "apart); the 1 save(s) under the slowdown cost 1.40 s more training time than usual"
     )
     assert found[0].data["lost_s"] == pytest.approx(1.4)
     assert found[0].data["slowed_steps"] == [12]
+
+
+def test_a_save_under_way_when_the_slowdown_began_is_said_so(judge: Judge) -> None:
+    tl = _slow(1.5).edit("fault", "injected", lambda r: True, mono=6.9, ts=WALL + 6.9)
+    v, msg = judge.one(SLOW, tl)
+    assert v == P
+    assert "was under way when the slowdown (200 ms per request) began, 0.35 s after it" in msg
 
 
 def test_slow_save_longer_than_the_interval_is_said(judge: Judge) -> None:

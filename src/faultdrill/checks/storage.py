@@ -374,11 +374,17 @@ def slow_storage_save(ctx: CheckContext) -> list[Finding]:
     else:
         key = "over-interval" if took > interval else "within-interval"
         pace = Msg(f"expectation.slow-storage-save.{key}", interval_s=interval)
+    start_s = _save_start(worst) - t0
+    began = (
+        Msg("expectation.slow-storage-save.began-after", start_s=start_s, latency_ms=latency)
+        if start_s >= 0
+        else Msg("expectation.slow-storage-save.began-before", ago_s=-start_s, latency_ms=latency)
+    )
     msg = Msg(
         "expectation.slow-storage-save.slowed",
         step=worst.get("step"),
-        start_s=_save_start(worst) - t0,
-        latency_ms=latency,
+        began=began,
+        n=len(slowed),
         duration_s=took,
         usual=Msg("expectation.slow-storage-save.usual", usual_s=usual)
         if usual is not None

@@ -36,7 +36,9 @@ the item.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +207,20 @@ class StorageOutage(_CheckpointStorageFault):
         return {**facts, "latest_before": before["latest"], "command": command_of(changes)}
 
 
+def _timed_probe_write(ckpt: Path) -> float:
+    """Seconds a small durable write into ``ckpt`` takes (create, write, fsync, unlink): the
+    proof, on the timeline, that the slowdown is in force. Made after the change is applied,
+    so that the injection's stamp is when the delay began."""
+    probe = ckpt / ".faultdrill-probe"
+    began = time.monotonic()
+    with open(probe, "wb") as f:
+        f.write(b"slow")
+        f.flush()
+        os.fsync(f.fileno())
+    probe.unlink()
+    return round(time.monotonic() - began, 3)
+
+
 #: How often ``storage-slow`` reads the pointer (a tiny file, through the view underneath).
 WATCH_S = 0.05
 
@@ -243,6 +259,7 @@ class StorageSlow(_CheckpointStorageFault):
         facts["path"] = str(ckpt)
         for result in self.apply_changes(ctx, changes):
             facts.update(result)
+        facts["probe_write_s"] = _timed_probe_write(self._ckpt(ctx))
         self._thread = threading.Thread(
             target=self._watch, args=(ctx, ckpt, before["latest"]), name="storage-slow", daemon=True
         )

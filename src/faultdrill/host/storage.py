@@ -37,7 +37,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -350,15 +349,7 @@ class HostStorage:
 
             if not wait_until(acknowledged, 2.0):
                 raise FaultError(f"the FUSE mirror daemon {pid} did not take its delay")
-            # proof the delay is in force: a small durable write through the mount, timed
-            began = time.monotonic()
-            with open(ckpt / _PROBE, "wb") as f:
-                f.write(b"slow")
-                f.flush()
-                os.fsync(f.fileno())
-            (ckpt / _PROBE).unlink()
-            probe_s = round(time.monotonic() - began, 3)
-            return {"path": str(ckpt), "daemon_pid": pid, "probe_write_s": probe_s}
+            return {"path": str(ckpt), "daemon_pid": pid}
 
         return [
             Change(

@@ -589,8 +589,7 @@ class StorageActions(Protocol):
 
     def storage_slow(self, ckpt_dir: Path, *, latency_ms: int, ops: str) -> list[Change]:
         """The prepared server answers each request ``latency_ms`` late (``ops``: ``write``,
-        the requests that change the directory; ``all``) until the undo. Apply results:
-        ``probe_write_s`` (a small durable write through it, timed)."""
+        the requests that change the directory; ``all``) until the undo."""
         ...
 
     def storage_release(self, ckpt_dir: Path) -> None:
