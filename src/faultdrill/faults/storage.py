@@ -259,7 +259,10 @@ class StorageSlow(_CheckpointStorageFault):
         facts["path"] = str(ckpt)
         for result in self.apply_changes(ctx, changes):
             facts.update(result)
-        facts["probe_write_s"] = _timed_probe_write(self._ckpt(ctx))
+        try:
+            facts["probe_write_s"] = _timed_probe_write(self._ckpt(ctx))
+        except OSError as exc:  # said, not fatal: the delay itself is in force
+            facts["probe_write_error"] = f"{type(exc).__name__}: {exc}"
         self._thread = threading.Thread(
             target=self._watch, args=(ctx, ckpt, before["latest"]), name="storage-slow", daemon=True
         )
