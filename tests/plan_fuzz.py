@@ -116,6 +116,10 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "ControlPlaneOutageSpec": ("rounds.2.scenarios.0.fault", None),
     "RestartProbe": ("rounds.2.scenarios.0.fault.restart_during", None),
     "StorageOutageSpec": ("rounds.2.scenarios.2.fault", None),
+    "StorageSlowSpec": (
+        "rounds.2.scenarios.2.fault",
+        {"kind": "storage-slow", "latency_ms": 100, "for_s": 2},
+    ),
     "CorruptCheckpointSpec": ("rounds.2.scenarios.3.fault", None),
     "RollbackLatestSpec": ("controls.0.fault", {"kind": "rollback-latest"}),
     "LogPatterns": ("logs", {"step": r"step (?P<step>\d+)"}),

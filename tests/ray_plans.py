@@ -155,6 +155,12 @@ def slow_raw() -> dict[str, Any]:
                     resume="no-restart",
                 ),
                 _sc(
+                    "storage-slow",
+                    {"kind": "storage-slow", "latency_ms": 150, "for_s": 6},
+                    {"at_step": 18},
+                    resume="no-restart",
+                ),
+                _sc(
                     "gcs-pause",
                     {"kind": "control-plane-outage", "mode": "pause", "for_s": 4},
                     {"at_step": 5},

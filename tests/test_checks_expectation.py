@@ -277,6 +277,7 @@ EVERY_CHECK = [
     "expectation.outage-overlapped-save",
     "expectation.restart",
     "expectation.restart-during-outage",
+    "expectation.slow-storage-save",
     "expectation.spare-environment",
     "expectation.timeout-fired",
     "progress.checkpoint-verified",

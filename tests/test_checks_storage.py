@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from faultdrill.checks import Verdict
-from tests.timelines import NEW, OLD, TL, Judge, baseline, restart
+from tests.timelines import NEW, OLD, TL, WALL, A, Judge, baseline, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -216,3 +218,135 @@ def test_failed_restart_probe_is_retest(judge: Judge) -> None:
     )
     v, msg = judge.one("expectation.restart-during-outage", tl)
     assert v == R and "no live worker" in msg
+
+
+# --- storage-slow: expectation.slow-storage-save and the pointer watched during saves ----
+
+SLOW = "expectation.slow-storage-save"
+PUB = "progress.failed-save-not-published"
+
+
+def _slow(save_s: float = 1.5, *, for_s: float = 3.0) -> TL:
+    """Two ranks at 0.5 s a step, a save every 4 steps (0.1 s each); storage-slow from 4.7
+    for ``for_s`` (200 ms per request); the step-12 save starts at 6.55 and takes
+    ``save_s``, training waits for it (as the reference workload's synchronous save does)."""
+    tl = TL().job("running", 0.0)
+    end = 6.55 + save_s
+    for rank, pid in enumerate(OLD):
+        tl.run_start(rank, pid, A, 0.0).scratch(rank, pid, 0.1)
+        tl.steps(pid, rank, range(1, 13), t0=1.0, dt=0.5)
+        tl.steps(pid, rank, range(13, 17), t0=end + 0.45, dt=0.5)
+    for cid, t, took in (("ckpt-4", 2.6, 0.1), ("ckpt-8", 4.6, 0.1), ("ckpt-12", end, save_s)):
+        tl.save(0, OLD[0], cid, int(cid[5:]), t)
+        tl.recs[-1]["duration_s"] = took
+    tl.inject(4.7, fault="storage-slow", target="the checkpoint directory", at_step=8)
+    tl.edit("fault", "injected", lambda r: True, duration_s=for_s, latency_ms=200, ops="write")
+    tl.add("fault", "storage_observed", 4.7, when="start", fault="storage-slow",
+           latest="ckpt-8", latest_verifies=True, latest_problem=None)  # fmt: skip
+    tl.add("fault", "storage_observed", 4.7 + for_s, when="end", fault="storage-slow",
+           latest="ckpt-8", latest_verifies=True, latest_problem=None)  # fmt: skip
+    return tl.add("fault", "reverted", 4.7 + for_s + 0.01, fault="storage-slow")
+
+
+def test_slow_save_is_measured_against_usual_and_interval(judge: Judge) -> None:
+    found = judge.run(SLOW, _slow(1.5))
+    assert [f.verdict for f in found] == [P]
+    assert found[0].message == (
+        "the save of step 12 started 1.85 s after the slowdown (200 ms per request) began "
+        "and took 1.50 s (usually 0.10 s), within the checkpoint interval of 2.0 s; "
+        "training was blocked: no step for 2.00 s after step 12 (steps usually 0.50 s "
+        "apart); the 1 save(s) under the slowdown cost 1.40 s more training time than usual"
+    )
+    assert found[0].data["lost_s"] == pytest.approx(1.4)
+    assert found[0].data["slowed_steps"] == [12]
+
+
+def test_a_save_under_way_when_the_slowdown_began_is_said_so(judge: Judge) -> None:
+    tl = _slow(1.5).edit("fault", "injected", lambda r: True, mono=6.9, ts=WALL + 6.9)
+    v, msg = judge.one(SLOW, tl)
+    assert v == P
+    assert "was under way when the slowdown (200 ms per request) began, 0.35 s after it" in msg
+
+
+def test_slow_save_longer_than_the_interval_is_said(judge: Judge) -> None:
+    v, msg = judge.one(SLOW, _slow(3.0, for_s=4.0))
+    assert v == P
+    assert "longer than the checkpoint interval of 2.0 s: at this latency saves cannot" in msg
+
+
+def test_slow_storage_that_did_not_slow_the_save_retests(judge: Judge) -> None:
+    v, msg = judge.one(SLOW, _slow(0.1))
+    assert v == R
+    assert "took 0.10 s, no longer than usual (0.10 s): the latency did not reach it" in msg
+
+
+def test_slowdown_without_a_save_retests(judge: Judge) -> None:
+    v, msg = judge.one(SLOW, _slow(1.5, for_s=1.0))
+    assert (v, msg) == (
+        R,
+        "no checkpoint save ran during the 1.0 s slowdown: retime the trigger or lengthen "
+        "for_s so that it overlaps a save",
+    )
+
+
+def test_save_that_failed_under_mere_latency_fails(judge: Judge) -> None:
+    tl = _slow(1.5).add(
+        "probe", "ckpt_save_failed", 6.9, rank=0, pid=OLD[0], step=12,
+        error="TimeoutError: save took too long", errno=None, duration_s=0.3,
+    )  # fmt: skip
+    v, msg = judge.one(SLOW, tl)
+    assert v == F
+    assert msg == (
+        "1 save(s) (step 12) failed while the storage only answered late (200 ms per "
+        "request): TimeoutError: save took too long"
+    )
+
+
+def test_no_slowdown_passes_as_not_applicable(judge: Judge) -> None:
+    assert judge.one(SLOW, baseline()) == (
+        P,
+        "not a storage slowdown (or it was never injected)",
+    )
+
+
+def _pointer_moved(tl: TL, t: float, verifies: bool | None) -> TL:
+    problem = {True: None, False: "state.pt has 0 bytes, manifest.json says 1024",
+               None: "ckpt-12: no manifest.json to verify against"}[verifies]  # fmt: skip
+    return tl.add("fault", "storage_observed", t, when="during", fault="storage-slow",
+                  latest="ckpt-12", latest_verifies=verifies, latest_problem=problem)  # fmt: skip
+
+
+def test_pointer_to_a_complete_save_not_yet_reported_passes(judge: Judge) -> None:
+    """A healthy job publishes, prunes (slowly), then reports: the pointer moves first."""
+    v, msg = judge.one(PUB, _pointer_moved(_slow(1.5), 7.9, True))
+    assert v == P and "3 observation(s)" in msg
+
+
+def test_pointer_published_before_the_state_was_written_fails(judge: Judge) -> None:
+    v, msg = judge.one(PUB, _pointer_moved(_slow(1.5), 6.9, False))
+    assert (v, msg) == (
+        F,
+        "at 2.20 s after the storage slowdown began (the moment `latest` changed) `latest` "
+        "named 'ckpt-12', which no completed save reported: a save was published before it "
+        "was durable",
+    )
+
+
+def test_pointer_to_a_save_already_reported_that_does_not_verify_fails(judge: Judge) -> None:
+    v, msg = judge.one(PUB, _pointer_moved(_slow(1.5), 8.2, False))
+    assert v == F
+    assert "`latest` named 'ckpt-12', which does not verify: state.pt has 0 bytes" in msg
+
+
+def test_pointer_without_manifest_ahead_of_its_save_fails(judge: Judge) -> None:
+    v, msg = judge.one(PUB, _pointer_moved(_slow(1.5), 6.9, None))
+    assert v == F
+    assert "`latest` named 'ckpt-12', which no completed save reported" in msg
+
+
+def test_outage_look_still_judges_by_the_reported_save(judge: Judge) -> None:
+    """The manifest exemption is storage-slow's only: an outage's look keeps the rule."""
+    tl = _outage(baseline()).edit(
+        "fault", "storage_observed", lambda r: r["when"] == "end", latest="ckpt-4"
+    )
+    assert judge.one(PUB, tl)[0] == F

@@ -21,7 +21,7 @@ from faultdrill.faults.harness import HideCheckpointsSpec, RollbackLatestSpec, S
 from faultdrill.faults.network import LinkFlapSpec, LinkLossSpec, LinkSlowSpec, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
 from faultdrill.faults.process import KillWorkerSpec
-from faultdrill.faults.storage import StorageOutageSpec
+from faultdrill.faults.storage import StorageOutageSpec, StorageSlowSpec
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources
 from faultdrill.platforms import PLATFORMS
@@ -51,6 +51,7 @@ CASES: list[tuple[FaultSpec, list[str]]] = [
         StorageOutageSpec(mode="unreachable", server="error", for_s=1),
         ["storage_prepare", "storage_unreachable"],
     ),
+    (StorageSlowSpec(latency_ms=200, for_s=1), ["storage_prepare", "storage_slow"]),
     (CorruptCheckpointSpec(damage="truncate"), ["rank_replica", "signal_replica"]),
     (RollbackLatestSpec(), ["rank_replica", "signal_replica"]),
     (HideCheckpointsSpec(), ["rank_replica", "signal_replica"]),

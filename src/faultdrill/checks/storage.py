@@ -1,10 +1,14 @@
 """Checkpoint-storage evidence (round 3): a failed save never becomes ``latest``, a damaged
-checkpoint is refused (and the refusal said), and the drill really hit what it aimed at
-(an outage that overlapped a save, a restart during a control-plane outage)."""
+checkpoint is refused (and the refusal said), the drill really hit what it aimed at (an
+outage that overlapped a save, a restart during a control-plane outage), and what slow
+storage cost a save (its duration against the checkpoint interval, the training it
+blocked)."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import statistics
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.events import Event
@@ -26,11 +30,29 @@ def _fault_end(ctx: CheckContext, inj: Event) -> float:
     return inj.mono + float(dur) if dur is not None else float("inf")
 
 
-def _outage_moment(when: object) -> Msg:
-    """ "the start (end) of the storage outage", as a message."""
+def _outage_moment(ctx: CheckContext, look: Event) -> Msg:
+    """ "the start (end) of the storage outage", "1.20 s into the storage slowdown", as a
+    message."""
+    when = look.get("when")
+    if look.get("fault") == "storage-slow":
+        inj = _injection(ctx, "storage-slow")
+        if when in ("start", "end"):
+            return Msg(f"progress.failed-save-not-published.slow-{when}")
+        at_s = look.mono - inj.mono if inj is not None else float("nan")
+        return Msg("progress.failed-save-not-published.slow-during", at_s=at_s)
     if when in ("start", "end"):
         return Msg(f"progress.failed-save-not-published.outage-{when}")
     return Msg("progress.failed-save-not-published.outage", when=when)
+
+
+def _reported_yet(look: Event, target: str, saves: list[Event]) -> bool:
+    """Whether ``target`` counts as completed at ``look``: a save of it was reported
+    before, or (a look of ``storage-slow``, which watches the pointer while saves are in
+    flight) it verifies by its manifest: a job reports a save only after publishing and
+    pruning, which the slow server stretches, so the report may lag the pointer."""
+    if any(str(s.get("id")) == target and s.mono <= look.mono for s in saves):
+        return True
+    return look.get("fault") == "storage-slow" and look.get("latest_verifies") is True
 
 
 @check("progress.failed-save-not-published", "progress")
@@ -42,19 +64,18 @@ def failed_save_not_published(ctx: CheckContext) -> list[Finding]:
     failed = tl.of("probe", "ckpt_save_failed")
     out: list[Finding] = []
     looks: list[tuple[float, Msg, Event]] = [
-        (e.mono, _outage_moment(e.get("when")), e) for e in tl.of("fault", "storage_observed")
+        (e.mono, _outage_moment(ctx, e), e) for e in tl.of("fault", "storage_observed")
     ]
     end = tl.first("harness", "ckpt_latest")
     if end is not None:
         looks.append((end.mono, Msg("progress.failed-save-not-published.run-end"), end))
-    for mono, when, e in looks:
+    for _, when, e in looks:
         recorded = e.get("latest") if e.kind == "storage_observed" else e.get("target")
         # runs recorded before the pointer contract kept the pointer's whole text
         target = pointer_id(str(recorded)) if recorded else None
         if not target:
             continue
-        done = {str(s.get("id")) for s in saves if s.mono <= mono}
-        if str(target) not in done:
+        if not _reported_yet(e, str(target), saves):
             out.append(
                 ctx.finding(
                     name,
@@ -264,6 +285,116 @@ def outage_overlapped_save(ctx: CheckContext) -> list[Finding]:
             failed_steps=[e.get("step") for e in failed],
         )
     ]
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _save_start(e: Event) -> float:
+    return e.mono - float(e.get("duration_s") or 0.0)
+
+
+def _usual_pace(ctx: CheckContext, t0: float, saves: list[Event]) -> tuple[float | None, ...]:
+    """Before the slowdown: (median save duration, checkpoint interval, step gap) in
+    seconds, None where the timeline does not tell. The interval is the median time
+    between saves, else ``checkpoint.every_steps`` steps at the median step gap."""
+    steps = [t for t, _ in _rank0_steps(ctx)]
+    step_s = _median([b - a for a, b in itertools.pairwise(steps) if b <= t0])
+    before = [e for e in saves if e.mono < t0]
+    interval = _median([b.mono - a.mono for a, b in itertools.pairwise(before)])
+    if interval is None and step_s is not None:
+        interval = ctx.plan.checkpoint.every_steps * step_s
+    durations = [float(e["duration_s"]) for e in before if e.get("duration_s") is not None]
+    return _median(durations), interval, step_s
+
+
+def _blocked(ctx: CheckContext, save: Event, step_s: float | None) -> Msg:
+    """Whether training stopped while ``save`` ran: the rank-0 step gap around it."""
+    steps = _rank0_steps(ctx)
+    start = _save_start(save)
+    before = [s for s in steps if s[0] <= start + 0.05]
+    after = [s for s in steps if s[0] >= save.mono]
+    if not before or not after or step_s is None:
+        return Msg("expectation.slow-storage-save.blocked-unknown")
+    gap = after[0][0] - before[-1][0]
+    # blocked: the gap holds most of the save, not just a step or two of jitter
+    key = "blocked" if gap > 2 * step_s + 0.5 * (save.mono - start) else "not-blocked"
+    return Msg(f"expectation.slow-storage-save.{key}", gap_s=gap, step=before[-1][1], step_s=step_s)
+
+
+def _rank0_steps(ctx: CheckContext) -> list[tuple[float, int]]:
+    """(time, step) of every step rank 0 recorded, in time order."""
+    st = ctx.timeline.steps
+    rows = st.rank == 0
+    return list(zip(st.mono[rows].tolist(), st.step[rows].tolist(), strict=True))
+
+
+@check("expectation.slow-storage-save", "expectation")
+def slow_storage_save(ctx: CheckContext) -> list[Finding]:
+    """Under ``storage-slow`` a save ran and completed, and what the latency cost it: its
+    duration against the usual one and the checkpoint interval, whether training stopped
+    for it, the training time lost to saving. A save that failed although the storage only
+    answered late fails; no save under the slowdown, or one no slower than usual, retests."""
+    tl, name = ctx.timeline, "expectation.slow-storage-save"
+    inj = _injection(ctx, "storage-slow")
+    if inj is None:
+        return [ctx.finding(name, P, Msg("expectation.slow-storage-save.not-slow"))]
+    t0, t1 = inj.mono, _fault_end(ctx, inj)
+    latency = inj.get("latency_ms")
+    failed = [e for e in tl.of("probe", "ckpt_save_failed") if t0 <= e.mono <= t1 + 1.0]
+    if failed:
+        errors = sorted({re.sub(r": '[^']*'$", "", str(e.get("error"))) for e in failed})
+        msg = Msg(
+            "expectation.slow-storage-save.failed",
+            n=len(failed),
+            steps=[e.get("step") for e in failed],
+            latency_ms=latency,
+            errors=errors,
+        )
+        return [ctx.finding(name, F, msg, failed_steps=[e.get("step") for e in failed])]
+    saves = [e for e in tl.of("probe", "ckpt_save") if e.get("duration_s") is not None]
+    slowed = [e for e in saves if _save_start(e) <= t1 and e.mono >= t0]
+    if not slowed:
+        return [ctx.finding(name, R, Msg("expectation.slow-storage-save.no-save", seconds=t1 - t0))]
+    usual, interval, step_s = _usual_pace(ctx, t0, saves)
+    worst = max(slowed, key=lambda e: float(e["duration_s"]))
+    took = float(worst["duration_s"])
+    if usual is not None and took <= 1.5 * usual:
+        msg = Msg(
+            "expectation.slow-storage-save.no-effect",
+            step=worst.get("step"),
+            duration_s=took,
+            usual_s=usual,
+        )
+        return [ctx.finding(name, R, msg)]
+    lost = sum(float(e["duration_s"]) - (usual or 0.0) for e in slowed)
+    if interval is None:
+        pace = Msg("expectation.slow-storage-save.interval-unknown")
+    else:
+        key = "over-interval" if took > interval else "within-interval"
+        pace = Msg(f"expectation.slow-storage-save.{key}", interval_s=interval)
+    start_s = _save_start(worst) - t0
+    began = (
+        Msg("expectation.slow-storage-save.began-after", start_s=start_s, latency_ms=latency)
+        if start_s >= 0
+        else Msg("expectation.slow-storage-save.began-before", ago_s=-start_s, latency_ms=latency)
+    )
+    msg = Msg(
+        "expectation.slow-storage-save.slowed",
+        step=worst.get("step"),
+        began=began,
+        n=len(slowed),
+        duration_s=took,
+        usual=Msg("expectation.slow-storage-save.usual", usual_s=usual)
+        if usual is not None
+        else Msg("expectation.slow-storage-save.usual-unknown"),
+        pace=pace,
+        blocked=_blocked(ctx, worst, step_s),
+        lost_s=lost,
+    )
+    data = {"save_s": took, "usual_save_s": usual, "interval_s": interval, "lost_s": lost}
+    return [ctx.finding(name, P, msg, **data, slowed_steps=[e.get("step") for e in slowed])]
 
 
 @check("expectation.restart-during-outage", "expectation")

@@ -12,7 +12,8 @@ Run as its own process, in its own session::
 * ``MOUNTPOINT``: where the mirror is mounted (usually ``SRC`` itself).
 * ``STATUS``: a JSON file outside the mount that the daemon rewrites atomically: ``pid``,
   ``start_time``, ``fsname`` and ``state``: ``starting``, ``mounted`` (FUSE init ran),
-  ``failing`` or ``serving`` (after a switch), ``exited``.
+  ``failing``, ``slow`` or ``serving`` (after a switch), ``exited``; and the delay in
+  force (``delay_ms``, ``delay_ops``).
 * ``TAG``: the mount's source in ``/proc/self/mountinfo``: the proof an undo uses that the
   FUSE mount at the path is this daemon's.
 
@@ -25,7 +26,13 @@ Control, by signals (the only channel left to ``faultdrill cleanup`` after a cra
 * ``SIGSTOP`` / ``SIGCONT``: the server hangs (every request blocks, as on an NFS hard
   mount whose server is down) / answers again;
 * ``SIGUSR1`` / ``SIGUSR2``: every request is answered ``EIO`` (as on a soft mount whose
-  server is gone) / normal service again; acknowledged in ``STATUS``;
+  server is gone) / normal service again (no failing, no delay); acknowledged in ``STATUS``;
+* ``SIGWINCH``: read the delay file beside ``STATUS`` (:func:`delay_file`: JSON
+  ``{"ms": N, "ops": "write"|"all"}``) and from then on answer each request of that class
+  ``N`` ms late (a slow server: ``write`` delays what changes the directory, ``all`` every
+  request); a missing or malformed file, or ``ms`` 0, means no delay. The delay is bounded
+  (:data:`MAX_DELAY_MS`) and acknowledged in ``STATUS`` (``state`` ``slow``, ``delay_ms``,
+  ``delay_ops``);
 * ``SIGTERM``, ``SIGINT``, ``SIGHUP``: libfuse unmounts the mount point and exits. The
   harness never uses these (libfuse unmounts by path); it unmounts what it proves its own,
   then ``SIGKILL``\\ s the daemon.
@@ -44,16 +51,39 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FUSE_SUPER_MAGIC", "Mirror", "main", "write_status"]
+__all__ = ["FUSE_SUPER_MAGIC", "MAX_DELAY_MS", "Mirror", "delay_file", "main", "write_status"]
 
 FUSE_SUPER_MAGIC = 0x65735546
 #: Requests still answered while failing: closing what is open is the client's cleanup,
 #: not a call to the server, and must not leak descriptors here.
 _ALWAYS = frozenset({"init", "destroy", "release", "releasedir"})
+#: Requests that change the directory: what ``ops: write`` delays.
+_WRITES = frozenset(
+    {
+        "chmod",
+        "chown",
+        "create",
+        "fsync",
+        "fsyncdir",
+        "link",
+        "mkdir",
+        "mknod",
+        "rename",
+        "rmdir",
+        "symlink",
+        "truncate",
+        "unlink",
+        "utimens",
+        "write",
+    }
+)
+#: The longest delay per request the daemon accepts (longer asks are cut to it).
+MAX_DELAY_MS = 60_000
 _STAT_KEYS = (
     "st_mode",
     "st_ino",
@@ -75,6 +105,24 @@ def write_status(path: Path, **facts: Any) -> None:
     os.replace(tmp, path)
 
 
+def delay_file(status: Path) -> Path:
+    """The delay file the daemon whose status file is ``status`` reads on SIGWINCH."""
+    return status.with_name(status.name + ".delay")
+
+
+def read_delay(path: Path) -> tuple[float, frozenset[str] | None]:
+    """(seconds, the requests delayed: None for all) from a delay file; (0, empty) when it is
+    missing or malformed (no delay)."""
+    try:
+        raw = json.loads(path.read_text()[:4096])
+        ms, ops = raw["ms"], raw.get("ops", "write")
+    except (OSError, ValueError, TypeError, KeyError):
+        return 0.0, frozenset()
+    if not isinstance(ms, int) or isinstance(ms, bool) or ms <= 0 or ops not in ("write", "all"):
+        return 0.0, frozenset()
+    return min(ms, MAX_DELAY_MS) / 1000.0, None if ops == "all" else _WRITES
+
+
 def _start_time(pid: int) -> int | None:
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
@@ -88,7 +136,8 @@ class Mirror:
 
     Callable as fusepy expects (``mirror(op, path, *args)``); a handler that raises OSError
     answers the request with its errno. ``failing`` makes every request but the closing
-    ones fail with EIO."""
+    ones fail with EIO; ``delay_s`` answers each request in ``delayed`` (None: all but the
+    closing ones) that much later."""
 
     use_ns = True  # fusepy: times in nanoseconds
 
@@ -97,6 +146,8 @@ class Mirror:
         self.status = status
         self.fsname = fsname
         self.failing = False
+        self.delay_s = 0.0
+        self.delayed: frozenset[str] | None = frozenset()
         self.pid = os.getpid()
         self.start_time = _start_time(self.pid)
 
@@ -107,11 +158,16 @@ class Mirror:
             start_time=self.start_time,
             fsname=self.fsname,
             state=state,
+            delay_ms=round(self.delay_s * 1000),
+            delay_ops="all" if self.delayed is None else "write",
         )
 
     def __call__(self, op: str, path: str, *args: Any) -> Any:
-        if self.failing and op not in _ALWAYS:
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        if op not in _ALWAYS:
+            if self.delay_s and (self.delayed is None or op in self.delayed):
+                time.sleep(self.delay_s)  # this request's thread only: others overlap
+            if self.failing:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
         return getattr(self, op)(path, *args)
 
     @staticmethod
@@ -250,15 +306,22 @@ class Mirror:
 
 
 def _control(mirror: Mirror, wakeup: int) -> None:
-    """Switch between failing and serving on SIGUSR1/SIGUSR2, and say so in the status
-    file. The signals arrive through Python's wakeup fd: whichever thread the kernel picks
+    """Switch between failing, slow and serving on SIGUSR1/SIGWINCH/SIGUSR2, and say so in
+    the status file. The signals arrive through Python's wakeup fd: whichever thread the kernel picks
     (libfuse's, or one a library started at import), the C-level handler writes the signal
     number there, while the main thread stays inside libfuse's loop."""
     while True:
         for sig in os.read(wakeup, 64):
-            if sig in (signal.SIGUSR1, signal.SIGUSR2):
+            if sig == signal.SIGWINCH:
+                mirror.delay_s, mirror.delayed = read_delay(delay_file(mirror.status))
+            elif sig in (signal.SIGUSR1, signal.SIGUSR2):
                 mirror.failing = sig == signal.SIGUSR1
-                mirror.report("failing" if mirror.failing else "serving")
+                if not mirror.failing:
+                    mirror.delay_s, mirror.delayed = 0.0, frozenset()
+            else:
+                continue
+            state = "failing" if mirror.failing else "slow" if mirror.delay_s else "serving"
+            mirror.report(state)
 
 
 def _open_source(src: str) -> int:
@@ -290,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     mirror.report("starting")
     wakeup, notify = os.pipe()
     os.set_blocking(notify, False)
-    for sig in (signal.SIGUSR1, signal.SIGUSR2):
+    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH):
         signal.signal(sig, lambda _s, _f: None)  # caught (never the default: terminate)
     signal.set_wakeup_fd(notify, warn_on_full_buffer=False)
     threading.Thread(target=_control, args=(mirror, wakeup), name="control", daemon=True).start()

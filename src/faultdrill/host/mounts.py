@@ -11,7 +11,7 @@ identity); each undo here acts by recorded path, and only on a mount it can prov
 The FUSE daemon is recorded before it starts (its status file, where it writes its pid and
 start time at once), then by pid and start time; its undo works after a SIGKILL of the
 harness even while the daemon is stopped (:func:`_undo_fuse_mirror`). Ledger kinds:
-``ro-bind-mount``, ``tmpfs-mount``, ``filler-file``, ``fuse-mirror``, ``fuse-outage``.
+``ro-bind-mount``, ``tmpfs-mount``, ``filler-file``, ``fuse-mirror``, ``fuse-outage``, ``fuse-slow``.
 """
 
 from __future__ import annotations
@@ -390,6 +390,20 @@ def _undo_fuse_outage(data: dict[str, Any]) -> None:
         procfs.kill_checked(pid, start, signal.SIGUSR2)
         if not wait_until(lambda: read_status(str(data["status"])).get("state") != "failing", 2.0):
             raise FaultError(f"the FUSE mirror daemon {pid} did not resume normal service")
+
+
+@undoer("fuse-slow", owns={"status": owned.FUSE_STATUS, "pid": owned.FUSE_DAEMON})
+def _undo_fuse_slow(data: dict[str, Any]) -> None:
+    """The server answers at full speed again: SIGUSR2 (normal service, which clears the
+    delay) to the recorded daemon only (pid and start time). A daemon that is gone delays
+    nothing; the mirror's own undo deals with its mount."""
+    pid, start = int(data["pid"]), int(data["start_time"])
+    if not procfs.alive(pid, start):
+        return
+    procfs.kill_checked(pid, start, signal.SIGCONT)  # a stopped daemon reads no signal
+    procfs.kill_checked(pid, start, signal.SIGUSR2)
+    if not wait_until(lambda: read_status(str(data["status"])).get("state") != "slow", 2.0):
+        raise FaultError(f"the FUSE mirror daemon {pid} did not end its delay")
 
 
 # --- filling, and the mount namespace of a process -------------------------------------

@@ -20,7 +20,10 @@ entered with ``nsenter --net`` only. It makes the directory
   an NFS hard mount whose server is down) or ``error`` (every request answered ``EIO``, as
   on a soft mount). Undone by SIGCONT / normal service; at the end of the item the mount is
   lazily unmounted and the daemon stopped. While the server hangs, the harness reads the
-  directory underneath through its own descriptor (:meth:`HostStorage.checkpoint_view`).
+  directory underneath through its own descriptor (:meth:`HostStorage.checkpoint_view`);
+* ``slow`` (:meth:`HostStorage.storage_slow`): the same FUSE mirror, whose server keeps
+  answering but each request ``latency_ms`` late (the mirror's delay knob: a delay file and
+  SIGWINCH); undone by SIGUSR2 (normal service).
 
 The mounts, their proofs of ownership and their undo are :mod:`~faultdrill.platforms.
 local.mounts`. Mounts are made in the harness's mount namespace; an action refuses to act
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import FaultError
 from faultdrill.host import procfs
+from faultdrill.host.fuse_mirror import delay_file, write_status
 from faultdrill.host.mounts import (
     FILLER,
     MIRROR_FSTYPE,
@@ -174,7 +178,10 @@ class HostStorage:
     def _mirror(self, ckpt: Path) -> Change:
         missing = fuse_missing()
         if missing:
-            raise FaultError(f"mode unreachable needs FUSE, which this machine lacks: {missing}")
+            raise FaultError(
+                f"a FUSE-served checkpoint directory (storage-outage mode unreachable, "
+                f"storage-slow) needs FUSE, which this machine lacks: {missing}"
+            )
         data = mirror_entry(ckpt)
         argv = [sys.executable, "-m", MIRROR_MODULE, "fd:{under}", str(ckpt), data["status"]]
         argv += ["--fsname", data["source"]]
@@ -296,14 +303,7 @@ class HostStorage:
 
     def storage_unreachable(self, ckpt_dir: Path, *, server: str) -> list[Change]:
         ckpt = ckpt_dir
-        self._mountable(ckpt)
-        self._same_mounts()
-        m = self._mirrors.get(str(ckpt))
-        if m is None or m.pid is None or not procfs.alive(m.pid, m.start_time):
-            raise FaultError(f"the FUSE mirror prepared on {ckpt} is not running")
-        if not any(x["fstype"] == MIRROR_FSTYPE for x in mounts_at(ckpt)[-1:]):
-            raise FaultError(f"{ckpt} is not served by the FUSE mirror prepared for this fault")
-        pid, start, status = m.pid, int(m.start_time or 0), m.status
+        pid, start, status = self._serving_mirror(ckpt)
         data = {"pid": pid, "start_time": start, "server": server, "status": status}
 
         def hang(note: Note) -> dict[str, Any]:
@@ -332,6 +332,47 @@ class HostStorage:
                 hang if server == "hang" else fail,
             )
         ]
+
+    def storage_slow(self, ckpt_dir: Path, *, latency_ms: int, ops: str) -> list[Change]:
+        ckpt = ckpt_dir
+        pid, start, status = self._serving_mirror(ckpt)
+        data = {"pid": pid, "start_time": start, "status": status, "latency_ms": latency_ms}
+        data["ops"] = ops
+
+        def slow(note: Note) -> dict[str, Any]:
+            write_status(delay_file(Path(status)), ms=latency_ms, ops=ops)
+            procfs.kill_checked(pid, start, signal.SIGWINCH)
+
+            def acknowledged() -> bool:
+                now = read_status(status)
+                return now.get("state") == "slow" and now.get("delay_ms") == latency_ms
+
+            if not wait_until(acknowledged, 2.0):
+                raise FaultError(f"the FUSE mirror daemon {pid} did not take its delay")
+            return {"path": str(ckpt), "daemon_pid": pid}
+
+        return [
+            Change(
+                "fuse-slow",
+                data,
+                f"FUSE server of {ckpt}: {latency_ms} ms per {ops} request",
+                f'echo \'{{"ms": {latency_ms}, "ops": "{ops}"}}\' > '
+                f"{delay_file(Path(status))}; kill -WINCH {pid}",
+                slow,
+            )
+        ]
+
+    def _serving_mirror(self, ckpt: Path) -> tuple[int, int, str]:
+        """(pid, start time, status file) of the FUSE mirror prepared on ``ckpt``, checked to
+        be running and to serve the directory. Raises FaultError."""
+        self._mountable(ckpt)
+        self._same_mounts()
+        m = self._mirrors.get(str(ckpt))
+        if m is None or m.pid is None or not procfs.alive(m.pid, m.start_time):
+            raise FaultError(f"the FUSE mirror prepared on {ckpt} is not running")
+        if not any(x["fstype"] == MIRROR_FSTYPE for x in mounts_at(ckpt)[-1:]):
+            raise FaultError(f"{ckpt} is not served by the FUSE mirror prepared for this fault")
+        return m.pid, int(m.start_time or 0), m.status
 
     def storage_release(self, ckpt_dir: Path) -> None:
         mirror = self._mirrors.get(str(ckpt_dir))

@@ -277,6 +277,35 @@ class StorageOutageSpec(FaultSpec):
         return self.for_s
 
 
+class StorageSlowSpec(FaultSpec):
+    """The checkpoint directory's server keeps answering, each request ``latency_ms`` late,
+    for ``for_s`` seconds (timed to overlap a save). A kind of its own, not a mode of
+    ``storage-outage``: nothing fails, and its parameters (a latency, the requests it
+    delays) and its evidence (how long saves took, what training lost) are not an
+    outage's."""
+
+    kind: Literal["storage-slow"] = "storage-slow"
+    latency_ms: int = Field(
+        ge=1,
+        le=10_000,
+        description="how late the server answers each request, in milliseconds (a checkpoint "
+        "save makes a dozen or more requests, each up to 1 MiB of data)",
+    )
+    for_s: float = Field(gt=0, le=600, description="how long the slowdown lasts")
+    ops: Literal["write", "all"] = Field(
+        "write",
+        description="write: only requests that change the directory (write, fsync, create, "
+        "rename, unlink...) are late; all: reads and lookups too",
+    )
+
+    def target_label(self) -> str:
+        return "the checkpoint directory"
+
+    @property
+    def duration_s(self) -> float | None:
+        return self.for_s
+
+
 # --- from faults/checkpoint.py --------------------------------------------------
 
 Damage = Literal["flip-bytes", "truncate", "remove-manifest", "latest-to-missing"]
@@ -468,6 +497,7 @@ FAULT_SPECS: tuple[type[FaultSpec], ...] = (
     NodeFreezeSpec,
     NodeDrainSpec,
     StorageOutageSpec,
+    StorageSlowSpec,
 )
 
 #: The fault kinds a plan may name (``kind`` of each spec).

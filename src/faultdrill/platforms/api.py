@@ -119,6 +119,8 @@ class Ability(str, Enum):
     STORAGE_FULL = "storage-full"
     #: The checkpoint directory's server stops answering (hang) or fails (EIO).
     STORAGE_UNREACHABLE = "storage-unreachable"
+    #: The checkpoint directory's server answers, each request late (``StorageActions``).
+    STORAGE_SLOW = "storage-slow"
     #: The harness can read and damage the job's checkpoint files (``ReachesCheckpoints``).
     CHECKPOINT_FILES = "checkpoint-files"
     #: Per-node interface counters and round trips can be sampled (``NetworkTrack``).
@@ -554,19 +556,20 @@ class ControlPlaneActions(Protocol):
         ...
 
 
-StorageMode = Literal["read-only", "full", "unreachable"]
+StorageMode = Literal["read-only", "full", "unreachable", "slow"]
 
 
 @runtime_checkable
 class StorageActions(Protocol):
-    """Abilities ``storage-read-only``, ``storage-full``, ``storage-unreachable``: the
-    job's checkpoint directory (``ckpt_dir``, resolved, inside the item's directory) fails
+    """Abilities ``storage-read-only``, ``storage-full``, ``storage-unreachable``,
+    ``storage-slow``: the job's checkpoint directory (``ckpt_dir``, resolved, inside the item's directory) fails
     as a storage system would. Raises FaultError when the machine cannot (not root)."""
 
     def storage_prepare(self, mode: StorageMode, ckpt_dir: Path, *, size_mb: int) -> list[Change]:
         """What the outage needs in place before the job starts (``full``: a small
-        filesystem of ``size_mb``; ``unreachable``: the directory served by a server the
-        outage can take away; ``read-only``: nothing). Undone at the end of the item."""
+        filesystem of ``size_mb``; ``unreachable``, ``slow``: the directory served by a
+        server the fault can take away or slow down; ``read-only``: nothing). Undone at the
+        end of the item."""
         ...
 
     def storage_read_only(self, ckpt_dir: Path) -> list[Change]:
@@ -582,6 +585,11 @@ class StorageActions(Protocol):
     def storage_unreachable(self, ckpt_dir: Path, *, server: str) -> list[Change]:
         """The prepared server stops answering (``hang``) or fails every request with EIO
         (``error``) until the undo."""
+        ...
+
+    def storage_slow(self, ckpt_dir: Path, *, latency_ms: int, ops: str) -> list[Change]:
+        """The prepared server answers each request ``latency_ms`` late (``ops``: ``write``,
+        the requests that change the directory; ``all``) until the undo."""
         ...
 
     def storage_release(self, ckpt_dir: Path) -> None:

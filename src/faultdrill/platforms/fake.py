@@ -328,6 +328,10 @@ class FakePlatform(Platform):
         args = {"path": str(ckpt_dir), "server": server}
         return [self._change("storage_unreachable", args, f"fake: storage server {server}")]
 
+    def storage_slow(self, ckpt_dir: Path, *, latency_ms: int, ops: str) -> list[Change]:
+        args = {"path": str(ckpt_dir), "latency_ms": latency_ms, "ops": ops}
+        return [self._change("storage_slow", args, f"fake: storage {latency_ms} ms per {ops}")]
+
     def storage_release(self, ckpt_dir: Path) -> None:
         self.asked.append(("storage_release", {"path": str(ckpt_dir)}))
 

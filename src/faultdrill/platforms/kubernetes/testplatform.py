@@ -88,6 +88,7 @@ TEST_CLUSTER_ABILITIES = API_ABILITIES | frozenset(
         Ability.STORAGE_READ_ONLY,
         Ability.STORAGE_FULL,
         Ability.STORAGE_UNREACHABLE,
+        Ability.STORAGE_SLOW,
         Ability.NETWORK_TRACK,
     }
 )
@@ -206,8 +207,9 @@ class TestClusterPlatform(HostStorage, KubernetesPlatform):
         if not any(p.is_file() for p in tarball_candidates()):
             missing.append("the Kubernetes v1.20.2 binaries (scripts/setup-kubernetes.sh)")
         out = dict.fromkeys(abilities, "; ".join(missing)) if missing else {}
-        if Ability.STORAGE_UNREACHABLE in abilities and fuse_missing():
-            out[Ability.STORAGE_UNREACHABLE] = "; ".join(fuse_missing())
+        for needs_fuse in (Ability.STORAGE_UNREACHABLE, Ability.STORAGE_SLOW):
+            if needs_fuse in abilities and fuse_missing():
+                out[needs_fuse] = "; ".join(fuse_missing())
         return out
 
     # --- the cluster ------------------------------------------------------------------------

@@ -223,7 +223,7 @@ class RayPlatform(HostStorage, Platform):
     def machine_lacks(cls, abilities: frozenset[Ability]) -> dict[Ability, str]:
         out: dict[Ability, str] = {}
         for ability in sorted(abilities, key=str):
-            if ability is Ability.STORAGE_UNREACHABLE and fuse_missing():
+            if ability in (Ability.STORAGE_UNREACHABLE, Ability.STORAGE_SLOW) and fuse_missing():
                 out[ability] = "; ".join(fuse_missing())
             elif ability in (Ability.STORAGE_READ_ONLY, Ability.STORAGE_FULL) and os.geteuid():
                 out[ability] = "root (storage faults mount over the checkpoint directory)"

@@ -96,10 +96,10 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
         if why is not None:
             return dict.fromkeys(abilities, f"the embedded Slurm cluster: {why}")
         out: dict[Ability, str] = {}
-        if Ability.STORAGE_UNREACHABLE in abilities:
-            missing = fuse_missing()
-            if missing:
-                out[Ability.STORAGE_UNREACHABLE] = "; ".join(missing)
+        missing = fuse_missing()
+        for needs_fuse in (Ability.STORAGE_UNREACHABLE, Ability.STORAGE_SLOW):
+            if needs_fuse in abilities and missing:
+                out[needs_fuse] = "; ".join(missing)
         return out
 
     # --- the contract -------------------------------------------------------------------
