@@ -40,9 +40,9 @@ from faultdrill.faults.api import (
     is_single_name,
     register,
 )
-from faultdrill.judge.inventory import read_pointer, verify_dir
 from faultdrill.plan.faults import StorageOutageSpec
 from faultdrill.platforms.api import Ability, ReachesCheckpoints, StorageActions
+from faultdrill.readings.inventory import read_pointer, verify_dir
 
 __all__ = ["StorageOutage", "StorageOutageSpec", "observe_pointer"]
 
