@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import FaultError
 from faultdrill.host import procfs
+from faultdrill.host.api import Change, Note, StorageMode
 from faultdrill.host.mounts import (
     FILLER,
     MIRROR_FSTYPE,
@@ -55,10 +56,9 @@ from faultdrill.host.mounts import (
     tmpfs_entry,
     wait_until,
 )
-from faultdrill.platforms.api import Change, Note, StorageMode
 
 if TYPE_CHECKING:
-    from faultdrill.platforms.api import Replica
+    from faultdrill.host.api import Replica
 
 __all__ = ["HostStorage", "fuse_missing"]
 
