@@ -35,9 +35,10 @@ from typing import IO, TYPE_CHECKING
 from faultdrill import rundir
 from faultdrill.errors import FaultError, NotOursError, PlatformError
 from faultdrill.host import owned, procfs
+from faultdrill.host.actions import ProcessReplicas
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
-from faultdrill.host.linux import signal_change, sigstop_change
+from faultdrill.host.linux import sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
@@ -148,7 +149,7 @@ ISOLATION_VARIANTS: dict[str, type[Platform]] = {}
 
 
 @register
-class LocalPlatform(HostStorage, Platform):
+class LocalPlatform(ProcessReplicas, HostStorage, Platform):
     """torchrun agents on this host; nodes are a :class:`NodeCluster` of cgroups (and, with
     netns isolation, network namespaces: see ``faultdrill.platforms.local.netns``)."""
 
@@ -411,16 +412,7 @@ class LocalPlatform(HostStorage, Platform):
 
     def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
         reps = self.replicas()
-        found = [
-            r
-            for r in reps
-            if r.role == "worker"
-            and (rank is None or r.rank == rank)
-            and (node is None or r.node == node)
-        ]
-        if not found:
-            what = f"rank {rank}" if rank is not None else f"a worker on node {node}"
-            raise FaultError(f"no live worker holds {what}")
+        found = self.live_workers(reps, rank=rank, node=node)
         # A worker the platform launched (child of an agent) before any stray process that
         # merely claims the rank, such as a detached old replica.
         agents = {r.pid for r in reps if r.role == "agent"}
@@ -428,20 +420,6 @@ class LocalPlatform(HostStorage, Platform):
             found,
             key=lambda r: (r.ppid not in agents, r.rank if r.rank is not None else 1 << 30, r.pid),
         )
-
-    def signal_replica(self, replica: Replica, sig: str) -> Change:
-        pid = replica.pid
-        return signal_change(
-            pid,
-            replica.start_time,
-            sig,
-            f"{sig} pid {pid} (rank {replica.rank}, node {replica.node})",
-            f"kill -{sig.removeprefix('SIG')} {pid}",
-            {"pid": pid, "rank": replica.rank, "node": replica.node},
-        )
-
-    def replica_alive(self, replica: Replica) -> bool:
-        return procfs.alive(replica.pid, replica.start_time)
 
     # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
 

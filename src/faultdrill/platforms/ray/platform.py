@@ -44,12 +44,13 @@ from typing import TYPE_CHECKING, Any
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError
 from faultdrill.host import procfs
+from faultdrill.host.actions import NodeLinks, ProcessReplicas
+from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
-    CONTROL_PLANE_PEER,
     Ability,
     Change,
     JobSpec,
@@ -175,8 +176,11 @@ VARIANTS: dict[str, type[Platform]] = {}
 
 
 @register
-class RayPlatform(HostStorage, Platform):
+class RayPlatform(ProcessReplicas, NodeLinks, HostStorage, Platform):
     """A Ray Train job on an embedded Ray cluster (see the module)."""
+
+    signal_noun = "Ray Train worker pid"
+    worker_noun = "Ray Train worker"
 
     name = "ray"
 
@@ -497,16 +501,7 @@ class RayPlatform(HostStorage, Platform):
     # --- actions: a rank (SignalsRanks) ----------------------------------------------------
 
     def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
-        found = [
-            r
-            for r in self.replicas()
-            if r.role == "worker"
-            and (rank is None or r.rank == rank)
-            and (node is None or r.node == node)
-        ]
-        if not found:
-            what = f"rank {rank}" if rank is not None else f"a Train worker on node {node}"
-            raise FaultError(f"no live Ray Train worker holds {what}")
+        found = self.live_workers(self.replicas(), rank=rank, node=node)
         # One of the newest worker group (the one Ray Train runs now) before an older
         # process that still claims the rank (a cut-off worker Ray gave up on).
         group = set(self._seen.group) if self._seen is not None else set()
@@ -518,20 +513,6 @@ class RayPlatform(HostStorage, Platform):
                 -r.start_time,
             ),
         )
-
-    def signal_replica(self, replica: Replica, sig: str) -> Change:
-        pid = replica.pid
-        return signal_change(
-            pid,
-            replica.start_time,
-            sig,
-            f"{sig} Ray Train worker pid {pid} (rank {replica.rank}, node {replica.node})",
-            f"kill -{sig.removeprefix('SIG')} {pid}",
-            {"pid": pid, "rank": replica.rank, "node": replica.node},
-        )
-
-    def replica_alive(self, replica: Replica) -> bool:
-        return procfs.alive(replica.pid, replica.start_time)
 
     # --- actions: whole nodes (NodeActions) ------------------------------------------------
 
@@ -581,27 +562,20 @@ class RayPlatform(HostStorage, Platform):
 
     # --- actions: links (LinkActions) --------------------------------------------------------
 
-    def link_loss(self, node: str, percent: float, *, peer: str | None = None) -> list[Change]:
-        return self.cluster.nodes.link_loss(node, percent, peer=peer)
+    def node_cluster(self) -> NodeCluster:
+        return self.cluster.nodes
 
-    def link_slow(self, node: str, *, rate: str, burst: str, queue_ms: int) -> list[Change]:
-        return self.cluster.nodes.link_slow(node, rate=rate, burst=burst, queue_ms=queue_ms)
-
-    def link_down(self, node: str) -> Change:
-        return self.cluster.nodes.link_down(node)
-
-    def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
-        if peer == CONTROL_PLANE_PEER:  # the node's raylet loses the GCS; gloo still flows
-            ray = self.cluster.ray
-            if node == ray.head:
-                raise FaultError(
-                    f"{node} hosts the GCS (head: n1): it cannot be cut off from itself; "
-                    "pick another node or set resources.ray.head: own"
-                )
-            return self.cluster.nodes.service_cut(
-                node, self.cluster.nodes.address(ray.head), GCS_PORT, purpose="partition-gcs"
+    def cut_from_control_plane(self, node: str) -> list[Change]:
+        """The node's raylet loses the GCS; gloo still flows."""
+        ray = self.cluster.ray
+        if node == ray.head:
+            raise FaultError(
+                f"{node} hosts the GCS (head: n1): it cannot be cut off from itself; "
+                "pick another node or set resources.ray.head: own"
             )
-        return self.cluster.nodes.link_cut(node, peer=peer)
+        return self.cluster.nodes.service_cut(
+            node, self.cluster.nodes.address(ray.head), GCS_PORT, purpose="partition-gcs"
+        )
 
     def start_network_track(self, hz: float) -> None:
         self.cluster.nodes.start_network_track(hz)
