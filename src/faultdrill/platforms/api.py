@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONTROL_PLANE_PEER",
     "PLATFORMS",
+    "TORCHRUN_ENV",
     "Ability",
     "Change",
     "ControlPlaneActions",
@@ -129,6 +130,22 @@ class Ability(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: The variables torchrun sets in each worker (rank, world, rendezvous). A harness that runs
+#: under torchrun itself (a test) must not hand them to the job it launches.
+TORCHRUN_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_RUN_ID",
+)
 
 
 class JobState(str, Enum):

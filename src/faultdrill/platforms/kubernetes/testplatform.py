@@ -65,7 +65,7 @@ from faultdrill.platforms.kubernetes.testcluster import (
     RDZV_PORT,
     TestCluster,
 )
-from faultdrill.platforms.local.platform import describe_process, scratch_root
+from faultdrill.platforms.local.platform import describe_process, make_scratch_root
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -286,10 +286,7 @@ class TestClusterPlatform(ProcessReplicas, NodeLinks, HostStorage, KubernetesPla
     def pod_env(self, job: JobSpec) -> list[dict[str, Any]]:
         """The API's environment, plus a short TMPDIR of the item (torchelastic's files,
         DataLoader workers' AF_UNIX sockets), recorded in the ledger and removed with it."""
-        root = scratch_root(job.run_id)
-        eid = self.ledger.record("scratch-dir", {"path": str(root)}, f"scratch dir {root}")
-        root.mkdir(mode=0o700, exist_ok=True)
-        self.ledger.mark_applied(eid)
+        root = make_scratch_root(self.ledger, job.run_id)
         return [*super().pod_env(job), {"name": "TMPDIR", "value": str(root)}]
 
     def _teardown(self) -> None:

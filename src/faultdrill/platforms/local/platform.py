@@ -43,6 +43,7 @@ from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
+    TORCHRUN_ENV,
     Ability,
     Change,
     JobSpec,
@@ -61,18 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["AGENT_MODULE", "LocalPlatform", "describe_process", "free_port", "fuse_missing"]
 
 AGENT_MODULE = "faultdrill.platforms.local.agent"
-_SCRUB = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_RUN_ID",
-)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -89,6 +78,20 @@ def scratch_root(run_id: str) -> Path:
     """``/tmp/fd-<12 hex digits of the run id's hash>``: short, and named so that the undo
     can tell it is ours."""
     return owned.run_tmp_dir("fd-", 12, run_id)
+
+
+def make_scratch_root(ledger: Ledger, run_id: str) -> Path:
+    """Make the run's :func:`scratch_root` (mode 0700), recorded in ``ledger`` first (undo
+    ``scratch-dir``), for every platform whose nodes are this host's. Raises PlatformError
+    when it cannot be made."""
+    root = scratch_root(run_id)
+    eid = ledger.record("scratch-dir", {"path": str(root)}, f"scratch dir {root}")
+    try:
+        root.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise PlatformError(f"cannot create the scratch directory {root}: {exc}") from exc
+    ledger.mark_applied(eid)
+    return root
 
 
 @undoer("scratch-dir", owns={"path": owned.tmp_dir("fd-", 12, in_run=False)})
@@ -265,20 +268,13 @@ class LocalPlatform(ProcessReplicas, HostStorage, Platform):
         whose paths may not exceed 107 bytes, and a run directory can be deep."""
         if self._scratch is None:
             assert self.ledger is not None
-            root = scratch_root(self.ledger.run_id)
-            eid = self.ledger.record("scratch-dir", {"path": str(root)}, f"scratch dir {root}")
-            try:
-                root.mkdir(mode=0o700, exist_ok=True)
-            except OSError as exc:
-                raise PlatformError(f"cannot create the scratch directory {root}: {exc}") from exc
-            self.ledger.mark_applied(eid)
-            self._scratch = root
+            self._scratch = make_scratch_root(self.ledger, self.ledger.run_id)
         tmp = self._scratch / node
         tmp.mkdir(exist_ok=True)
         return tmp
 
     def agent_env(self, node: str, job: JobSpec) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+        env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
         tmp = self.scratch_dir(node)
         env.update(job.env)
         env.update(

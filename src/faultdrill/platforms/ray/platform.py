@@ -300,18 +300,21 @@ class RayPlatform(ProcessReplicas, NodeLinks, HostStorage, Platform):
                 "platform", "node_state", node=node, state=state, previous=old, reason=reason
             )
 
-    def _submit(self, job: JobSpec) -> None:
-        rc = self.cluster
+    def _driver_command(
+        self, job: JobSpec, ray_env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """The Ray driver's command line and environment (``ray_env``: how it reaches the
+        cluster); the reference workload runs as its Ray Train variant. From now on the
+        workers' announcements are read."""
         argv = list(job.argv)
         workers = len(job.nodes) * job.procs_per_node
         if argv[:2] == _LM:
             argv = ["-m", "faultdrill.workloads.lm_ray", *argv[2:]]
             argv += [f"--workers={workers}", f"--max-failures={job.max_restarts}"]
         self._seen = _Announcements(job.events_dir, time.monotonic())
-        rc.ray.start_observer(job.events_dir, job.task_id)
         env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
         env.update(job.env)
-        env.update(rc.ray.driver_env(DRIVER_NODE))
+        env.update(ray_env)
         env.update(
             {
                 "FAULTDRILL_EVENTS_DIR": str(job.events_dir),
@@ -322,21 +325,30 @@ class RayPlatform(ProcessReplicas, NodeLinks, HostStorage, Platform):
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        log_path = rundir.logs_dir(job.work_dir) / "ray-driver.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            self.driver = rc.nodes.launch(
-                DRIVER_NODE, [sys.executable, *argv], env=env, cwd=job.work_dir, log=log
-            )
+        return [sys.executable, *argv], env
+
+    def _driver_spawned(self, node: str) -> None:
+        """Record the driver just started (``self.driver``) as the job's agent on ``node``."""
+        assert self.driver is not None
         self._driver_start = procfs.start_time(self.driver.pid)
         self.sink.emit(
             "platform",
             "agent_spawned",
-            node=DRIVER_NODE,
+            node=node,
             pid=self.driver.pid,
             start_time=self._driver_start,
             role="ray-driver",
         )
+
+    def _submit(self, job: JobSpec) -> None:
+        rc = self.cluster
+        argv, env = self._driver_command(job, rc.ray.driver_env(DRIVER_NODE))
+        rc.ray.start_observer(job.events_dir, job.task_id)
+        log_path = rundir.logs_dir(job.work_dir) / "ray-driver.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            self.driver = rc.nodes.launch(DRIVER_NODE, argv, env=env, cwd=job.work_dir, log=log)
+        self._driver_spawned(DRIVER_NODE)
 
     def _poll(self) -> JobState:
         if self.driver is None:

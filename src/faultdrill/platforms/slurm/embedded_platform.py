@@ -48,7 +48,7 @@ from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import Ability, Change, JobSpec, Note, Replica
-from faultdrill.platforms.local.platform import describe_process, scratch_root
+from faultdrill.platforms.local.platform import describe_process, make_scratch_root
 from faultdrill.platforms.slurm import jobs
 from faultdrill.platforms.slurm.embedded import (
     CONTROLLER,
@@ -119,14 +119,7 @@ class EmbeddedSlurmPlatform(ProcessReplicas, NodeLinks, HostStorage, SlurmPlatfo
         """The nodes' TMPDIR root: a short directory of this run in /tmp, recorded in the
         ledger (AF_UNIX socket paths below it must stay under 108 bytes)."""
         if self._scratch is None:
-            root = scratch_root(self.ledger.run_id)
-            eid = self.ledger.record("scratch-dir", {"path": str(root)}, f"scratch dir {root}")
-            try:
-                root.mkdir(mode=0o700, exist_ok=True)
-            except OSError as exc:
-                raise PlatformError(f"cannot create the scratch directory {root}: {exc}") from exc
-            self.ledger.mark_applied(eid)
-            self._scratch = root
+            self._scratch = make_scratch_root(self.ledger, self.ledger.run_id)
         return self._scratch
 
     def _task_script(self, job: JobSpec) -> str:
