@@ -24,13 +24,13 @@ from faultdrill.checks.network import network_report
 from faultdrill.checks.results import comparison_mode
 from faultdrill.environment import environment_facts
 from faultdrill.errors import RunDirError
-from faultdrill.joblogs.evidence import as_reached, log_evidence, not_observable
 from faultdrill.judge.conclusion import Conclusion, conclude
 from faultdrill.judge.dependencies import dependency_totals, recovery_dependencies
 from faultdrill.judge.disruption import describe_disruption
 from faultdrill.judge.dossier import scheduling_result
 from faultdrill.judge.goodput import account
 from faultdrill.judge.layers import LayerResult, failing_layer
+from faultdrill.judge.log_evidence import as_reached, log_evidence, not_observable
 from faultdrill.judge.plausible import implausible
 from faultdrill.judge.runfiles import refuse_outside, run_json
 from faultdrill.judge.trend import trend_after_recovery
