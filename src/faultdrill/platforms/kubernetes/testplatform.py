@@ -50,13 +50,13 @@ from faultdrill import rundir
 from faultdrill.errors import PlatformError
 from faultdrill.events import EventSink
 from faultdrill.host import procfs
-from faultdrill.host.actions import NodeLinks, ProcessReplicas
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.linux import sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import Ledger, undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import Ability, Change, JobSpec, Note, Replica
+from faultdrill.platforms.hosted import NodeLinks, ProcessReplicas
 from faultdrill.platforms.kubernetes.job import ENV_POD_UID
 from faultdrill.platforms.kubernetes.platform import API_ABILITIES, VARIANTS, KubernetesPlatform
 from faultdrill.platforms.kubernetes.testcluster import (

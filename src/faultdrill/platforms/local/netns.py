@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING
 from faultdrill import rundir
 from faultdrill.errors import FaultError, PlatformError
 from faultdrill.host import procfs
-from faultdrill.host.actions import NodeLinks
 from faultdrill.host.cluster import SUBNET, NodeCluster
 from faultdrill.host.linux import ActiveRule, NodeLink, netns_unavailable, signal_change
 from faultdrill.platforms.api import Change, JobSpec, JobState, NodeInfo
+from faultdrill.platforms.hosted import NodeLinks
 from faultdrill.platforms.local.platform import ISOLATION_VARIANTS, LocalPlatform
 
 if TYPE_CHECKING:

@@ -35,7 +35,6 @@ from typing import IO, TYPE_CHECKING
 from faultdrill import rundir
 from faultdrill.errors import FaultError, NotOursError, PlatformError
 from faultdrill.host import owned, procfs
-from faultdrill.host.actions import ProcessReplicas
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
 from faultdrill.host.linux import sigstop_change
@@ -53,6 +52,7 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
+from faultdrill.platforms.hosted import ProcessReplicas
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink

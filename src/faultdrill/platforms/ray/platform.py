@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError
 from faultdrill.host import procfs
-from faultdrill.host.actions import NodeLinks, ProcessReplicas
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
@@ -61,6 +60,7 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
+from faultdrill.platforms.hosted import NodeLinks, ProcessReplicas
 from faultdrill.platforms.ray.cluster import (
     LIVE,
     RayCluster,

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.host import procfs
-from faultdrill.host.actions import NodeLinks, ProcessReplicas
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
 from faultdrill.host.linux import netns_unavailable, sigstop_change
@@ -48,6 +47,7 @@ from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import Ability, Change, JobSpec, Note, Replica
+from faultdrill.platforms.hosted import NodeLinks, ProcessReplicas
 from faultdrill.platforms.local.platform import describe_process, make_scratch_root
 from faultdrill.platforms.slurm import jobs
 from faultdrill.platforms.slurm.embedded import (

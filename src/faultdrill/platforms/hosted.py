@@ -1,4 +1,4 @@
-"""The actions every platform on this host's processes and namespace nodes does alike.
+"""What the platforms whose nodes are this host's do alike, written once.
 
 The local platform and the embedded Slurm, Ray and Kubernetes test clusters all run the
 job's replicas as processes of this machine, and (with network namespaces) its nodes on a
@@ -8,7 +8,7 @@ is lost, slowed, set down or cut the same way (:class:`NodeLinks`: ``LinkActions
 platform keeps only what is its own: which of several processes claiming a rank is the
 current replica, what an operator types to reach a node, how a node is cut off from its
 control plane. Like :class:`~faultdrill.host.storage.HostStorage`, these are mixins: the
-class they are mixed into is a ``Platform``.
+class they are mixed into is a :class:`~faultdrill.platforms.api.Platform`.
 """
 
 from __future__ import annotations

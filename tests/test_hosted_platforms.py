@@ -1,4 +1,4 @@
-"""The actions every host platform shares (host/actions.py), on real processes.
+"""What the host platforms share (platforms/hosted.py), on real processes.
 
 ``ProcessReplicas`` signals a replica only while its pid is still the process that started
 at the replica's start time, says in the ledger's label and command what it did, and finds
@@ -16,8 +16,8 @@ import pytest
 
 from faultdrill.errors import FaultError
 from faultdrill.host import procfs
-from faultdrill.host.actions import ProcessReplicas
 from faultdrill.host.api import Replica
+from faultdrill.platforms.hosted import ProcessReplicas
 
 
 class _OverSsh(ProcessReplicas):
