@@ -5,7 +5,7 @@ a checkpoint every ``steps // 10`` steps, one rank killed shortly after the chec
 mid-run, every rank restarted as incarnation 1, which loads that checkpoint and runs to
 the end (the steps since the checkpoint are recomputed). Each step event carries one
 range of :data:`SAMPLES_PER_STEP` sample ids. The baseline is the same job without the
-fault; it becomes the checks' :class:`~faultdrill.judge.reference.Reference`.
+fault; it becomes the checks' :class:`~faultdrill.readings.reference.Reference`.
 
 The step events are generated directly as columns (the form :class:`StepTable` holds
 after loading), not as JSON lines: what is measured is what happens after the events are
@@ -16,7 +16,7 @@ Measured, in one fresh process per size (so peak RSS is per size):
 * ``derive_s``: :meth:`Timeline.from_parts` for baseline and drill (incarnations, process
   lives), then :meth:`Reference.from_timeline` for the baseline;
 * ``checks_s``: :func:`faultdrill.checks.run_checks` on the drill (every registered check);
-* ``analysis_s``: :func:`faultdrill.judge.analysis.answer_questions` (the four questions);
+* ``analysis_s``: :func:`faultdrill.readings.analysis.answer_questions` (the four questions);
 * ``peak_rss_bytes``: the process's peak resident set (``ru_maxrss``), generation included.
 
 Every check must pass on this healthy drill; a different verdict aborts the benchmark, so
@@ -43,8 +43,8 @@ import numpy as np
 from faultdrill.admit import load_plan
 from faultdrill.checks import CHECKS, CheckContext, run_checks
 from faultdrill.events import Event
-from faultdrill.judge.analysis import answer_questions
-from faultdrill.judge.reference import Reference
+from faultdrill.readings.analysis import answer_questions
+from faultdrill.readings.reference import Reference
 from faultdrill.timeline import StepTable, Timeline
 from faultdrill.timeline.store import write_table
 

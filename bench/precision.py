@@ -47,9 +47,9 @@ from faultdrill.events import EventSink
 from faultdrill.faults.api import FaultContext, make_fault
 from faultdrill.host import procfs
 from faultdrill.host.linux import signal_change
-from faultdrill.judge.analysis import answer_questions
 from faultdrill.ledger import Ledger
 from faultdrill.platforms.api import Change, JobSpec, JobState, NodeInfo, Platform, Replica
+from faultdrill.readings.analysis import answer_questions
 from faultdrill.timeline import Timeline
 
 __all__ = ["TARGET_MS", "measure"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from faultdrill.admit import load_plan
-from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, Scenario
+from faultdrill.readings.reference import Reference
 from tests.recorded_run import recorded_demo  # noqa: F401  (session fixture: one small drill)
 from tests.test_netns_kit import cluster  # noqa: F401  (a bare namespace cluster)
 from tests.timelines import Judge, baseline

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from faultdrill.judge.analysis import (
+from faultdrill.readings.analysis import (
     END_KINDS,
     LOST_KINDS,
     RODE_OUT,

@@ -27,7 +27,7 @@ from faultdrill.admit import load_plan
 from faultdrill.checks import CheckContext, Verdict, run_checks
 from faultdrill.events import read_jsonl
 from faultdrill.intervals import merge
-from faultdrill.judge.reference import LossLookup, Reference, StepCovers, mean_loss_by_step
+from faultdrill.readings.reference import LossLookup, Reference, StepCovers, mean_loss_by_step
 from faultdrill.timeline import StepTable, Timeline
 from faultdrill.timeline.model import _lookup
 from tests.slurmkit import needs_slurm

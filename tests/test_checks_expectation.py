@@ -11,8 +11,8 @@ import pytest
 from faultdrill.checks import CATEGORIES, CHECKS, Finding, Verdict, combine, run_checks
 from faultdrill.checks.api import CheckContext, EvidenceResult, check
 from faultdrill.errors import DrillError
-from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control
+from faultdrill.readings.reference import Reference
 from tests.timelines import NEW, TL, Judge, baseline, first_run, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from faultdrill.checks import CHECKS, Verdict
-from faultdrill.judge.reference import Reference
+from faultdrill.readings.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.timelines import NEW, OLD, TL, B, Judge, baseline, finish, first_run, ids, restart
 

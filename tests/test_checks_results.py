@@ -13,7 +13,7 @@ import pytest
 from faultdrill.checks import Verdict
 from faultdrill.checks.band import K_STEP, measure_band
 from faultdrill.checks.results import baseline_band, comparison_mode
-from faultdrill.judge.reference import Reference
+from faultdrill.readings.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.timelines import (
     MODEL_FILE,

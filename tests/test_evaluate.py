@@ -11,8 +11,8 @@ import pytest
 from faultdrill.checks import Verdict
 from faultdrill.checks.api import EvidenceResult, Finding
 from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item, recovery_class
-from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario
+from faultdrill.readings.reference import Reference
 from faultdrill.report.html import render_html
 from faultdrill.report.markdown import render_markdown
 from tests.drillkit import class_level_contradiction

@@ -15,8 +15,8 @@ from faultdrill.checks import Verdict
 from faultdrill.engine.watch import Watch
 from faultdrill.events import malformed, read_jsonl
 from faultdrill.judge.evaluate import evaluate_item
-from faultdrill.judge.reference import Reference
 from faultdrill.plan import Plan, RecoveryClass, Scenario
+from faultdrill.readings.reference import Reference
 from faultdrill.timeline import Timeline
 from faultdrill.timeline.store import StepStoreWriter, read_store
 from tests.timelines import TL, restart

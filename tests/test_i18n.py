@@ -436,7 +436,7 @@ def test_a_third_language_is_one_file(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_who_deemed_the_worker_lost_is_said_in_chinese_around_the_recorded_decisions() -> None:
-    """The judge's answers of a platform with deciders (judge/analysis.py) are English
+    """The judge's answers of a platform with deciders (readings/analysis.py) are English
     sentences around event kinds and sources: the sentence is said again, the decisions
     stay as recorded; an answer of no known shape is shown as recorded."""
     from faultdrill.report import words

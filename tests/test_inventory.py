@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from faultdrill.faults.checkpoint import damage_checkpoint
-from faultdrill.judge.inventory import inventory_summary, take_inventory, verify_dir
+from faultdrill.readings.inventory import inventory_summary, take_inventory, verify_dir
 from faultdrill.timeline import Timeline
 from faultdrill.workloads import _ckpt
 from tests.timelines import NEW, OLD, TL

@@ -23,8 +23,8 @@ from faultdrill.checks import Verdict
 from faultdrill.cli import _Console
 from faultdrill.engine.failure import describe, failure_facts
 from faultdrill.judge.evaluate import evaluate_item
-from faultdrill.judge.reference import Reference
 from faultdrill.plan import Plan, RecoveryClass, Scenario
+from faultdrill.readings.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.drillkit import cli_env, demo_raw, kill_task
 from tests.timelines import TL, baseline

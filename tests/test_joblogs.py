@@ -20,8 +20,8 @@ from faultdrill.engine.watch import Watch
 from faultdrill.errors import PlanError
 from faultdrill.events import EventSink, malformed
 from faultdrill.joblogs import LineReader, LogPatterns, Reading
-from faultdrill.joblogs.evidence import as_reached, log_evidence, not_observable
 from faultdrill.joblogs.tail import LogTail, hash_checkpoint, log_file_origin
+from faultdrill.judge.log_evidence import as_reached, log_evidence, not_observable
 from faultdrill.plan import Plan
 from faultdrill.platforms.api import Replica
 from faultdrill.timeline import Timeline

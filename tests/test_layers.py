@@ -10,8 +10,8 @@ import pytest
 from faultdrill.checks import Verdict, run_checks
 from faultdrill.judge import layers
 from faultdrill.judge.layers import Layer, LayerContext, LayerResult, failing_layer
-from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, Scenario
+from faultdrill.readings.reference import Reference
 from tests.test_checks_results import long_restart, noisy, shifted, stale_eval
 from tests.test_checks_storage import _damaged, _outage
 from tests.timelines import NEW, OLD, TL, Judge, baseline, first_run, ids, restart

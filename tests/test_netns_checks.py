@@ -12,8 +12,8 @@ from faultdrill.checks.network import placement
 from faultdrill.faults.network import LinkTarget, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeTarget
 from faultdrill.i18n import translator
-from faultdrill.judge.network import network_summary
 from faultdrill.plan import Scenario
+from faultdrill.readings.network import network_summary
 from faultdrill.report.blocks import to_markdown
 from faultdrill.report.model import NetworkTrack
 from faultdrill.report.parts.accounting import network_part

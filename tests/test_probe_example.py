@@ -1,7 +1,7 @@
 """The documented probe example (``examples/my_train.py``), judged by the real checks.
 
 The example publishes checkpoints with a pointer file holding ``<name> <sha256>``; the
-pointer contract (``faultdrill.judge.inventory.read_pointer``: its first token is the id) must
+pointer contract (``faultdrill.readings.inventory.read_pointer``: its first token is the id) must
 make a healthy run of it pass. Once in-process with the harness's real inventory (cheap),
 and once as a real baseline under the engine: torchrun, sampler, inventory, cleanup.
 """
@@ -25,8 +25,8 @@ from faultdrill.engine.item import execute_item
 from faultdrill.events import read_jsonl
 from faultdrill.judge.artifacts import verify_artifacts
 from faultdrill.judge.evaluate import evaluate_item
-from faultdrill.judge.inventory import pointer_id, read_pointer, take_inventory
-from faultdrill.judge.reference import Reference
+from faultdrill.readings.inventory import pointer_id, read_pointer, take_inventory
+from faultdrill.readings.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.drillkit import kill_task
 

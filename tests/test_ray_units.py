@@ -13,11 +13,11 @@ import pytest
 
 from faultdrill.admit import parse_plan
 from faultdrill.errors import PlanError
-from faultdrill.judge.analysis import answer_questions
 from faultdrill.plan import Resources
 from faultdrill.platforms import PLATFORMS, Ability
 from faultdrill.platforms.ray.embedded import RayTuning
 from faultdrill.platforms.ray.platform import RayPlatform, _Announcements
+from faultdrill.readings.analysis import answer_questions
 from tests.drillkit import demo_raw
 from tests.timelines import NEW, OLD, TL, Judge, first_run
 

@@ -16,9 +16,9 @@ from faultdrill.checks.api import Finding as CheckFinding
 from faultdrill.cli import main
 from faultdrill.errors import RunDirError
 from faultdrill.judge.evaluate import RunResult, evaluate_item
-from faultdrill.judge.reference import Reference
 from faultdrill.plan import Plan, RecoveryClass, Scenario
 from faultdrill.plan.sections import CheckpointPolicy, Resources, Responsibility, Task
+from faultdrill.readings.reference import Reference
 from faultdrill.report.html import render_html
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import (

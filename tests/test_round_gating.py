@@ -16,8 +16,8 @@ import pytest
 import faultdrill.engine.run as runner
 from faultdrill.admit import parse_plan
 from faultdrill.checks import Verdict
-from faultdrill.judge.reference import Reference
 from faultdrill.plan import Plan
+from faultdrill.readings.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.drillkit import demo_raw
 

@@ -15,7 +15,6 @@ import pytest
 from faultdrill.admit import parse_plan
 from faultdrill.checks import Verdict
 from faultdrill.errors import PlanError
-from faultdrill.judge.analysis import answer_questions
 from faultdrill.plan import Resources
 from faultdrill.plan.sections import Timeouts
 from faultdrill.platforms import PLATFORMS, Ability
@@ -24,6 +23,7 @@ from faultdrill.platforms.slurm.embedded_platform import EmbeddedSlurmPlatform
 from faultdrill.platforms.slurm.jobs import RecoveryOptions, render_task
 from faultdrill.platforms.slurm.platform import REAL_ABILITIES, SlurmPlatform
 from faultdrill.probe import Probe
+from faultdrill.readings.analysis import answer_questions
 from tests.slurmkit import example_raw
 from tests.timelines import TL, Judge
 

@@ -25,7 +25,7 @@ from faultdrill.engine.run import run_plan
 from faultdrill.host import procfs
 from faultdrill.host.mounts import MIRROR_FSTYPE, mounts_at
 from faultdrill.host.storage import fuse_missing
-from faultdrill.judge.inventory import verify_dir
+from faultdrill.readings.inventory import verify_dir
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import Report
 from tests.drillkit import demo_raw, kill_task, wait_for

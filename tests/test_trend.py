@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from faultdrill.judge.reference import Reference
 from faultdrill.judge.trend import recovery_step, series_trend, trend_after_recovery
 from faultdrill.plan import Plan
 from faultdrill.plan.sections import Tolerance
+from faultdrill.readings.reference import Reference
 from tests.test_checks_results import shrunk
 from tests.test_conclusion import rode_out
 from tests.timelines import baseline, restart

@@ -24,8 +24,8 @@ from typing import Any
 
 from faultdrill.checks import CheckContext, Finding, Verdict
 from faultdrill.checks.api import run_one
-from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, Scenario
+from faultdrill.readings.reference import Reference
 from faultdrill.timeline import Timeline
 
 WALL = 1_700_000_000.0

@@ -61,6 +61,7 @@ from typing import Any
 
 from faultdrill import safepath
 from faultdrill.errors import DrillError, FaultError, NotOursError
+from faultdrill.host import procfs
 
 __all__ = [
     "OWNS",
@@ -311,10 +312,6 @@ class ActiveEntry:
         An entry of the older format (a path only) cannot tell: False."""
         if self.pid is None or self.start_time is None:
             return False
-        # Imported here: importing faultdrill.platforms registers the platforms, whose
-        # modules import this one (undoer) at import time.
-        from faultdrill.host import procfs
-
         return procfs.alive(self.pid, self.start_time)
 
 
@@ -423,10 +420,6 @@ class Ledger:
     def activate(self) -> None:
         """List this ledger in the state dir so a later ``cleanup`` finds it, with this
         process (the harness) as its owner: pid and start time."""
-        # Imported here: importing faultdrill.platforms registers the platforms, whose
-        # modules import this one (undoer) at import time.
-        from faultdrill.host import procfs
-
         idx = self._index_file()
         idx.parent.mkdir(parents=True, exist_ok=True)
         pid = os.getpid()

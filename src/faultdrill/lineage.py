@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from faultdrill.platforms.api import Replica
+    from faultdrill.host.api import Replica
 
 __all__ = ["Lineage", "ProcFacts", "assign_owners", "promote_announced"]
 

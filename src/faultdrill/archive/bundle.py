@@ -352,7 +352,7 @@ def _manifest(
     with_checkpoints: bool,
     now: dt.datetime,
 ) -> dict[str, Any]:
-    from faultdrill.engine.item import environment_facts
+    from faultdrill.environment import environment_facts
 
     return {
         "format": FORMAT,

@@ -27,8 +27,8 @@ from faultdrill.errors import DrillError
 from faultdrill.i18n import Msg
 
 if TYPE_CHECKING:
-    from faultdrill.judge.reference import Reference
     from faultdrill.plan import Control, Plan, Scenario
+    from faultdrill.readings.reference import Reference
     from faultdrill.timeline import Timeline
 
 __all__ = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.checks.progress import newest_valid_before
-from faultdrill.judge.analysis import injections
+from faultdrill.readings.analysis import injections
 from faultdrill.timeline import Incarnation
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL

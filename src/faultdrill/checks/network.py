@@ -13,7 +13,7 @@ from typing import Any
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.events import Event
-from faultdrill.judge.analysis import injections
+from faultdrill.readings.analysis import injections
 from faultdrill.timeline import Incarnation, Timeline
 
 __all__ = ["HANG_FAULTS", "NODE_LOSS_FAULTS", "decisive_timeout", "network_report", "placement"]
@@ -507,7 +507,7 @@ def spare_environment(ctx: CheckContext) -> list[Finding]:
 
 def network_report(tl: Timeline) -> dict[str, Any]:
     """The report's ``network`` (track summary) and ``placement`` sections, when present."""
-    from faultdrill.judge.network import network_summary
+    from faultdrill.readings.network import network_summary
 
     out: dict[str, Any] = {}
     net = network_summary(tl)

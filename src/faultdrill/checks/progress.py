@@ -15,7 +15,7 @@ from faultdrill.intervals import describe, length, merge, overlaps, subtract
 from faultdrill.timeline import Incarnation, Segment, Timeline
 
 if TYPE_CHECKING:
-    from faultdrill.judge.reference import Reference
+    from faultdrill.readings.reference import Reference
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 

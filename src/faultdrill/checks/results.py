@@ -38,7 +38,7 @@ from faultdrill.checks.band import (
     measure_band,
 )
 from faultdrill.checks.progress import no_committed_progress
-from faultdrill.judge.reference import (
+from faultdrill.readings.reference import (
     EvalKey,
     LossLookup,
     Reference,

@@ -12,7 +12,7 @@ import statistics
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.events import Event
-from faultdrill.judge.inventory import pointer_id
+from faultdrill.readings.inventory import pointer_id
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 

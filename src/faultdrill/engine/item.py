@@ -16,10 +16,7 @@ listed in the state directory for ``faultdrill cleanup``.
 from __future__ import annotations
 
 import json
-import os
-import platform as pyplatform
 import signal
-import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -30,17 +27,17 @@ from typing import Any
 
 import yaml
 
-from faultdrill import __version__, plugins, rundir
+from faultdrill import plugins, rundir
 from faultdrill.engine.failure import failure_facts
 from faultdrill.engine.phases import PhaseClock
 from faultdrill.engine.samplers import ProcessSampler, end_snapshot
 from faultdrill.engine.watch import Watch, stop_reason
+from faultdrill.environment import environment_facts
 from faultdrill.errors import DrillError, FaultError
 from faultdrill.events import EventSink
 from faultdrill.faults.api import Fault, FaultContext, make_fault
 from faultdrill.joblogs.tail import LogTail
 from faultdrill.judge.artifacts import verify_artifacts
-from faultdrill.judge.inventory import take_inventory
 from faultdrill.ledger import Ledger
 from faultdrill.plan import (
     ARG_PLACEHOLDERS,
@@ -53,6 +50,7 @@ from faultdrill.plan import (
 from faultdrill.plan.source import MAX_BYTES
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
+from faultdrill.readings.inventory import take_inventory
 from faultdrill.rundir import ItemKind, item_dir
 from faultdrill.safepath import read_named, write_file
 from faultdrill.timeline import Timeline
@@ -180,25 +178,6 @@ def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: s
         work_dir=work,
         events_dir=events_dir,
     )
-
-
-def environment_facts() -> dict[str, Any]:
-    facts: dict[str, Any] = {
-        "faultdrill": __version__,
-        "python": pyplatform.python_version(),
-        "host": socket.gethostname(),
-        "kernel": pyplatform.release(),
-        "machine": pyplatform.machine(),
-        "cpus": os.cpu_count(),
-        "root": os.geteuid() == 0,
-    }
-    try:
-        from importlib.metadata import version
-
-        facts["torch"] = version("torch")
-    except Exception:  # torch missing is a fact, not an error
-        facts["torch"] = None
-    return facts
 
 
 # --- one item --------------------------------------------------------------------------

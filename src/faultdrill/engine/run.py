@@ -23,16 +23,16 @@ from faultdrill.engine.dossier import (
 )
 from faultdrill.engine.item import (
     Reporter,
-    environment_facts,
     execute_item,
     write_plan_copy,
 )
 from faultdrill.engine.phases import record_phase
+from faultdrill.environment import environment_facts
 from faultdrill.errors import DrillError
 from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item
-from faultdrill.judge.reference import Reference
 from faultdrill.plan import Control, Plan, Scenario
 from faultdrill.platforms import PLATFORMS
+from faultdrill.readings.reference import Reference
 from faultdrill.report import write_reports
 from faultdrill.rundir import ItemKind
 from faultdrill.timeline import Timeline

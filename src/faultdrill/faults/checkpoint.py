@@ -41,10 +41,10 @@ from faultdrill.faults.api import (
     register,
 )
 from faultdrill.faults.process import KillWorker, KillWorkerSpec
-from faultdrill.judge.inventory import read_pointer
 from faultdrill.ledger import PATH, undoer
 from faultdrill.plan.faults import CorruptCheckpointSpec, Damage
 from faultdrill.platforms.api import Ability, ReachesCheckpoints
+from faultdrill.readings.inventory import read_pointer
 
 __all__ = ["CorruptCheckpointSpec", "damage_checkpoint"]
 

@@ -52,9 +52,9 @@ from faultdrill.faults.api import (
     is_single_name,
     register,
 )
-from faultdrill.judge.inventory import read_pointer, verify_dir
 from faultdrill.plan.faults import StorageOutageSpec, StorageSlowSpec
 from faultdrill.platforms.api import Ability, ReachesCheckpoints, StorageActions
+from faultdrill.readings.inventory import read_pointer, verify_dir
 
 __all__ = [
     "StorageOutage",

@@ -56,6 +56,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.host import procfs
+from faultdrill.host.api import Change, Note
 from faultdrill.host.linux import (
     _NETNS_DIR,
     ActiveRule,
@@ -72,7 +73,6 @@ from faultdrill.host.linux import (
 )
 from faultdrill.host.netsampler import NetSampler
 from faultdrill.host.owned import net_prefix
-from faultdrill.platforms.api import Change, Note
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink

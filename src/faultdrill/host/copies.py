@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.host import owned, procfs
+from faultdrill.host.api import Change, Note, Replica
 from faultdrill.ledger import THIS_RUN, undoer
-from faultdrill.platforms.api import Change, Note, Replica
 
 if TYPE_CHECKING:
     from faultdrill.host.cluster import NodeCluster

@@ -41,8 +41,8 @@ from typing import Any, TypeVar
 
 from faultdrill.errors import NotOursError
 from faultdrill.host import owned, procfs
+from faultdrill.host.api import Change, Note
 from faultdrill.ledger import THIS_RUN, undoer
-from faultdrill.platforms.api import Change, Note
 
 __all__ = [
     "ActiveRule",

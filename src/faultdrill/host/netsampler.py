@@ -18,7 +18,7 @@ Events (``src`` = ``net``, stream ``net.jsonl``):
 * ``rule_counters``: ``rule``, ``node``, ``fault``, ``rule_kind`` (iptables|tbf), ``chain`` or
   ``dev``, ``packets``, ``bytes`` (and ``dropped`` for tbf), ``final`` (read at revert).
 
-:func:`faultdrill.judge.network.network_summary` turns them into the report's compact per-node
+:func:`faultdrill.readings.network.network_summary` turns them into the report's compact per-node
 table.
 """
 

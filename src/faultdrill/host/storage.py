@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import FaultError
 from faultdrill.host import procfs
+from faultdrill.host.api import Change, Note, StorageMode
 from faultdrill.host.fuse_mirror import delay_file, write_status
 from faultdrill.host.mounts import (
     FILLER,
@@ -59,10 +60,9 @@ from faultdrill.host.mounts import (
     tmpfs_entry,
     wait_until,
 )
-from faultdrill.platforms.api import Change, Note, StorageMode
 
 if TYPE_CHECKING:
-    from faultdrill.platforms.api import Replica
+    from faultdrill.host.api import Replica
 
 __all__ = ["HostStorage", "fuse_missing"]
 

@@ -12,9 +12,11 @@ conditions and checks then work on them as on a probe's events.
                load, and how one line reads (:class:`LineReader`)
 ``tail``       :class:`LogTail`: the live reader of the job's log files (a thread), which
                attributes each line to the replica that wrote it and emits the events
-``evidence``   what a recorded item's report says about evidence from logs: which events
-               came from them, how late they were stamped, what they cannot show
 =============  ======================================================================
+
+What a recorded item's report says about evidence from logs (which events came from them,
+how late they were stamped, what they cannot show) is judging:
+:mod:`faultdrill.judge.log_evidence`.
 
 See ``docs/integrations.md`` ("A job that cannot be changed").
 """

@@ -52,7 +52,7 @@ from faultdrill.joblogs.spec import LineReader, LogPatterns, Reading
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
-    from faultdrill.platforms.api import Replica
+    from faultdrill.host.api import Replica
 
 __all__ = ["LogTail", "hash_checkpoint", "log_file_origin"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from faultdrill.judge.inventory import sha256_file
+from faultdrill.readings.inventory import sha256_file
 from faultdrill.timeline import Timeline
 
 __all__ = ["reported_artifacts", "verify_artifacts"]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from faultdrill.checks.api import EvidenceResult, Msg, Verdict, combine
 from faultdrill.events import Event
-from faultdrill.judge.analysis import injections
+from faultdrill.readings.analysis import injections
 
 if TYPE_CHECKING:
     from faultdrill.timeline import Timeline

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from faultdrill.judge.analysis import injections
+from faultdrill.readings.analysis import injections
 
 if TYPE_CHECKING:
     from faultdrill.plan import Control, Plan, Scenario

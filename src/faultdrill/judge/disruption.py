@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from faultdrill.events import Event
-from faultdrill.judge.analysis import LOST_KINDS, injections, job_done_mono
+from faultdrill.readings.analysis import LOST_KINDS, injections, job_done_mono
 from faultdrill.timeline import Timeline
 
 __all__ = ["describe_disruption"]

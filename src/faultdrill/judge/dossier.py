@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from faultdrill.judge.analysis import injections
+from faultdrill.readings.analysis import injections
 
 if TYPE_CHECKING:
     from faultdrill.timeline import Timeline

@@ -22,22 +22,22 @@ from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, co
 from faultdrill.checks.api import Msg
 from faultdrill.checks.network import network_report
 from faultdrill.checks.results import comparison_mode
-from faultdrill.engine.item import environment_facts
+from faultdrill.environment import environment_facts
 from faultdrill.errors import RunDirError
-from faultdrill.joblogs.evidence import as_reached, log_evidence, not_observable
-from faultdrill.judge.analysis import Answers, answer_questions
 from faultdrill.judge.conclusion import Conclusion, conclude
 from faultdrill.judge.dependencies import dependency_totals, recovery_dependencies
 from faultdrill.judge.disruption import describe_disruption
 from faultdrill.judge.dossier import scheduling_result
 from faultdrill.judge.goodput import account
-from faultdrill.judge.inventory import inventory_summary
 from faultdrill.judge.layers import LayerResult, failing_layer
+from faultdrill.judge.log_evidence import as_reached, log_evidence, not_observable
 from faultdrill.judge.plausible import implausible
-from faultdrill.judge.reference import Reference
 from faultdrill.judge.runfiles import refuse_outside, run_json
 from faultdrill.judge.trend import trend_after_recovery
 from faultdrill.plan import Control, Plan, RecoveryClass, Scenario
+from faultdrill.readings.analysis import Answers, answer_questions
+from faultdrill.readings.inventory import inventory_summary
+from faultdrill.readings.reference import Reference
 from faultdrill.report.model import (
     EVIDENCE,
     Baseline,

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from faultdrill.checks.api import EvidenceResult, Finding, Msg, Verdict
 from faultdrill.events import Event
-from faultdrill.judge.analysis import END_KINDS, LOST_KINDS, injections
 from faultdrill.judge.conclusion import event_ref
+from faultdrill.readings.analysis import END_KINDS, LOST_KINDS, injections
 
 if TYPE_CHECKING:
     from faultdrill.plan import Control, Scenario

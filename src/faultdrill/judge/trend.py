@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from faultdrill.checks.api import Msg
-from faultdrill.judge.analysis import injections
-from faultdrill.judge.reference import (
+from faultdrill.readings.analysis import injections
+from faultdrill.readings.reference import (
     committed_evaluations,
     evaluation_values,
     mean_loss_by_step,
 )
 
 if TYPE_CHECKING:
-    from faultdrill.judge.reference import Reference
     from faultdrill.plan.sections import Tolerance
+    from faultdrill.readings.reference import Reference
     from faultdrill.timeline import Timeline
 
 __all__ = ["recovery_step", "series_trend", "trend_after_recovery"]

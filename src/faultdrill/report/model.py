@@ -477,7 +477,7 @@ class Refusal(Record):
 
 
 class CheckpointRecord(Record):
-    """One checkpoint of the inventory (:mod:`faultdrill.judge.inventory`)."""
+    """One checkpoint of the inventory (:mod:`faultdrill.readings.inventory`)."""
 
     id: str
     step: JsonValue = None
@@ -605,7 +605,7 @@ class NetRule(Record):
 
 
 class NetworkTrack(Record):
-    """The network track's summary (:func:`faultdrill.judge.network.network_summary`)."""
+    """The network track's summary (:func:`faultdrill.readings.network.network_summary`)."""
 
     window: NetWindow = NetWindow()
     hz: JsonValue = None

@@ -225,7 +225,7 @@ _SKIPS = (
 )
 
 
-#: Notes of the four answers, as the judge writes them (judge/analysis.py) -> message key.
+#: Notes of the four answers, as the judge writes them (readings/analysis.py) -> message key.
 _NOTES = (
     (re.compile(r"no replica was lost: the job rode the fault out"), "note.rode-out"),
     (re.compile(r"no new incarnation started after the fault"), "note.no-restart"),
@@ -239,7 +239,7 @@ _NOTES = (
     ),
 )
 
-#: Who deemed the worker lost, as the judge writes it (judge/analysis.py) -> message key.
+#: Who deemed the worker lost, as the judge writes it (readings/analysis.py) -> message key.
 _LOST_BY = (
     (
         re.compile(

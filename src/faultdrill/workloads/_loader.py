@@ -14,22 +14,32 @@ A module of its own so that ``spawn`` workers unpickle these classes by their im
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 if TYPE_CHECKING:
-    from faultdrill.workloads.lm import Corpus
     from faultdrill.workloads.lm_config import LMConfig
 
-__all__ = ["StepBatches", "StreamPositions", "make_loader"]
+__all__ = ["StepBatches", "StreamCorpus", "StreamPositions", "make_loader"]
+
+
+class StreamCorpus(Protocol):
+    """What the loader reads of a corpus (``lm.Corpus`` is one): said here, not imported
+    from ``lm``, because ``lm`` imports this module (the loader sits below the job)."""
+
+    samples: torch.Tensor
+
+    def indices(self, positions: range) -> list[int]:
+        """The sample index of each global stream position."""
+        ...
 
 
 class StreamPositions(Dataset[tuple[int, torch.Tensor, torch.Tensor]]):
     """Item ``p``: (``p``, inputs, next-token targets) of global stream position ``p``."""
 
-    def __init__(self, corpus: Corpus) -> None:
+    def __init__(self, corpus: StreamCorpus) -> None:
         self.corpus = corpus
 
     def __len__(self) -> int:  # the stream is endless; DataLoader asks only for batches
@@ -64,7 +74,7 @@ class StepBatches(Sampler[list[int]]):
 
 
 def make_loader(
-    cfg: LMConfig, corpus: Corpus, batches: StepBatches
+    cfg: LMConfig, corpus: StreamCorpus, batches: StepBatches
 ) -> DataLoader[tuple[int, torch.Tensor, torch.Tensor]]:
     """The DataLoader the config asks for. Its generator is private: building the loader's
     worker seeds must not draw from the global RNG (resumed runs would diverge)."""

@@ -43,7 +43,7 @@ __all__ = ["DECIDERS", "Follower", "k8s_epoch", "node_view", "pod_view"]
 
 
 #: The sources of the control plane's decisions in these events (the platform emits them
-#: as its ``deciders``: judge.analysis prefers them to the agents' own symptoms).
+#: as its ``deciders``: readings.analysis prefers them to the agents' own symptoms).
 DECIDERS = ("node-lifecycle-controller", "kube-controller-manager", "kube-apiserver", "kubelet")
 
 

@@ -47,14 +47,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from faultdrill import rundir
-from faultdrill.errors import FaultError, PlatformError
+from faultdrill.errors import PlatformError
 from faultdrill.events import EventSink
 from faultdrill.host import procfs
-from faultdrill.host.linux import signal_change, sigstop_change
+from faultdrill.host.cluster import NodeCluster
+from faultdrill.host.linux import sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import Ledger, undoer
 from faultdrill.lineage import Lineage
-from faultdrill.platforms.api import CONTROL_PLANE_PEER, Ability, Change, JobSpec, Note, Replica
+from faultdrill.platforms.api import Ability, Change, JobSpec, Note, Replica
+from faultdrill.platforms.hosted import NodeLinks, ProcessReplicas
 from faultdrill.platforms.kubernetes.job import ENV_POD_UID
 from faultdrill.platforms.kubernetes.platform import API_ABILITIES, VARIANTS, KubernetesPlatform
 from faultdrill.platforms.kubernetes.testcluster import (
@@ -63,7 +65,7 @@ from faultdrill.platforms.kubernetes.testcluster import (
     RDZV_PORT,
     TestCluster,
 )
-from faultdrill.platforms.local.platform import describe_process, scratch_root
+from faultdrill.platforms.local.platform import describe_process, make_scratch_root
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -174,7 +176,7 @@ def _shared_for(resources: Resources) -> _Shared | None:
 # --- the platform ---------------------------------------------------------------------------
 
 
-class TestClusterPlatform(HostStorage, KubernetesPlatform):
+class TestClusterPlatform(ProcessReplicas, NodeLinks, HostStorage, KubernetesPlatform):
     """The job on the test cluster (see the module docstring)."""
 
     __test__ = False  # not a pytest test class
@@ -286,10 +288,7 @@ class TestClusterPlatform(HostStorage, KubernetesPlatform):
     def pod_env(self, job: JobSpec) -> list[dict[str, Any]]:
         """The API's environment, plus a short TMPDIR of the item (torchelastic's files,
         DataLoader workers' AF_UNIX sockets), recorded in the ledger and removed with it."""
-        root = scratch_root(job.run_id)
-        eid = self.ledger.record("scratch-dir", {"path": str(root)}, f"scratch dir {root}")
-        root.mkdir(mode=0o700, exist_ok=True)
-        self.ledger.mark_applied(eid)
+        root = make_scratch_root(self.ledger, job.run_id)
         return [*super().pod_env(job), {"name": "TMPDIR", "value": str(root)}]
 
     def _teardown(self) -> None:
@@ -360,16 +359,7 @@ class TestClusterPlatform(HostStorage, KubernetesPlatform):
     # --- actions: a rank ------------------------------------------------------------------
 
     def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
-        found = [
-            r
-            for r in self.replicas()
-            if r.role == "worker"
-            and (rank is None or r.rank == rank)
-            and (node is None or r.node == node)
-        ]
-        if not found:
-            what = f"rank {rank}" if rank is not None else f"a worker on node {node}"
-            raise FaultError(f"no live worker holds {what}")
+        found = self.live_workers(self.replicas(), rank=rank, node=node)
         rep = min(found, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
         env = procfs.environ(rep.pid)
         self._pods[(rep.pid, rep.start_time)] = env.get("HOSTNAME", "")
@@ -377,18 +367,8 @@ class TestClusterPlatform(HostStorage, KubernetesPlatform):
 
     def signal_replica(self, replica: Replica, sig: str) -> Change:
         if self.settings.kill_worker == "delete-pod":
-            return super().signal_replica(replica, sig)
-        return signal_change(
-            replica.pid,
-            replica.start_time,
-            sig,
-            f"{sig} pid {replica.pid} (rank {replica.rank}, node {replica.node})",
-            f"kill -{sig.removeprefix('SIG')} {replica.pid}",
-            {"pid": replica.pid, "rank": replica.rank, "node": replica.node},
-        )
-
-    def replica_alive(self, replica: Replica) -> bool:
-        return procfs.alive(replica.pid, replica.start_time)
+            return KubernetesPlatform.signal_replica(self, replica, sig)
+        return super().signal_replica(replica, sig)  # the process, as on every host platform
 
     # --- actions: whole nodes ---------------------------------------------------------------
 
@@ -413,22 +393,14 @@ class TestClusterPlatform(HostStorage, KubernetesPlatform):
 
     # --- actions: links -------------------------------------------------------------------
 
-    def link_loss(self, node: str, percent: float, *, peer: str | None = None) -> list[Change]:
-        return self._cluster().hosts.link_loss(node, percent, peer=peer)
+    def node_cluster(self) -> NodeCluster:
+        return self._cluster().hosts
 
-    def link_slow(self, node: str, *, rate: str, burst: str, queue_ms: int) -> list[Change]:
-        return self._cluster().hosts.link_slow(node, rate=rate, burst=burst, queue_ms=queue_ms)
-
-    def link_down(self, node: str) -> Change:
-        return self._cluster().hosts.link_down(node)
-
-    def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
+    def cut_from_control_plane(self, node: str) -> list[Change]:
         c = self._cluster()
-        if peer == CONTROL_PLANE_PEER:
-            return c.hosts.service_cut(
-                node, c.address, APISERVER_PORT, purpose="partition-control-plane"
-            )
-        return c.hosts.link_cut(node, peer=peer)
+        return c.hosts.service_cut(
+            node, c.address, APISERVER_PORT, purpose="partition-control-plane"
+        )
 
     def start_network_track(self, hz: float) -> None:
         """Sample the nodes' links into this item's events (the cluster's rule registry

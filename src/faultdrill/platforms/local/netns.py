@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING
 from faultdrill import rundir
 from faultdrill.errors import FaultError, PlatformError
 from faultdrill.host import procfs
-from faultdrill.host.cluster import SUBNET
+from faultdrill.host.cluster import SUBNET, NodeCluster
 from faultdrill.host.linux import ActiveRule, NodeLink, netns_unavailable, signal_change
 from faultdrill.platforms.api import Change, JobSpec, JobState, NodeInfo
+from faultdrill.platforms.hosted import NodeLinks
 from faultdrill.platforms.local.platform import ISOLATION_VARIANTS, LocalPlatform
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ print(json.dumps(out))
 """
 
 
-class NetnsPlatform(LocalPlatform):
+class NetnsPlatform(NodeLinks, LocalPlatform):
     """torchrun agents on this host, each node in its own network namespace and cgroup.
 
     Selected by ``platform: local`` with ``isolation: netns`` (see ``LocalPlatform``'s
@@ -396,17 +397,8 @@ class NetnsPlatform(LocalPlatform):
 
     # --- actions: links (LinkActions) ------------------------------------------------------
 
-    def link_loss(self, node: str, percent: float, *, peer: str | None = None) -> list[Change]:
-        return self.cluster.link_loss(node, percent, peer=peer)
-
-    def link_slow(self, node: str, *, rate: str, burst: str, queue_ms: int) -> list[Change]:
-        return self.cluster.link_slow(node, rate=rate, burst=burst, queue_ms=queue_ms)
-
-    def link_down(self, node: str) -> Change:
-        return self.cluster.link_down(node)
-
-    def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
-        return self.cluster.link_cut(node, peer=peer)
+    def node_cluster(self) -> NodeCluster:
+        return self.cluster
 
 
 ISOLATION_VARIANTS["netns"] = NetnsPlatform

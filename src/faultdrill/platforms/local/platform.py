@@ -37,11 +37,12 @@ from faultdrill.errors import FaultError, NotOursError, PlatformError
 from faultdrill.host import owned, procfs
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
-from faultdrill.host.linux import signal_change, sigstop_change
+from faultdrill.host.linux import sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
+    TORCHRUN_ENV,
     Ability,
     Change,
     JobSpec,
@@ -51,6 +52,7 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
+from faultdrill.platforms.hosted import ProcessReplicas
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -60,18 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["AGENT_MODULE", "LocalPlatform", "describe_process", "free_port", "fuse_missing"]
 
 AGENT_MODULE = "faultdrill.platforms.local.agent"
-_SCRUB = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_RUN_ID",
-)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -88,6 +78,20 @@ def scratch_root(run_id: str) -> Path:
     """``/tmp/fd-<12 hex digits of the run id's hash>``: short, and named so that the undo
     can tell it is ours."""
     return owned.run_tmp_dir("fd-", 12, run_id)
+
+
+def make_scratch_root(ledger: Ledger, run_id: str) -> Path:
+    """Make the run's :func:`scratch_root` (mode 0700), recorded in ``ledger`` first (undo
+    ``scratch-dir``), for every platform whose nodes are this host's. Raises PlatformError
+    when it cannot be made."""
+    root = scratch_root(run_id)
+    eid = ledger.record("scratch-dir", {"path": str(root)}, f"scratch dir {root}")
+    try:
+        root.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise PlatformError(f"cannot create the scratch directory {root}: {exc}") from exc
+    ledger.mark_applied(eid)
+    return root
 
 
 @undoer("scratch-dir", owns={"path": owned.tmp_dir("fd-", 12, in_run=False)})
@@ -149,7 +153,7 @@ ISOLATION_VARIANTS: dict[str, type[Platform]] = {}
 
 
 @register
-class LocalPlatform(HostStorage, Platform):
+class LocalPlatform(ProcessReplicas, HostStorage, Platform):
     """torchrun agents on this host; nodes are a :class:`NodeCluster` of cgroups (and, with
     netns isolation, network namespaces: see ``faultdrill.platforms.local.netns``)."""
 
@@ -265,20 +269,13 @@ class LocalPlatform(HostStorage, Platform):
         whose paths may not exceed 107 bytes, and a run directory can be deep."""
         if self._scratch is None:
             assert self.ledger is not None
-            root = scratch_root(self.ledger.run_id)
-            eid = self.ledger.record("scratch-dir", {"path": str(root)}, f"scratch dir {root}")
-            try:
-                root.mkdir(mode=0o700, exist_ok=True)
-            except OSError as exc:
-                raise PlatformError(f"cannot create the scratch directory {root}: {exc}") from exc
-            self.ledger.mark_applied(eid)
-            self._scratch = root
+            self._scratch = make_scratch_root(self.ledger, self.ledger.run_id)
         tmp = self._scratch / node
         tmp.mkdir(exist_ok=True)
         return tmp
 
     def agent_env(self, node: str, job: JobSpec) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+        env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
         tmp = self.scratch_dir(node)
         env.update(job.env)
         env.update(
@@ -412,16 +409,7 @@ class LocalPlatform(HostStorage, Platform):
 
     def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
         reps = self.replicas()
-        found = [
-            r
-            for r in reps
-            if r.role == "worker"
-            and (rank is None or r.rank == rank)
-            and (node is None or r.node == node)
-        ]
-        if not found:
-            what = f"rank {rank}" if rank is not None else f"a worker on node {node}"
-            raise FaultError(f"no live worker holds {what}")
+        found = self.live_workers(reps, rank=rank, node=node)
         # A worker the platform launched (child of an agent) before any stray process that
         # merely claims the rank, such as a detached old replica.
         agents = {r.pid for r in reps if r.role == "agent"}
@@ -429,20 +417,6 @@ class LocalPlatform(HostStorage, Platform):
             found,
             key=lambda r: (r.ppid not in agents, r.rank if r.rank is not None else 1 << 30, r.pid),
         )
-
-    def signal_replica(self, replica: Replica, sig: str) -> Change:
-        pid = replica.pid
-        return signal_change(
-            pid,
-            replica.start_time,
-            sig,
-            f"{sig} pid {pid} (rank {replica.rank}, node {replica.node})",
-            f"kill -{sig.removeprefix('SIG')} {pid}",
-            {"pid": pid, "rank": replica.rank, "node": replica.node},
-        )
-
-    def replica_alive(self, replica: Replica) -> bool:
-        return procfs.alive(replica.pid, replica.start_time)
 
     # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
 

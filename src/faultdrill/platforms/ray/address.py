@@ -24,7 +24,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from typing import Any
 
@@ -33,7 +32,7 @@ from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.host import procfs
 from faultdrill.platforms.api import JobSpec, JobState, NodeInfo, Replica
 from faultdrill.platforms.ray.embedded import MARKER_ENV, RayTuning, ray_missing
-from faultdrill.platforms.ray.platform import _LM, _SCRUB, VARIANTS, RayPlatform, _Announcements
+from faultdrill.platforms.ray.platform import VARIANTS, RayPlatform
 
 __all__ = ["RayAddressPlatform"]
 
@@ -98,32 +97,15 @@ class RayAddressPlatform(RayPlatform):
         self._observer = (eid, proc)
 
     def _submit(self, job: JobSpec) -> None:
-        argv = list(job.argv)
-        workers = len(job.nodes) * job.procs_per_node
-        if argv[:2] == _LM:
-            argv = ["-m", "faultdrill.workloads.lm_ray", *argv[2:]]
-            argv += [f"--workers={workers}", f"--max-failures={job.max_restarts}"]
-        self._seen = _Announcements(job.events_dir, time.monotonic())
+        argv, env = self._driver_command(
+            job, {**self.tuning.driver_env(), "RAY_ADDRESS": self.address}
+        )
         rundir.logs_dir(job.work_dir).mkdir(parents=True, exist_ok=True)
         self._start_observer(job)
-        env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
-        env.update(job.env)
-        env.update(self.tuning.driver_env())
-        env.update(
-            {
-                "RAY_ADDRESS": self.address,
-                "FAULTDRILL_EVENTS_DIR": str(job.events_dir),
-                "FAULTDRILL_TASK_ID": job.task_id,
-                "FAULTDRILL_RUN_ID": job.run_id,
-                "FAULTDRILL_RAY_WORKERS": str(workers),
-                "FAULTDRILL_RAY_MAX_FAILURES": str(job.max_restarts),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
         with open(rundir.logs_dir(job.work_dir) / "ray-driver.log", "ab") as log:
             try:
                 self.driver = subprocess.Popen(
-                    [sys.executable, *argv],
+                    argv,
                     env=env,
                     cwd=job.work_dir,
                     stdout=log,
@@ -133,15 +115,7 @@ class RayAddressPlatform(RayPlatform):
                 )
             except OSError as exc:
                 raise PlatformError(f"cannot start the Ray driver: {exc}") from exc
-        self._driver_start = procfs.start_time(self.driver.pid)
-        self.sink.emit(
-            "platform",
-            "agent_spawned",
-            node=socket.gethostname(),
-            pid=self.driver.pid,
-            start_time=self._driver_start,
-            role="ray-driver",
-        )
+        self._driver_spawned(socket.gethostname())
 
     def _poll(self) -> JobState:
         if self.driver is None:

@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING, Any
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError
 from faultdrill.host import procfs
+from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
-    CONTROL_PLANE_PEER,
     Ability,
     Change,
     JobSpec,
@@ -60,6 +60,7 @@ from faultdrill.platforms.api import (
     Replica,
     register,
 )
+from faultdrill.platforms.hosted import NodeLinks, ProcessReplicas
 from faultdrill.platforms.ray.cluster import (
     LIVE,
     RayCluster,
@@ -175,8 +176,11 @@ VARIANTS: dict[str, type[Platform]] = {}
 
 
 @register
-class RayPlatform(HostStorage, Platform):
+class RayPlatform(ProcessReplicas, NodeLinks, HostStorage, Platform):
     """A Ray Train job on an embedded Ray cluster (see the module)."""
+
+    signal_noun = "Ray Train worker pid"
+    worker_noun = "Ray Train worker"
 
     name = "ray"
 
@@ -296,18 +300,21 @@ class RayPlatform(HostStorage, Platform):
                 "platform", "node_state", node=node, state=state, previous=old, reason=reason
             )
 
-    def _submit(self, job: JobSpec) -> None:
-        rc = self.cluster
+    def _driver_command(
+        self, job: JobSpec, ray_env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """The Ray driver's command line and environment (``ray_env``: how it reaches the
+        cluster); the reference workload runs as its Ray Train variant. From now on the
+        workers' announcements are read."""
         argv = list(job.argv)
         workers = len(job.nodes) * job.procs_per_node
         if argv[:2] == _LM:
             argv = ["-m", "faultdrill.workloads.lm_ray", *argv[2:]]
             argv += [f"--workers={workers}", f"--max-failures={job.max_restarts}"]
         self._seen = _Announcements(job.events_dir, time.monotonic())
-        rc.ray.start_observer(job.events_dir, job.task_id)
         env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
         env.update(job.env)
-        env.update(rc.ray.driver_env(DRIVER_NODE))
+        env.update(ray_env)
         env.update(
             {
                 "FAULTDRILL_EVENTS_DIR": str(job.events_dir),
@@ -318,21 +325,30 @@ class RayPlatform(HostStorage, Platform):
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        log_path = rundir.logs_dir(job.work_dir) / "ray-driver.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            self.driver = rc.nodes.launch(
-                DRIVER_NODE, [sys.executable, *argv], env=env, cwd=job.work_dir, log=log
-            )
+        return [sys.executable, *argv], env
+
+    def _driver_spawned(self, node: str) -> None:
+        """Record the driver just started (``self.driver``) as the job's agent on ``node``."""
+        assert self.driver is not None
         self._driver_start = procfs.start_time(self.driver.pid)
         self.sink.emit(
             "platform",
             "agent_spawned",
-            node=DRIVER_NODE,
+            node=node,
             pid=self.driver.pid,
             start_time=self._driver_start,
             role="ray-driver",
         )
+
+    def _submit(self, job: JobSpec) -> None:
+        rc = self.cluster
+        argv, env = self._driver_command(job, rc.ray.driver_env(DRIVER_NODE))
+        rc.ray.start_observer(job.events_dir, job.task_id)
+        log_path = rundir.logs_dir(job.work_dir) / "ray-driver.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            self.driver = rc.nodes.launch(DRIVER_NODE, argv, env=env, cwd=job.work_dir, log=log)
+        self._driver_spawned(DRIVER_NODE)
 
     def _poll(self) -> JobState:
         if self.driver is None:
@@ -497,16 +513,7 @@ class RayPlatform(HostStorage, Platform):
     # --- actions: a rank (SignalsRanks) ----------------------------------------------------
 
     def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
-        found = [
-            r
-            for r in self.replicas()
-            if r.role == "worker"
-            and (rank is None or r.rank == rank)
-            and (node is None or r.node == node)
-        ]
-        if not found:
-            what = f"rank {rank}" if rank is not None else f"a Train worker on node {node}"
-            raise FaultError(f"no live Ray Train worker holds {what}")
+        found = self.live_workers(self.replicas(), rank=rank, node=node)
         # One of the newest worker group (the one Ray Train runs now) before an older
         # process that still claims the rank (a cut-off worker Ray gave up on).
         group = set(self._seen.group) if self._seen is not None else set()
@@ -518,20 +525,6 @@ class RayPlatform(HostStorage, Platform):
                 -r.start_time,
             ),
         )
-
-    def signal_replica(self, replica: Replica, sig: str) -> Change:
-        pid = replica.pid
-        return signal_change(
-            pid,
-            replica.start_time,
-            sig,
-            f"{sig} Ray Train worker pid {pid} (rank {replica.rank}, node {replica.node})",
-            f"kill -{sig.removeprefix('SIG')} {pid}",
-            {"pid": pid, "rank": replica.rank, "node": replica.node},
-        )
-
-    def replica_alive(self, replica: Replica) -> bool:
-        return procfs.alive(replica.pid, replica.start_time)
 
     # --- actions: whole nodes (NodeActions) ------------------------------------------------
 
@@ -581,27 +574,20 @@ class RayPlatform(HostStorage, Platform):
 
     # --- actions: links (LinkActions) --------------------------------------------------------
 
-    def link_loss(self, node: str, percent: float, *, peer: str | None = None) -> list[Change]:
-        return self.cluster.nodes.link_loss(node, percent, peer=peer)
+    def node_cluster(self) -> NodeCluster:
+        return self.cluster.nodes
 
-    def link_slow(self, node: str, *, rate: str, burst: str, queue_ms: int) -> list[Change]:
-        return self.cluster.nodes.link_slow(node, rate=rate, burst=burst, queue_ms=queue_ms)
-
-    def link_down(self, node: str) -> Change:
-        return self.cluster.nodes.link_down(node)
-
-    def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
-        if peer == CONTROL_PLANE_PEER:  # the node's raylet loses the GCS; gloo still flows
-            ray = self.cluster.ray
-            if node == ray.head:
-                raise FaultError(
-                    f"{node} hosts the GCS (head: n1): it cannot be cut off from itself; "
-                    "pick another node or set resources.ray.head: own"
-                )
-            return self.cluster.nodes.service_cut(
-                node, self.cluster.nodes.address(ray.head), GCS_PORT, purpose="partition-gcs"
+    def cut_from_control_plane(self, node: str) -> list[Change]:
+        """The node's raylet loses the GCS; gloo still flows."""
+        ray = self.cluster.ray
+        if node == ray.head:
+            raise FaultError(
+                f"{node} hosts the GCS (head: n1): it cannot be cut off from itself; "
+                "pick another node or set resources.ray.head: own"
             )
-        return self.cluster.nodes.link_cut(node, peer=peer)
+        return self.cluster.nodes.service_cut(
+            node, self.cluster.nodes.address(ray.head), GCS_PORT, purpose="partition-gcs"
+        )
 
     def start_network_track(self, hz: float) -> None:
         self.cluster.nodes.start_network_track(hz)

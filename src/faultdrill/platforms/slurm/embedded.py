@@ -50,6 +50,8 @@ from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.host import owned, procfs
 from faultdrill.host.cluster import CONTROLLER_BASE, SUBNET, NodeCluster
 from faultdrill.ledger import SECONDS, undoer
+from faultdrill.platforms.api import TORCHRUN_ENV
+from faultdrill.platforms.slurm.jobs import run_client_command
 from faultdrill.platforms.slurm.parse import parse_records
 
 if TYPE_CHECKING:
@@ -76,19 +78,6 @@ SERVICES = "svc"
 """The host group of the services that keep the host's network (munged)."""
 
 INSTALL_LINE = "apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge"
-# A harness run under torchrun (tests) must not hand its rank to the job.
-_SCRUB = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_RUN_ID",
-)
 _TOOLS = ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel", "munged")
 
 
@@ -572,26 +561,10 @@ class EmbeddedSlurm:
         non-zero."""
         full = [*self.nodes.launch_prefix(CONTROLLER), *argv]
         full_env = self.env()
-        for key in [k for k in full_env if k in _SCRUB]:
+        for key in [k for k in full_env if k in TORCHRUN_ENV]:
             del full_env[key]
         full_env.update(env or {})
-        try:
-            done = subprocess.run(
-                full, capture_output=True, text=True, timeout=timeout, env=full_env, check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            if check:
-                raise PlatformError(
-                    f"`{' '.join(argv)}` did not answer within {timeout:.0f} s"
-                ) from exc
-            return subprocess.CompletedProcess(full, 124, "", f"timed out after {timeout} s")
-        except OSError as exc:
-            raise PlatformError(f"cannot run `{' '.join(argv)}`: {exc}") from exc
-        if check and done.returncode != 0:
-            raise PlatformError(
-                f"`{' '.join(argv)}` failed ({done.returncode}): {(done.stderr or done.stdout).strip()}"
-            )
-        return done
+        return run_client_command(argv, full, full_env, timeout=timeout, check=check)
 
     def describe(self) -> dict[str, Any]:
         """What the dossier needs: config path, daemons with pids, settings."""

@@ -40,13 +40,15 @@ from typing import TYPE_CHECKING, Any
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.host import procfs
+from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
-from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
+from faultdrill.host.linux import netns_unavailable, sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
-from faultdrill.platforms.api import CONTROL_PLANE_PEER, Ability, Change, JobSpec, Note, Replica
-from faultdrill.platforms.local.platform import describe_process, scratch_root
+from faultdrill.platforms.api import Ability, Change, JobSpec, Note, Replica
+from faultdrill.platforms.hosted import NodeLinks, ProcessReplicas
+from faultdrill.platforms.local.platform import describe_process, make_scratch_root
 from faultdrill.platforms.slurm import jobs
 from faultdrill.platforms.slurm.embedded import (
     CONTROLLER,
@@ -74,7 +76,7 @@ def _undo_ctld_stop(data: dict[str, Any]) -> None:
     that goes away with its run (its daemons' own entries stop whatever still runs)."""
 
 
-class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
+class EmbeddedSlurmPlatform(ProcessReplicas, NodeLinks, HostStorage, SlurmPlatform):
     """The ``slurm`` platform on an embedded cluster (see the module docstring)."""
 
     def __init__(
@@ -117,14 +119,7 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
         """The nodes' TMPDIR root: a short directory of this run in /tmp, recorded in the
         ledger (AF_UNIX socket paths below it must stay under 108 bytes)."""
         if self._scratch is None:
-            root = scratch_root(self.ledger.run_id)
-            eid = self.ledger.record("scratch-dir", {"path": str(root)}, f"scratch dir {root}")
-            try:
-                root.mkdir(mode=0o700, exist_ok=True)
-            except OSError as exc:
-                raise PlatformError(f"cannot create the scratch directory {root}: {exc}") from exc
-            self.ledger.mark_applied(eid)
-            self._scratch = root
+            self._scratch = make_scratch_root(self.ledger, self.ledger.run_id)
         return self._scratch
 
     def _task_script(self, job: JobSpec) -> str:
@@ -192,16 +187,7 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
 
     def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
         reps = self.replicas()
-        found = [
-            r
-            for r in reps
-            if r.role == "worker"
-            and (rank is None or r.rank == rank)
-            and (node is None or r.node == node)
-        ]
-        if not found:
-            what = f"rank {rank}" if rank is not None else f"a worker on node {node}"
-            raise FaultError(f"no live worker holds {what}")
+        found = self.live_workers(reps, rank=rank, node=node)
         # A worker an agent started, newest agent first: an old incarnation's stray
         # replica that still runs on a cut-off node is not the one the fault means.
         agents = {r.pid: r.start_time for r in reps if r.role == "agent"}
@@ -210,19 +196,8 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
             key=lambda r: (r.ppid not in agents, -agents.get(r.ppid or -1, 0), r.pid),
         )
 
-    def signal_replica(self, replica: Replica, sig: str) -> Change:
-        pid = replica.pid
-        return signal_change(
-            pid,
-            replica.start_time,
-            sig,
-            f"{sig} pid {pid} (rank {replica.rank}, node {replica.node})",
-            f"ssh {replica.node} kill -{sig.removeprefix('SIG')} {pid}",
-            {"pid": pid, "rank": replica.rank, "node": replica.node},
-        )
-
-    def replica_alive(self, replica: Replica) -> bool:
-        return procfs.alive(replica.pid, replica.start_time)
+    def kill_command(self, replica: Replica, sig: str) -> str:
+        return f"ssh {replica.node} {super().kill_command(replica, sig)}"
 
     # --- actions: whole nodes (NodeActions) ---------------------------------------------------
 
@@ -262,22 +237,15 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
 
     # --- actions: links (LinkActions) -------------------------------------------------------
 
-    def link_loss(self, node: str, percent: float, *, peer: str | None = None) -> list[Change]:
-        return self.cluster.link_loss(node, percent, peer=peer)
+    def node_cluster(self) -> NodeCluster:
+        return self.cluster
 
-    def link_slow(self, node: str, *, rate: str, burst: str, queue_ms: int) -> list[Change]:
-        return self.cluster.link_slow(node, rate=rate, burst=burst, queue_ms=queue_ms)
-
-    def link_down(self, node: str) -> Change:
-        return self.cluster.link_down(node)
-
-    def link_cut(self, node: str, *, peer: str | None = None) -> list[Change]:
-        if peer == CONTROL_PLANE_PEER:  # slurmd loses slurmctld; the job's traffic flows
-            port = self.slurm.settings.ctld_port
-            return self.cluster.service_cut(
-                node, CONTROLLER_ADDRESS, port, purpose="partition-control-plane"
-            )
-        return self.cluster.link_cut(node, peer=peer)
+    def cut_from_control_plane(self, node: str) -> list[Change]:
+        """slurmd loses slurmctld; the job's traffic flows."""
+        port = self.slurm.settings.ctld_port
+        return self.cluster.service_cut(
+            node, CONTROLLER_ADDRESS, port, purpose="partition-control-plane"
+        )
 
     # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
 

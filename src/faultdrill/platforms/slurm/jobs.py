@@ -89,6 +89,30 @@ class SlurmClient(Protocol):
     ) -> subprocess.CompletedProcess[str]: ...
 
 
+def run_client_command(
+    argv: list[str], full: list[str], env: dict[str, str], *, timeout: float, check: bool
+) -> subprocess.CompletedProcess[str]:
+    """Run ``full`` (``argv`` behind whatever reaches the controller: a namespace's launch
+    prefix, or nothing) with exactly ``env``, as :class:`SlurmClient` promises; errors name
+    ``argv``, the command as the operator knows it."""
+    try:
+        done = subprocess.run(
+            full, capture_output=True, text=True, timeout=timeout, env=env, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        if check:
+            raise PlatformError(
+                f"`{' '.join(argv)}` did not answer within {timeout:.0f} s"
+            ) from exc
+        return subprocess.CompletedProcess(full, 124, "", f"timed out after {timeout} s")
+    except OSError as exc:
+        raise PlatformError(f"cannot run `{' '.join(argv)}`: {exc}") from exc
+    if check and done.returncode != 0:
+        out = (done.stderr or done.stdout).strip()
+        raise PlatformError(f"`{' '.join(argv)}` failed ({done.returncode}): {out}")
+    return done
+
+
 @dataclass(frozen=True)
 class RecoveryOptions:
     """Job-side options that decide how Slurm and torchrun recover (see the dossier), and

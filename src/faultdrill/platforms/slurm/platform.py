@@ -176,22 +176,7 @@ class HostSlurm:
     ) -> subprocess.CompletedProcess[str]:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")}
         full_env.update(env or {})
-        try:
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, env=full_env, check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            if check:
-                raise PlatformError(
-                    f"`{' '.join(argv)}` did not answer within {timeout:.0f} s"
-                ) from exc
-            return subprocess.CompletedProcess(argv, 124, "", f"timed out after {timeout} s")
-        except OSError as exc:
-            raise PlatformError(f"cannot run `{' '.join(argv)}`: {exc}") from exc
-        if check and done.returncode != 0:
-            out = (done.stderr or done.stdout).strip()
-            raise PlatformError(f"`{' '.join(argv)}` failed ({done.returncode}): {out}")
-        return done
+        return jobs.run_client_command(argv, argv, full_env, timeout=timeout, check=check)
 
 
 def settings_of(resources: Resources) -> SlurmSettings:

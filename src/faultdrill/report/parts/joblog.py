@@ -1,6 +1,6 @@
 """The part about evidence read from a job's own log lines (plan ``logs``): how events were
 stamped, which came from the logs, what was read, the checks the patterns leave without
-evidence and why, and every finding that stays undecided (``joblogs/evidence.py``)."""
+evidence and why, and every finding that stays undecided (``judge/log_evidence.py``)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from html import escape
 from typing import Any
 
 from faultdrill.i18n import Translator
-from faultdrill.judge.analysis import LOST_KINDS
+from faultdrill.readings.analysis import LOST_KINDS
 from faultdrill.report.model import Item
 from faultdrill.report.svg.canvas import PALETTE, STATE_COLOURS, Svg, fmt, nice_ticks
 from faultdrill.report.svg.frame import GAP, LANE, LEFT, RIGHT, TOP, WIDTH, Frame
