@@ -46,6 +46,7 @@ from faultdrill.errors import EnvironmentPrepError, FaultError
 from faultdrill.host import procfs
 from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
+from faultdrill.host.throttle import cpu_controller_missing, throttle_change
 from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
@@ -225,6 +226,8 @@ class RayPlatform(HostStorage, Platform):
         for ability in sorted(abilities, key=str):
             if ability is Ability.STORAGE_UNREACHABLE and fuse_missing():
                 out[ability] = "; ".join(fuse_missing())
+            elif ability is Ability.THROTTLE_RANK and cpu_controller_missing():
+                out[ability] = str(cpu_controller_missing())
             elif ability in (Ability.STORAGE_READ_ONLY, Ability.STORAGE_FULL) and os.geteuid():
                 out[ability] = "root (storage faults mount over the checkpoint directory)"
         return out
@@ -532,6 +535,13 @@ class RayPlatform(HostStorage, Platform):
 
     def replica_alive(self, replica: Replica) -> bool:
         return procfs.alive(replica.pid, replica.start_time)
+
+    # --- actions: a straggler (ThrottlesRanks) -----------------------------------------------
+
+    def throttle_replica(self, replica: Replica, cpu_percent: int) -> Change:
+        """The Train worker actor's process tree, in a cpu group of its own (Ray starts the
+        actor; this host's cpu hierarchy holds it like any process)."""
+        return throttle_change(self.ledger.run_id, replica, cpu_percent, "")
 
     # --- actions: whole nodes (NodeActions) ------------------------------------------------
 

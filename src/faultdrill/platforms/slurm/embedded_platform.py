@@ -43,6 +43,7 @@ from faultdrill.host import procfs
 from faultdrill.host.copies import copy_change, reap
 from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
+from faultdrill.host.throttle import cpu_controller_missing, throttle_change
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import CONTROL_PLANE_PEER, Ability, Change, JobSpec, Note, Replica
@@ -100,6 +101,9 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
             missing = fuse_missing()
             if missing:
                 out[Ability.STORAGE_UNREACHABLE] = "; ".join(missing)
+        missing_cpu = cpu_controller_missing()
+        if Ability.THROTTLE_RANK in abilities and missing_cpu:
+            out[Ability.THROTTLE_RANK] = missing_cpu
         return out
 
     # --- the contract -------------------------------------------------------------------
@@ -223,6 +227,13 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
 
     def replica_alive(self, replica: Replica) -> bool:
         return procfs.alive(replica.pid, replica.start_time)
+
+    # --- actions: a straggler (ThrottlesRanks) ----------------------------------------------
+
+    def throttle_replica(self, replica: Replica, cpu_percent: int) -> Change:
+        """The rank's task process tree on its node, in a cpu group of its own (Slurm's
+        ``TaskPlugin=task/none`` leaves the cpu hierarchy alone)."""
+        return throttle_change(self.ledger.run_id, replica, cpu_percent, f"ssh {replica.node} ")
 
     # --- actions: whole nodes (NodeActions) ---------------------------------------------------
 

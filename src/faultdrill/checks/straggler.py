@@ -1,0 +1,172 @@
+"""Straggler evidence (issue 23): what one slowed rank did to the job.
+
+For a ``slow-worker`` item: each rank's step times before, during and after the throttle
+(:func:`faultdrill.judge.steptimes.rank_step_times`), the steps per second lost while it
+lasted, whether the job rode it out (no worker failed, no timeout fired, no restart), and
+whether anything noticed it (the plan's ``expect_detection``). Most platforms have no
+straggler detection; the report says so plainly instead of implying one.
+"""
+
+from __future__ import annotations
+
+from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
+from faultdrill.events import Event
+from faultdrill.judge.steptimes import RankStepTimes, rank_step_times, steps_per_s
+from faultdrill.timeline import Timeline
+
+__all__ = ["DETECTIONS", "FAILURES", "straggler_detected", "straggler_tolerated", "window"]
+
+P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
+KIND = "slow-worker"
+#: Platform events that mean the job did not ride the straggler out.
+FAILURES = frozenset(
+    {"worker_failed", "worker_group_failed", "timeout_fired", "rdzv_timeout", "dead_node"}
+)
+#: Platform events that show something noticed a straggler (a platform's own straggler
+#: report, a membership or node decision, or any failure above).
+DETECTIONS = FAILURES | frozenset({"straggler", "membership_change", "node_state", "node_lost"})
+#: After the throttle ends, how long a late consequence still counts (a timeout set just
+#: above the slowed step fires after the release).
+LATE_S = 10.0
+
+
+def window(tl: Timeline) -> tuple[Event, float] | None:
+    """The slow-worker's injection and when the throttle ended (its revert; else when it
+    was due), or None when it was never injected."""
+    inj = next((e for e in tl.of("fault", "injected") if e.get("fault") == KIND), None)
+    if inj is None:
+        return None
+    rev = tl.first("fault", "reverted", after=inj.mono)
+    if rev is not None:
+        return inj, rev.mono
+    dur = inj.get("duration_s")
+    return inj, inj.mono + (float(dur) if isinstance(dur, (int, float)) else 0.0)
+
+
+def _not_ours(ctx: CheckContext, name: str) -> Finding | None:
+    if ctx.item is None:
+        return ctx.finding(name, P, Msg("expectation.straggler.baseline"))
+    if ctx.item.fault.kind != KIND:
+        return ctx.finding(name, P, Msg("expectation.straggler.other", fault=ctx.item.fault.kind))
+    return None
+
+
+def _rank_line(r: RankStepTimes, target: object) -> Msg:
+    return Msg(
+        "expectation.straggler.rank",
+        rank=r.rank,
+        target=Msg("expectation.straggler.throttled") if r.rank == target else "",
+        before_s=r.median_before_s,
+        during_s=r.median_during_s,
+        after_s=r.median_after_s,
+        slowdown=r.slowdown,
+    )
+
+
+def _first_failure(tl: Timeline, t0: float, t1: float) -> Msg | None:
+    """What showed the job did not ride the throttle out, at its time after ``t0``."""
+    late = t1 + LATE_S
+    bad = [e for e in tl.of("platform") if e.kind in FAILURES and t0 <= e.mono <= late]
+    failed = [
+        e
+        for e in tl.of("platform", "job_state")
+        if e.get("state") == "failed" and t0 <= e.mono <= late
+    ]
+    restarted = tl.incarnation_after(t0)
+    moments = [(e.mono, Msg("expectation.straggler.event", kind=e.kind)) for e in bad + failed]
+    if restarted is not None and restarted.started_mono <= late:
+        moments.append((restarted.started_mono, Msg("expectation.straggler.restarted")))
+    if not moments:
+        return None
+    at, what = min(moments, key=lambda m: m[0])
+    return Msg("expectation.straggler.at", what=what, at_s=at - t0)
+
+
+def _goodput(tl: Timeline, t0: float, t1: float) -> tuple[float | None, float | None]:
+    """(steps lost during the throttle, share of the baseline rate lost): the rate of the
+    same length of time before it against the rate during it."""
+    before = steps_per_s(tl, t0 - max(t1 - t0, 1.0), t0)
+    during = steps_per_s(tl, t0, t1)
+    if not before or during is None:
+        return None, None
+    lost = max(before - during, 0.0)
+    return lost * (t1 - t0), lost / before
+
+
+@check("expectation.straggler-tolerated", "expectation")
+def straggler_tolerated(ctx: CheckContext) -> list[Finding]:
+    """For a slow-worker: per-rank step times before, during and after the throttle, the
+    steps lost, and that the job rode it out (no worker failed, no timeout fired, no
+    restart within the throttle or 10 s after it). No step times on both sides is retest."""
+    name, tl = "expectation.straggler-tolerated", ctx.timeline
+    skip = _not_ours(ctx, name)
+    if skip is not None:
+        return [skip]
+    found = window(tl)
+    if found is None:
+        return [ctx.finding(name, R, Msg("expectation.straggler.never-injected"))]
+    inj, t1 = found
+    t0 = inj.mono
+    ranks = rank_step_times(tl, t0, t1)
+    target = inj.get("rank")
+    lines = [_rank_line(r, target) for r in ranks]
+    lost, share = _goodput(tl, t0, t1)
+    data = {
+        "window_s": t1 - t0,
+        "steps_lost": lost,
+        "share_lost": share,
+        "ranks": {
+            str(r.rank): [r.median_before_s, r.median_during_s, r.median_after_s] for r in ranks
+        },
+    }
+    failure = _first_failure(tl, t0, t1)
+    if failure is not None:
+        msg = Msg("expectation.straggler.not-tolerated", failure=failure, ranks=lines)
+        return [ctx.finding(name, F, msg, **data)]
+    if not any(r.before for r in ranks) or not any(r.during or r.after for r in ranks):
+        return [ctx.finding(name, R, Msg("expectation.straggler.no-steps"), **data)]
+    msg = Msg(
+        "expectation.straggler.tolerated",
+        rank=target,
+        percent=inj.get("cpu_percent"),
+        window_s=t1 - t0,
+        steps_lost=lost,
+        share_lost=None if share is None else 100 * share,
+        ranks=lines,
+    )
+    return [ctx.finding(name, P, msg, **data)]
+
+
+@check("expectation.straggler-detected", "expectation")
+def straggler_detected(ctx: CheckContext) -> list[Finding]:
+    """For a slow-worker: what noticed the straggler (a platform's straggler report, a
+    membership or node decision, a failure or a restart) and when. With
+    ``expect_detection: {within_s: T}`` nothing within T s is a fail; with ``none``
+    nothing noticing it is said plainly (a pass: the plan did not require it)."""
+    name, tl = "expectation.straggler-detected", ctx.timeline
+    skip = _not_ours(ctx, name)
+    if skip is not None:
+        return [skip]
+    found = window(tl)
+    if found is None:
+        return [ctx.finding(name, R, Msg("expectation.straggler.never-injected"))]
+    inj, _ = found
+    t0 = inj.mono
+    within = getattr(ctx.item.fault, "detection_within_s", None) if ctx.item else None
+    seen = [e for e in tl.of("platform") if e.kind in DETECTIONS and e.mono >= t0]
+    restarted = tl.incarnation_after(t0)
+    moments = [(e.mono, Msg("expectation.straggler.event", kind=e.kind)) for e in seen]
+    if restarted is not None:
+        moments.append((restarted.started_mono, Msg("expectation.straggler.restarted")))
+    first = min(moments, key=lambda m: m[0]) if moments else None
+    if first is None:
+        if within is None:
+            return [ctx.finding(name, P, Msg("expectation.straggler.unnoticed-ok"))]
+        msg = Msg("expectation.straggler.unnoticed", within_s=within)
+        return [ctx.finding(name, F, msg, detected=False)]
+    at_s = first[0] - t0
+    said = Msg("expectation.straggler.noticed", what=first[1], at_s=at_s)
+    if within is not None and at_s > within:
+        msg = Msg("expectation.straggler.noticed-late", noticed=said, within_s=within)
+        return [ctx.finding(name, F, msg, detected=True, at_s=at_s)]
+    return [ctx.finding(name, P, said, detected=True, at_s=at_s)]
