@@ -27,7 +27,7 @@ from tests.drillkit import demo_raw
 from tests.timelines import NEW, OLD, TL, A, B, Judge
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
-TOLERATED, DETECTED = "expectation.straggler-tolerated", "expectation.straggler-detected"
+TOLERATED, DETECTED = "progress.straggler-tolerated", "expectation.straggler-detected"
 
 
 def slow(**extra: Any) -> SlowWorkerSpec:
@@ -35,8 +35,10 @@ def slow(**extra: Any) -> SlowWorkerSpec:
 
 
 def with_fault(judge: Judge, fault: Any) -> Judge:
+    """The judge's scenario with ``fault``, expecting no restart (a straggler ridden out)."""
     assert isinstance(judge.item, Scenario)
-    return judge.replace(item=judge.item.model_copy(update={"fault": fault}))
+    ridden = judge.item.expected.model_copy(update={"resume": "no-restart"})
+    return judge.replace(item=judge.item.model_copy(update={"fault": fault, "expected": ridden}))
 
 
 def _inject(tl: TL) -> TL:
@@ -107,6 +109,13 @@ def test_a_timeout_and_restart_during_the_throttle_fails(judge: Judge) -> None:
     assert msg.startswith(
         "the job did not ride out the slowed rank: platform event timeout_fired at +2.4 s"
     )
+
+
+def test_a_restart_the_scenario_expects_is_no_failure_of_this_check(judge: Judge) -> None:
+    tl = straggler().platform("timeout_fired", 8.0, node="n1", timeout="gloo")
+    expecting = with_fault(judge, slow()).scenario("expected", resume="latest-valid")
+    v, msg = expecting.one(TOLERATED, tl)
+    assert v == P and msg.startswith("the job did not ride out the slowed rank, as the scenario")
 
 
 def test_a_restart_alone_after_the_throttle_fails(judge: Judge) -> None:
@@ -189,7 +198,8 @@ def test_a_good_slow_worker_loads_with_detection_not_required_by_default() -> No
     assert said.rounds[0].scenarios[0].fault == spec
     assert spec.duration_s == 10 and spec.target_label() == "rank 1"
     timed = parse_plan(_plan_with({**GOOD, "expect_detection": {"within_s": 30}}))
-    assert timed.rounds[0].scenarios[0].fault.detection_within_s == 30  # type: ignore[union-attr]
+    timed_spec = timed.rounds[0].scenarios[0].fault
+    assert isinstance(timed_spec, SlowWorkerSpec) and timed_spec.detection_within_s == 30
 
 
 @pytest.mark.parametrize(
