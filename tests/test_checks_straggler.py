@@ -168,6 +168,11 @@ def test_detection_in_time_passes_and_late_fails(judge: Judge) -> None:
         P,
         "platform event straggler at +1.0 s after the throttle began",
     )
+    idle = straggler().platform("node_state", 12.0, node="n2", state="idle")
+    assert with_fault(judge, slow()).one(DETECTED, idle)[0] == P  # a node idle at the end
+    assert expecting.one(DETECTED, idle)[0] == F
+    drained = straggler().platform("node_state", 7.0, node="n2", state="drain")
+    assert expecting.one(DETECTED, drained)[0] == P
     late = straggler().platform("straggler", 9.6, node="n1", rank=1)
     v, msg = expecting.one(DETECTED, late)
     assert v == F and msg.endswith("later than the 3 s the plan expects")

@@ -90,6 +90,7 @@ def test_the_straggler_is_ridden_out_with_per_rank_step_times(
     s = item(report, "slow-r1")
     assert s["verdict"] == "pass", json.dumps(s, indent=1)[:6000]
     [tolerated] = findings(s, "progress.straggler-tolerated")
+    print(tolerated["message"])  # shown with -s: the per-rank step times of the drill
     assert tolerated["verdict"] == "pass", tolerated
     ranks = tolerated["data"]["ranks"]
     assert set(ranks) == {"0", "1"}
@@ -108,6 +109,7 @@ def test_the_control_that_outlasts_the_collective_timeout_is_caught(
     c = item(report, "ctl-straggler-timeout")
     assert c["caught"] is True, json.dumps(c, indent=1)[:6000]
     [tolerated] = findings(c, "progress.straggler-tolerated")
+    print(tolerated["message"])
     assert tolerated["verdict"] == "fail", tolerated
 
 

@@ -23,8 +23,11 @@ FAILURES = frozenset(
     {"worker_failed", "worker_group_failed", "timeout_fired", "rdzv_timeout", "dead_node"}
 )
 #: Platform events that show something noticed a straggler (a platform's own straggler
-#: report, a membership or node decision, or any failure above).
-DETECTIONS = FAILURES | frozenset({"straggler", "membership_change", "node_state", "node_lost"})
+#: report, a membership decision, a node lost, or any failure above); a ``node_state``
+#: counts only when it takes a node out (:data:`NODE_OUT`).
+DETECTIONS = FAILURES | frozenset({"straggler", "membership_change", "node_lost"})
+#: Node states that take a node out of the job (a node going idle at the job's end is none).
+NODE_OUT = ("down", "drain", "fail", "frozen", "unusable")
 #: After the throttle ends, how long a late consequence still counts (a timeout set just
 #: above the slowed step fires after the release).
 LATE_S = 10.0
@@ -152,12 +155,31 @@ def straggler_tolerated(ctx: CheckContext) -> list[Finding]:
     return [ctx.finding(name, P, msg, **data)]
 
 
+def _noticed(tl: Timeline, t0: float, horizon: float) -> list[tuple[float, Msg]]:
+    """Each sign, from ``t0`` to ``horizon``, that something noticed the straggler."""
+    seen = [
+        e
+        for e in tl.of("platform")
+        if t0 <= e.mono <= horizon
+        and (
+            e.kind in DETECTIONS
+            or (e.kind == "node_state" and str(e.get("state", "")).startswith(NODE_OUT))
+        )
+    ]
+    moments = [(e.mono, Msg("progress.straggler-tolerated.event", kind=e.kind)) for e in seen]
+    restarted = tl.incarnation_after(t0)
+    if restarted is not None and restarted.started_mono <= horizon:
+        moments.append((restarted.started_mono, Msg("progress.straggler-tolerated.restarted")))
+    return moments
+
+
 @check("expectation.straggler-detected", "expectation")
 def straggler_detected(ctx: CheckContext) -> list[Finding]:
     """For a slow-worker: what noticed the straggler (a platform's straggler report, a
     membership or node decision, a failure or a restart) and when. With
     ``expect_detection: {within_s: T}`` nothing within T s is a fail; with ``none``
-    nothing noticing it is said plainly (a pass: the plan did not require it)."""
+    nothing noticing it is said plainly (a pass: the plan did not require it). Signs count
+    up to 10 s after the throttle ended (or T s after it began, if later)."""
     name, tl = "expectation.straggler-detected", ctx.timeline
     skip = _not_ours(ctx, name)
     if skip is not None:
@@ -165,14 +187,10 @@ def straggler_detected(ctx: CheckContext) -> list[Finding]:
     found = window(tl)
     if found is None:
         return [ctx.finding(name, R, Msg("progress.straggler-tolerated.never-injected"))]
-    inj, _ = found
+    inj, t1 = found
     t0 = inj.mono
     within = getattr(ctx.item.fault, "detection_within_s", None) if ctx.item else None
-    seen = [e for e in tl.of("platform") if e.kind in DETECTIONS and e.mono >= t0]
-    restarted = tl.incarnation_after(t0)
-    moments = [(e.mono, Msg("progress.straggler-tolerated.event", kind=e.kind)) for e in seen]
-    if restarted is not None:
-        moments.append((restarted.started_mono, Msg("progress.straggler-tolerated.restarted")))
+    moments = _noticed(tl, t0, max(t1 + LATE_S, t0 + (within or 0.0)))
     first = min(moments, key=lambda m: m[0]) if moments else None
     if first is None:
         if within is None:
