@@ -56,15 +56,23 @@ def _not_ours(ctx: CheckContext, name: str) -> Finding | None:
     return None
 
 
+def _seconds(value: float | None) -> Msg:
+    if value is None:
+        return Msg("progress.straggler-tolerated.no-step")
+    return Msg("progress.straggler-tolerated.seconds", s=value)
+
+
 def _rank_line(r: RankStepTimes, target: object) -> Msg:
     return Msg(
         "progress.straggler-tolerated.rank",
         rank=r.rank,
         target=Msg("progress.straggler-tolerated.throttled") if r.rank == target else "",
-        before_s=r.median_before_s,
-        during_s=r.median_during_s,
-        after_s=r.median_after_s,
-        slowdown=r.slowdown,
+        before=_seconds(r.median_before_s),
+        during=_seconds(r.median_during_s),
+        after=_seconds(r.median_after_s),
+        slowdown=""
+        if r.slowdown is None
+        else Msg("progress.straggler-tolerated.slowdown", x=r.slowdown),
     )
 
 
