@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from faultdrill.admit import parse_plan
 from faultdrill.checks import Verdict
@@ -23,7 +24,7 @@ from faultdrill.plan import Resources, Scenario
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import Ability
 from faultdrill.platforms.fake import FakePlatform
-from tests.drillkit import demo_raw
+from tests.drillkit import ROOT, demo_raw
 from tests.timelines import NEW, OLD, TL, A, B, Judge
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -263,3 +264,16 @@ def test_a_platform_that_cannot_throttle_is_a_fault_error(tmp_path: Path) -> Non
     ctx = FaultContext(platform=platform, ledger=ledger, sink=sink, scenario_id="s")
     with pytest.raises(FaultError, match="cannot do throttle-rank"):
         make_fault(slow()).inject(ctx)
+
+
+def test_kubernetes_refuses_a_straggler_naming_where_to_drill_it() -> None:
+    raw = yaml.safe_load((ROOT / "examples" / "kubernetes.yaml").read_text())
+    raw["rounds"] = [
+        {"round": 1, "scenarios": [{"id": "slow", "fault": GOOD, "trigger": {"at_step": 3}}]}
+    ]
+    raw["controls"] = []
+    with pytest.raises(PlanError) as err:
+        parse_plan(raw, source="k8s.yaml")
+    said = str(err.value)
+    assert "needs ability throttle-rank" in said
+    assert "drill a straggler on platform local or slurm (embedded)" in said

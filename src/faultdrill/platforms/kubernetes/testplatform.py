@@ -183,17 +183,6 @@ class TestClusterPlatform(HostStorage, KubernetesPlatform):
     def abilities_for(cls, resources: Resources) -> frozenset[Ability]:
         return TEST_CLUSTER_ABILITIES
 
-    @classmethod
-    def why_not(cls, ability: Ability, resources: Resources) -> str:
-        if ability is Ability.THROTTLE_RANK:
-            return (
-                "the test cluster does not throttle a pod's container yet (its kubelet "
-                "starts containers without a cpu group of their own); drill a straggler on "
-                "platform local or slurm (embedded), or give the pod a CPU limit in the "
-                "job's manifest as a plan of its own"
-            )
-        return super().why_not(ability, resources)
-
     def __init__(self, resources: Resources, work_dir: Path, ledger: Ledger, sink: Any) -> None:
         super().__init__(resources, work_dir, ledger, sink)
         self.shared = _shared_for(resources)
