@@ -99,6 +99,11 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "Round": ("rounds.0", None),
     "KillWorkerSpec": ("rounds.0.scenarios.0.fault", None),
     "WorkerTarget": ("rounds.0.scenarios.0.fault.target", {}),
+    "SlowWorkerSpec": (
+        "rounds.0.scenarios.0.fault",
+        {"kind": "slow-worker", "target": {"rank": 1}, "cpu_percent": 20, "for_s": 2},
+    ),
+    "DetectionExpected": ("rounds.0.scenarios.0.fault.expect_detection", {"within_s": 5}),
     "LinkLossSpec": ("rounds.0.scenarios.1.fault", None),
     "LinkSlowSpec": (
         "rounds.0.scenarios.1.fault",
@@ -124,6 +129,9 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "RollbackLatestSpec": ("controls.0.fault", {"kind": "rollback-latest"}),
     "LogPatterns": ("logs", {"step": r"step (?P<step>\d+)"}),
 }
+
+#: Models whose site is inside another model's fresh mapping: that one is put in place first.
+INSIDE = {"DetectionExpected": "SlowWorkerSpec"}
 
 #: Values no numeric field may take, as (label, value).
 ALWAYS_BAD: tuple[tuple[str, Any], ...] = (
@@ -168,6 +176,8 @@ def _display(dotted: str) -> str:
 def _set_site(raw: dict[str, Any], model: str) -> dict[str, Any]:
     """The mapping of ``model`` in ``raw``, put in place first when the demo has none."""
     dotted, fresh = SITES[model]
+    if model in INSIDE:
+        _set_site(raw, INSIDE[model])
     if fresh is not None:
         parent, _, last = dotted.rpartition(".")
         holder = _node(raw, parent)

@@ -22,6 +22,7 @@ from faultdrill.faults.network import LinkFlapSpec, LinkLossSpec, LinkSlowSpec, 
 from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
 from faultdrill.faults.process import KillWorkerSpec
 from faultdrill.faults.storage import StorageOutageSpec, StorageSlowSpec
+from faultdrill.faults.straggler import SlowWorkerSpec
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources
 from faultdrill.platforms import PLATFORMS
@@ -35,6 +36,10 @@ N2: dict[str, Any] = {"node": "n2"}
 CASES: list[tuple[FaultSpec, list[str]]] = [
     (KillWorkerSpec(target={"rank": 1}), ["rank_replica", "signal_replica"]),
     (KillWorkerSpec(target=N2, signal="SIGTERM", grace_s=30), ["rank_replica", "signal_replica"]),
+    (
+        SlowWorkerSpec(target={"rank": 1}, cpu_percent=20, for_s=1),
+        ["rank_replica", "throttle_replica"],
+    ),
     (LinkLossSpec(target={"node": "n2", "peer": "n1"}, percent=5, for_s=1), ["link_loss"]),
     (LinkSlowSpec(target=N2, rate="1mbit", for_s=1), ["link_slow"]),
     (LinkFlapSpec(target=N2, count=1, down_s=30, up_s=1), ["link_down"]),

@@ -20,6 +20,7 @@ __all__ = ["CHECK_MODULES", "FAULT_MODULES", "PLATFORM_MODULES", "load"]
 #: One module per fault family.
 FAULT_MODULES = (
     "faultdrill.faults.process",
+    "faultdrill.faults.straggler",
     "faultdrill.faults.network",
     "faultdrill.faults.node",
     "faultdrill.faults.storage",
@@ -36,6 +37,7 @@ CHECK_MODULES = (
     "faultdrill.checks.results",
     "faultdrill.checks.network",
     "faultdrill.checks.storage",
+    "faultdrill.checks.straggler",
 )
 
 #: Every platform, and the modules whose ledger undo functions ``cleanup`` needs (none of
@@ -57,6 +59,7 @@ PLATFORM_MODULES = (
     "faultdrill.platforms.kubernetes.testplatform",
     # host modules whose changes a ledger may hold (their undo functions register)
     "faultdrill.host.linux",
+    "faultdrill.host.throttle",
     "faultdrill.host.mounts",
     "faultdrill.host.copies",
 )

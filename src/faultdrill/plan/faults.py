@@ -97,6 +97,58 @@ class KillWorkerSpec(FaultSpec):
         return self.target.label()
 
 
+# --- from faults/straggler.py ---------------------------------------------------
+
+
+class DetectionExpected(Frozen):
+    """The plan expects the platform to notice the straggler: some platform decision that
+    names it (a straggler report, the rank's worker replaced, its node taken out) within
+    ``within_s`` of the throttle."""
+
+    within_s: float = Field(gt=0, le=3600, description="seconds after the throttle began")
+
+
+class SlowWorkerSpec(FaultSpec):
+    """A straggler: one rank's replica and every process it started held to
+    ``cpu_percent`` % of one CPU core (a CPU quota of a cgroup of their own) for ``for_s``,
+    then released."""
+
+    kind: Literal["slow-worker"] = "slow-worker"
+    target: WorkerTarget
+    cpu_percent: int = Field(
+        ge=1, le=99, description="the CPU the rank keeps, in % of one core (e.g. 20)"
+    )
+    for_s: float = Field(gt=0, le=600, description="how long the rank stays throttled")
+    expect_detection: DetectionExpected | None = Field(
+        None,
+        description="{within_s: T}: the platform must notice the straggler within T s "
+        "(fails otherwise); none (the default): not required (the report says whether "
+        "anything did)",
+    )
+
+    @field_validator("expect_detection", mode="before")
+    @classmethod
+    def _none_said(cls, value: Any) -> Any:
+        """``none`` in a plan is the default: detection not required."""
+        if value == "none":
+            return None
+        if not isinstance(value, dict) and value is not None:
+            raise ValueError(f"got {value!r}; write {{within_s: SECONDS}} or none")
+        return value
+
+    def target_label(self) -> str:
+        return self.target.label()
+
+    @property
+    def duration_s(self) -> float | None:
+        return self.for_s
+
+    @property
+    def detection_within_s(self) -> float | None:
+        """The seconds within which the plan expects detection; None: not required."""
+        return None if self.expect_detection is None else self.expect_detection.within_s
+
+
 # --- from faults/network.py -----------------------------------------------------
 
 
@@ -484,6 +536,7 @@ def expand_controls(raw: dict[str, Any]) -> list[dict[str, Any]]:
 #: its spec here and its plug-in to :mod:`faultdrill.plugins`.
 FAULT_SPECS: tuple[type[FaultSpec], ...] = (
     KillWorkerSpec,
+    SlowWorkerSpec,
     CorruptCheckpointSpec,
     ControlPlaneOutageSpec,
     RollbackLatestSpec,

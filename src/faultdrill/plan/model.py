@@ -165,7 +165,7 @@ class Plan(Frozen):
     def workload_config(self, item: Scenario | Control | None, ckpt_dir: str) -> dict[str, Any]:
         """The workload config an item runs with (``{workload_config}``): ``task.workload``,
         a control's ``workload`` over it, and for the reference workload the plan's
-        checkpoint policy, gloo timeout and seed."""
+        checkpoint policy, gloo timeout (unless a control sets its own) and seed."""
         cfg = dict(self.task.workload)
         if isinstance(item, Control):
             cfg.update(item.workload)
@@ -177,6 +177,10 @@ class Plan(Frozen):
                 gloo_timeout_s=self.resources.timeouts.gloo_s,
             )
             cfg.setdefault("seed", self.seeds.get("global", 0))
+            if isinstance(item, Control) and "gloo_timeout_s" in item.workload:
+                # a control's own collective timeout is its defect (a straggler slower than
+                # it): the plan's timeout must not quietly undo the mutation it reports
+                cfg["gloo_timeout_s"] = item.workload["gloo_timeout_s"]
         return cfg
 
     def scenarios(self) -> list[Scenario]:

@@ -31,7 +31,7 @@ modules, so ``faultdrill cleanup`` can replay it after a crash from the recorded
 its :class:`Ability` values with ``abilities_for(resources)`` and says what would make a
 missing one possible with ``why_not``; a fault states the abilities it needs, and the plan
 validator refuses a fault the chosen platform cannot do before any drill starts. Each
-group of abilities is one small protocol below (``SignalsRanks``, ``NodeActions``,
+group of abilities is one small protocol below (``SignalsRanks``, ``ThrottlesRanks``, ``NodeActions``,
 ``LinkActions``, ``ControlPlaneActions``, ``StorageActions``, ``ReachesCheckpoints``,
 ``NetworkTrack``, ``CopiesReplicas``); a platform implements the groups it declares
 abilities of, and may raise :class:`~faultdrill.errors.FaultError` from an action of the
@@ -80,6 +80,7 @@ __all__ = [
     "SignalsRanks",
     "StorageActions",
     "StorageMode",
+    "ThrottlesRanks",
     "register",
 ]
 
@@ -91,6 +92,8 @@ class Ability(str, Enum):
 
     #: Signal the replica of a rank (``SignalsRanks``).
     SIGNAL_RANK = "signal-rank"
+    #: Hold a rank's replica to a share of one CPU core until the undo (``ThrottlesRanks``).
+    THROTTLE_RANK = "throttle-rank"
     #: Take a node away: its link cut, every process of it killed (``NodeActions``).
     NODE_DOWN = "node-down"
     #: Stop every process of a node until the undo thaws it (``NodeActions``).
@@ -396,6 +399,20 @@ class SignalsRanks(Protocol):
 
     def replica_alive(self, replica: Replica) -> bool:
         """Whether this very replica (pid and start time) still runs."""
+        ...
+
+
+@runtime_checkable
+class ThrottlesRanks(Protocol):
+    """Ability ``throttle-rank``: a rank's replica made a straggler (found with
+    :meth:`SignalsRanks.rank_replica`)."""
+
+    def throttle_replica(self, replica: Replica, cpu_percent: int) -> Change:
+        """Hold ``replica`` and every process it started (and starts while throttled) to
+        ``cpu_percent`` % of one CPU core. Reversible: the undo gives them their CPU back
+        and removes whatever held them. Its ``apply`` raises ProcessLookupError when the
+        replica is gone, and returns at least ``pid``, ``rank``, ``node``,
+        ``cpu_percent`` and ``throttled`` (how many processes)."""
         ...
 
 

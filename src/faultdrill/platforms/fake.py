@@ -259,6 +259,21 @@ class FakePlatform(Platform):
         """Alive until it got a SIGKILL (a fake replica ignores SIGTERM)."""
         return replica.pid not in self.killed
 
+    # --- ThrottlesRanks -----------------------------------------------------------------------
+
+    def throttle_replica(self, replica: Replica, cpu_percent: int) -> Change:
+        args = {"pid": replica.pid, "rank": replica.rank, "cpu_percent": cpu_percent}
+        change = self._change(
+            "throttle_replica", args, f"fake: rank {replica.rank} at {cpu_percent} % CPU"
+        )
+        return change.with_facts(
+            pid=replica.pid,
+            rank=replica.rank,
+            node=replica.node,
+            cpu_percent=cpu_percent,
+            throttled=1,
+        )
+
     # --- CopiesReplicas -----------------------------------------------------------------------
 
     def replica_copy(self, replica: Replica) -> Change:

@@ -85,6 +85,13 @@ __all__ = ["KubernetesPlatform"]
 
 #: What the API alone can do on any cluster.
 API_ABILITIES = frozenset({Ability.SIGNAL_RANK, Ability.NODE_DRAIN, Ability.CHECKPOINT_FILES})
+#: Why no Kubernetes cluster here throttles a rank (``slow-worker``), with the fix.
+_NO_THROTTLE = (
+    "faultdrill does not throttle a pod's container yet (the test cluster's kubelet runs pods "
+    "without a cpu group of their own; a real cluster's nodes are not reached); drill a "
+    "straggler on platform local or slurm (embedded), or give the pod a CPU limit in the "
+    "job's manifest as a plan of its own"
+)
 _NEEDS_MACHINES = (
     "needs the cluster's machines, which faultdrill reaches only on the test cluster; "
     "set resources.kubernetes: {test_cluster: true}"
@@ -172,6 +179,8 @@ class KubernetesPlatform(Platform):
 
     @classmethod
     def why_not(cls, ability: Ability, resources: Resources) -> str:
+        if ability is Ability.THROTTLE_RANK:
+            return _NO_THROTTLE
         return f"{ability.value} {_NEEDS_MACHINES}"
 
     @classmethod

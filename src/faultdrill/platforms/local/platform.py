@@ -39,6 +39,7 @@ from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
 from faultdrill.host.linux import sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
+from faultdrill.host.throttle import cpu_controller_missing, throttle_change
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
@@ -119,6 +120,7 @@ class _Agent:
 _ALWAYS = frozenset(
     {
         Ability.SIGNAL_RANK,
+        Ability.THROTTLE_RANK,
         Ability.CONTROL_PLANE_PAUSE,
         Ability.STORAGE_READ_ONLY,
         Ability.STORAGE_FULL,
@@ -204,6 +206,10 @@ class LocalPlatform(ProcessReplicas, HostStorage, Platform):
                 missing = fuse_missing()
                 if missing:
                     out[ability] = "; ".join(missing)
+            elif ability is Ability.THROTTLE_RANK:
+                missing_cpu = cpu_controller_missing()
+                if missing_cpu:
+                    out[ability] = missing_cpu
             elif ability in (Ability.STORAGE_READ_ONLY, Ability.STORAGE_FULL) and os.geteuid():
                 out[ability] = "root (storage faults mount over the checkpoint directory)"
         return out
@@ -417,6 +423,11 @@ class LocalPlatform(ProcessReplicas, HostStorage, Platform):
             found,
             key=lambda r: (r.ppid not in agents, r.rank if r.rank is not None else 1 << 30, r.pid),
         )
+
+    # --- actions: a straggler (ThrottlesRanks) -------------------------------------------
+
+    def throttle_replica(self, replica: Replica, cpu_percent: int) -> Change:
+        return throttle_change(self.ledger.run_id, replica, cpu_percent, "")
 
     # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
 

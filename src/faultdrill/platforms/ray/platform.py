@@ -47,6 +47,7 @@ from faultdrill.host import procfs
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
+from faultdrill.host.throttle import cpu_controller_missing, throttle_change
 from faultdrill.ledger import THIS_RUN, undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import (
@@ -229,6 +230,8 @@ class RayPlatform(ProcessReplicas, NodeLinks, HostStorage, Platform):
         for ability in sorted(abilities, key=str):
             if ability in (Ability.STORAGE_UNREACHABLE, Ability.STORAGE_SLOW) and fuse_missing():
                 out[ability] = "; ".join(fuse_missing())
+            elif ability is Ability.THROTTLE_RANK and cpu_controller_missing():
+                out[ability] = str(cpu_controller_missing())
             elif ability in (Ability.STORAGE_READ_ONLY, Ability.STORAGE_FULL) and os.geteuid():
                 out[ability] = "root (storage faults mount over the checkpoint directory)"
         return out
@@ -525,6 +528,13 @@ class RayPlatform(ProcessReplicas, NodeLinks, HostStorage, Platform):
                 -r.start_time,
             ),
         )
+
+    # --- actions: a straggler (ThrottlesRanks) -----------------------------------------------
+
+    def throttle_replica(self, replica: Replica, cpu_percent: int) -> Change:
+        """The Train worker actor's process tree, in a cpu group of its own (Ray starts the
+        actor; this host's cpu hierarchy holds it like any process)."""
+        return throttle_change(self.ledger.run_id, replica, cpu_percent, "")
 
     # --- actions: whole nodes (NodeActions) ------------------------------------------------
 

@@ -44,6 +44,7 @@ from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
 from faultdrill.host.linux import netns_unavailable, sigstop_change
 from faultdrill.host.storage import HostStorage, fuse_missing
+from faultdrill.host.throttle import cpu_controller_missing, throttle_change
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
 from faultdrill.platforms.api import Ability, Change, JobSpec, Note, Replica
@@ -102,6 +103,9 @@ class EmbeddedSlurmPlatform(ProcessReplicas, NodeLinks, HostStorage, SlurmPlatfo
         for needs_fuse in (Ability.STORAGE_UNREACHABLE, Ability.STORAGE_SLOW):
             if needs_fuse in abilities and missing:
                 out[needs_fuse] = "; ".join(missing)
+        missing_cpu = cpu_controller_missing()
+        if Ability.THROTTLE_RANK in abilities and missing_cpu:
+            out[Ability.THROTTLE_RANK] = missing_cpu
         return out
 
     # --- the contract -------------------------------------------------------------------
@@ -198,6 +202,13 @@ class EmbeddedSlurmPlatform(ProcessReplicas, NodeLinks, HostStorage, SlurmPlatfo
 
     def kill_command(self, replica: Replica, sig: str) -> str:
         return f"ssh {replica.node} {super().kill_command(replica, sig)}"
+
+    # --- actions: a straggler (ThrottlesRanks) ----------------------------------------------
+
+    def throttle_replica(self, replica: Replica, cpu_percent: int) -> Change:
+        """The rank's task process tree on its node, in a cpu group of its own (Slurm's
+        ``TaskPlugin=task/none`` leaves the cpu hierarchy alone)."""
+        return throttle_change(self.ledger.run_id, replica, cpu_percent, f"ssh {replica.node} ")
 
     # --- actions: whole nodes (NodeActions) ---------------------------------------------------
 
