@@ -272,6 +272,7 @@ def test_restart_retests_without_injection(judge: Judge) -> None:
 
 EVERY_CHECK = [
     "expectation.fault-applied",
+    "expectation.hang-detected",
     "expectation.job-outcome",
     "expectation.no-stop-condition",
     "expectation.outage-overlapped-save",

@@ -20,7 +20,7 @@ from faultdrill.faults.control_plane import ControlPlaneOutageSpec
 from faultdrill.faults.harness import HideCheckpointsSpec, RollbackLatestSpec, StaleCopySpec
 from faultdrill.faults.network import LinkFlapSpec, LinkLossSpec, LinkSlowSpec, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
-from faultdrill.faults.process import KillWorkerSpec
+from faultdrill.faults.process import HangWorkerSpec, KillWorkerSpec
 from faultdrill.faults.storage import StorageOutageSpec
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources
@@ -35,6 +35,8 @@ N2: dict[str, Any] = {"node": "n2"}
 CASES: list[tuple[FaultSpec, list[str]]] = [
     (KillWorkerSpec(target={"rank": 1}), ["rank_replica", "signal_replica"]),
     (KillWorkerSpec(target=N2, signal="SIGTERM", grace_s=30), ["rank_replica", "signal_replica"]),
+    (HangWorkerSpec(target={"rank": 1}, for_s=5), ["rank_replica", "hang_replica"]),
+    (HangWorkerSpec(target=N2, for_s=0.5), ["rank_replica", "hang_replica"]),
     (LinkLossSpec(target={"node": "n2", "peer": "n1"}, percent=5, for_s=1), ["link_loss"]),
     (LinkSlowSpec(target=N2, rate="1mbit", for_s=1), ["link_slow"]),
     (LinkFlapSpec(target=N2, count=1, down_s=30, up_s=1), ["link_down"]),

@@ -16,7 +16,14 @@ from faultdrill.events import Event
 from faultdrill.judge.analysis import injections
 from faultdrill.timeline import Incarnation, Timeline
 
-__all__ = ["HANG_FAULTS", "NODE_LOSS_FAULTS", "decisive_timeout", "network_report", "placement"]
+__all__ = [
+    "HANG_FAULTS",
+    "NODE_LOSS_FAULTS",
+    "blocked_per_rank",
+    "decisive_timeout",
+    "network_report",
+    "placement",
+]
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -257,6 +264,149 @@ def _decided_by_timeout(
         after_s=round(cause.mono - t0, 3),
         decision=decision.kind,
     )
+
+
+#: Platform events that say someone noticed a hung rank, and what that someone is.
+_NOTICED_BY = {
+    "timeout_fired": "timeout",
+    "rdzv_timeout": "timeout",
+    "dead_node": "heartbeat",
+    "peer_error": "peer",
+    "worker_failed": "agent",
+    "worker_group_failed": "agent",
+    "membership_change": "agent",
+    "node_lost": "platform",
+}
+#: Seconds after the hang's release in which a notice still counts (the agents' logs are
+#: read every 0.1 s; a notice stamped when read may trail what it reports).
+_NOTICE_SLACK_S = 1.0
+
+
+def _first_notice(tl: Timeline, t0: float) -> Event | None:
+    """The first platform event after ``t0`` that says someone noticed (a timeout, a
+    heartbeat, a lost peer, the agent or the platform; a job that restarts or fails)."""
+    for e in tl.events:
+        if e.mono < t0 or e.src != "platform":
+            continue
+        if e.kind in _NOTICED_BY:
+            return e
+        if e.kind == "job_state" and e.get("state") in ("restarting", "failed"):
+            return e
+    return None
+
+
+def blocked_per_rank(tl: Timeline, t0: float) -> dict[int, float | None]:
+    """Per rank: seconds from its last step before ``t0`` to its first step after it (None:
+    it made no step after ``t0``). Ranks that made no step before ``t0`` are left out."""
+    st = tl.steps
+    out: dict[int, float | None] = {}
+    for rank in sorted({int(r) for r in st.rank}):
+        monos = [float(m) for m, r in zip(st.mono, st.rank, strict=True) if int(r) == rank]
+        before = [m for m in monos if m < t0]
+        if not before:
+            continue
+        after = [m for m in monos if m >= t0]
+        out[rank] = round(min(after) - max(before), 3) if after else None
+    return out
+
+
+def _blocked_text(blocked: dict[int, float | None]) -> Msg:
+    stuck = [r for r, s in blocked.items() if s is None]
+    longest = max((s for s in blocked.values() if s is not None), default=None)
+    if stuck:
+        return Msg("expectation.hang-detected.never-stepped", ranks=stuck)
+    if longest is None:
+        return Msg("expectation.hang-detected.no-steps")
+    return Msg("expectation.hang-detected.blocked", seconds=longest)
+
+
+@check("expectation.hang-detected", "expectation")
+def hang_detected(ctx: CheckContext) -> list[Finding]:
+    """For a ``hang-worker`` fault: who noticed the hung rank, when (against the collective
+    timeout the job was given) and by what; how long the other ranks were blocked, and
+    whether the job restarted. Nobody noticing before the drill released the hang (after
+    ``for_s``) or a stop condition ended the item is a FAIL naming the timeout and the
+    window; a fault never injected is retest."""
+    name, tl, item = "expectation.hang-detected", ctx.timeline, ctx.item
+    if item is None:
+        return [ctx.finding(name, P, Msg("expectation.hang-detected.baseline"))]
+    if item.fault.kind != "hang-worker":
+        return [ctx.finding(name, P, Msg("expectation.hang-detected.not-hang"))]
+    inj = injections(tl)
+    if not inj:
+        return [ctx.finding(name, R, Msg("expectation.timeout-fired.never-injected"))]
+    t0 = inj[0].mono
+    gloo_s = ctx.plan.gloo_timeout_for(item)
+    blocked = blocked_per_rank(tl, t0)
+    data: dict[str, Any] = {"gloo_timeout_s": gloo_s, "blocked_s": blocked}
+    restarted = tl.incarnation_after(t0)
+    retried = (
+        Msg(
+            "expectation.hang-detected.restarted",
+            inc=restarted.index,
+            at_s=restarted.started_mono - t0,
+        )
+        if restarted is not None
+        else Msg("expectation.hang-detected.no-restart")
+    )
+    notice = _first_notice(tl, t0)
+    end, ended_by = _hang_window(tl, t0)
+    if notice is None or notice.mono > end + _NOTICE_SLACK_S:
+        window = end - t0
+        why = Msg(
+            "expectation.hang-detected.longer"
+            if gloo_s >= window
+            else "expectation.hang-detected.shorter",
+            gloo=gloo_s,
+            window=window,
+        )
+        msg = Msg(
+            "expectation.hang-detected.unnoticed",
+            window=window,
+            ended=ended_by,
+            why=why,
+            blocked=_blocked_text(blocked),
+        )
+        return [ctx.finding(name, F, msg, window_s=round(window, 3), noticed=None, **data)]
+    by = _NOTICED_BY.get(notice.kind, "platform")
+    what: Msg | str = (
+        _timeout_name(notice, ctx.plan) if by in ("timeout", "heartbeat") else notice.kind
+    )
+    msg = Msg(
+        "expectation.hang-detected.noticed",
+        by=Msg(f"expectation.hang-detected.by.{by}", what=what),
+        node=notice.get("node") or "-",
+        at_s=notice.mono - t0,
+        gloo=gloo_s,
+        retried=retried,
+        blocked=_blocked_text(blocked),
+    )
+    return [
+        ctx.finding(
+            name,
+            P,
+            msg,
+            noticed=notice.kind,
+            noticed_by=by,
+            node=notice.get("node"),
+            after_s=round(notice.mono - t0, 3),
+            **data,
+        )
+    ]
+
+
+def _hang_window(tl: Timeline, t0: float) -> tuple[float, Msg]:
+    """When the hang's window closed, and what closed it: the drill's release (the fault
+    reverted after ``for_s``), a stop condition, or the end of the timeline."""
+    stop = tl.first("harness", "stop_condition", after=t0)
+    released = tl.first("fault", "reverted", after=t0)
+    if stop is not None and (released is None or stop.mono < released.mono):
+        return stop.mono, Msg(
+            "expectation.hang-detected.by-stop", condition=str(stop.get("condition"))
+        )
+    if released is not None:
+        return released.mono, Msg("expectation.hang-detected.by-release")
+    return tl.events[-1].mono, Msg("expectation.hang-detected.by-end")
 
 
 def placement(tl: Timeline) -> dict[str, Any] | None:

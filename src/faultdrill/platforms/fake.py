@@ -259,6 +259,13 @@ class FakePlatform(Platform):
         """Alive until it got a SIGKILL (a fake replica ignores SIGTERM)."""
         return replica.pid not in self.killed
 
+    # --- HangsRanks ---------------------------------------------------------------------------
+
+    def hang_replica(self, replica: Replica) -> list[Change]:
+        args = {"pid": replica.pid, "rank": replica.rank, "node": replica.node}
+        change = self._change("hang_replica", args, f"fake: stop rank {replica.rank}")
+        return [change.with_facts(pid=replica.pid, rank=replica.rank, node=replica.node)]
+
     # --- CopiesReplicas -----------------------------------------------------------------------
 
     def replica_copy(self, replica: Replica) -> Change:

@@ -37,7 +37,7 @@ from faultdrill.errors import FaultError, NotOursError, PlatformError
 from faultdrill.host import owned, procfs
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
-from faultdrill.host.linux import signal_change, sigstop_change
+from faultdrill.host.linux import signal_change, sigstop_change, stop_tree_changes
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
@@ -115,6 +115,7 @@ class _Agent:
 _ALWAYS = frozenset(
     {
         Ability.SIGNAL_RANK,
+        Ability.HANG_RANK,
         Ability.CONTROL_PLANE_PAUSE,
         Ability.STORAGE_READ_ONLY,
         Ability.STORAGE_FULL,
@@ -442,6 +443,11 @@ class LocalPlatform(HostStorage, Platform):
 
     def replica_alive(self, replica: Replica) -> bool:
         return procfs.alive(replica.pid, replica.start_time)
+
+    # --- actions: hang a rank (HangsRanks) -------------------------------------------------
+
+    def hang_replica(self, replica: Replica) -> list[Change]:
+        return stop_tree_changes(replica, self.replicas())
 
     # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
 

@@ -12,6 +12,8 @@ Faults go through Slurm's own controls where Slurm has one, else through the nod
 kill-worker           the rank's worker process on its node (pid + start time), SIGKILL or
                       SIGTERM: what the task's death does next is torchrun's (restart) or,
                       with ``--max-restarts`` spent, srun ``-K``'s and Slurm's (job FAILED)
+hang-worker           the rank's worker and its children SIGSTOPped on their node (slurmd,
+                      slurmstepd and the agent live on), SIGCONT after ``for_s``
 node-down             the node's link down, then its cgroup SIGKILLed: slurmd, slurmstepd and
                       the tasks; slurmctld declares it DOWN after ``SlurmdTimeout`` and, with
                       ``--requeue``, requeues the job. Undo: link up, slurmd started again
@@ -41,7 +43,12 @@ from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.host import procfs
 from faultdrill.host.copies import copy_change, reap
-from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
+from faultdrill.host.linux import (
+    netns_unavailable,
+    signal_change,
+    sigstop_change,
+    stop_tree_changes,
+)
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
@@ -223,6 +230,11 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
 
     def replica_alive(self, replica: Replica) -> bool:
         return procfs.alive(replica.pid, replica.start_time)
+
+    def hang_replica(self, replica: Replica) -> list[Change]:
+        """The task's worker and its children stopped on their node; slurmd, slurmstepd
+        and torchrun's agent run on (Slurm sees a live task)."""
+        return stop_tree_changes(replica, self.replicas(), via=f"ssh {replica.node} ")
 
     # --- actions: whole nodes (NodeActions) ---------------------------------------------------
 
