@@ -272,7 +272,6 @@ def test_restart_retests_without_injection(judge: Judge) -> None:
 
 EVERY_CHECK = [
     "expectation.fault-applied",
-    "expectation.hang-detected",
     "expectation.job-outcome",
     "expectation.no-stop-condition",
     "expectation.outage-overlapped-save",
@@ -284,6 +283,7 @@ EVERY_CHECK = [
     "progress.completed",
     "progress.damaged-checkpoint-refused",
     "progress.failed-save-not-published",
+    "progress.hang-detected",
     "progress.no-jump",
     "progress.no-restart-from-zero",
     "progress.restored-components",

@@ -314,24 +314,24 @@ def _blocked_text(blocked: dict[int, float | None]) -> Msg:
     stuck = [r for r, s in blocked.items() if s is None]
     longest = max((s for s in blocked.values() if s is not None), default=None)
     if stuck:
-        return Msg("expectation.hang-detected.never-stepped", ranks=stuck)
+        return Msg("progress.hang-detected.never-stepped", ranks=stuck)
     if longest is None:
-        return Msg("expectation.hang-detected.no-steps")
-    return Msg("expectation.hang-detected.blocked", seconds=longest)
+        return Msg("progress.hang-detected.no-steps")
+    return Msg("progress.hang-detected.blocked", seconds=longest)
 
 
-@check("expectation.hang-detected", "expectation")
+@check("progress.hang-detected", "progress")
 def hang_detected(ctx: CheckContext) -> list[Finding]:
     """For a ``hang-worker`` fault: who noticed the hung rank, when (against the collective
     timeout the job was given) and by what; how long the other ranks were blocked, and
     whether the job restarted. Nobody noticing before the drill released the hang (after
     ``for_s``) or a stop condition ended the item is a FAIL naming the timeout and the
     window; a fault never injected is retest."""
-    name, tl, item = "expectation.hang-detected", ctx.timeline, ctx.item
+    name, tl, item = "progress.hang-detected", ctx.timeline, ctx.item
     if item is None:
-        return [ctx.finding(name, P, Msg("expectation.hang-detected.baseline"))]
+        return [ctx.finding(name, P, Msg("progress.hang-detected.baseline"))]
     if item.fault.kind != "hang-worker":
-        return [ctx.finding(name, P, Msg("expectation.hang-detected.not-hang"))]
+        return [ctx.finding(name, P, Msg("progress.hang-detected.not-hang"))]
     inj = injections(tl)
     if not inj:
         return [ctx.finding(name, R, Msg("expectation.timeout-fired.never-injected"))]
@@ -342,26 +342,26 @@ def hang_detected(ctx: CheckContext) -> list[Finding]:
     restarted = tl.incarnation_after(t0)
     retried = (
         Msg(
-            "expectation.hang-detected.restarted",
+            "progress.hang-detected.restarted",
             inc=restarted.index,
             at_s=restarted.started_mono - t0,
         )
         if restarted is not None
-        else Msg("expectation.hang-detected.no-restart")
+        else Msg("progress.hang-detected.no-restart")
     )
     notice = _first_notice(tl, t0)
     end, ended_by = _hang_window(tl, t0)
     if notice is None or notice.mono > end + _NOTICE_SLACK_S:
         window = end - t0
         why = Msg(
-            "expectation.hang-detected.longer"
+            "progress.hang-detected.longer"
             if gloo_s >= window
-            else "expectation.hang-detected.shorter",
+            else "progress.hang-detected.shorter",
             gloo=gloo_s,
             window=window,
         )
         msg = Msg(
-            "expectation.hang-detected.unnoticed",
+            "progress.hang-detected.unnoticed",
             window=window,
             ended=ended_by,
             why=why,
@@ -373,8 +373,8 @@ def hang_detected(ctx: CheckContext) -> list[Finding]:
         _timeout_name(notice, ctx.plan) if by in ("timeout", "heartbeat") else notice.kind
     )
     msg = Msg(
-        "expectation.hang-detected.noticed",
-        by=Msg(f"expectation.hang-detected.by.{by}", what=what),
+        "progress.hang-detected.noticed",
+        by=Msg(f"progress.hang-detected.by.{by}", what=what),
         node=notice.get("node") or "-",
         at_s=notice.mono - t0,
         gloo=gloo_s,
@@ -402,11 +402,11 @@ def _hang_window(tl: Timeline, t0: float) -> tuple[float, Msg]:
     released = tl.first("fault", "reverted", after=t0)
     if stop is not None and (released is None or stop.mono < released.mono):
         return stop.mono, Msg(
-            "expectation.hang-detected.by-stop", condition=str(stop.get("condition"))
+            "progress.hang-detected.by-stop", condition=str(stop.get("condition"))
         )
     if released is not None:
-        return released.mono, Msg("expectation.hang-detected.by-release")
-    return tl.events[-1].mono, Msg("expectation.hang-detected.by-end")
+        return released.mono, Msg("progress.hang-detected.by-release")
+    return tl.events[-1].mono, Msg("progress.hang-detected.by-end")
 
 
 def placement(tl: Timeline) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ its node, agent and connections stay up, the way a rank stuck in a collective lo
 peers; each stop is in the ledger (kind ``sigstop``) before it is sent, and resumed
 (SIGCONT, only to the same pid and start time) after ``for_s``, at the end of the item, on
 a signal, or by ``faultdrill cleanup``. Who noticed the hang, when and by what is judged
-from the timeline (``expectation.hang-detected``).
+from the timeline (``progress.hang-detected``).
 """
 
 from __future__ import annotations
