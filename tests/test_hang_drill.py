@@ -1,11 +1,11 @@
 """A real ``hang-worker`` drill on the local platform (``isolation: none``): rank 1's replica
-is stopped (SIGSTOP) at step 12 for at most 10 s, with a gloo collective timeout of 4 s.
+is stopped (SIGSTOP) at step 12 for at most 20 s, with a gloo collective timeout of 4 s.
 
 Scenario ``hang``: rank 0's collective times out, torchrun notices and restarts the group,
 the job resumes from the last checkpoint; ``progress.hang-detected`` says who noticed,
 when (against the 4 s timeout) and how long the ranks were blocked. Control
 ``ctl-hang-long-timeout``: the same hang with the job's collective timeout at 60 s, longer
-than the 10 s the hang lasts: nobody notices, and the check must fail naming both."""
+than the 20 s the hang lasts: nobody notices, and the check must fail naming both."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tests.test_netns_kit import ledger_records
 
 pytestmark = [pytest.mark.drill]
 
-HANG = {"kind": "hang-worker", "target": {"rank": 1}, "for_s": 10}
+HANG = {"kind": "hang-worker", "target": {"rank": 1}, "for_s": 20}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     raw["controls"] = [
         {
             "id": "ctl-hang-long-timeout",
-            "title": "the job's collective timeout (60 s) outlasts the hang (10 s)",
+            "title": "the job's collective timeout (60 s) outlasts the hang (20 s)",
             "workload": {"gloo_timeout_s": 60},
             "fault": HANG,
             "trigger": {"at_step": 12},
@@ -78,8 +78,10 @@ def test_the_collective_timeout_notices_the_hang_and_the_job_recovers(
     data = f["data"]
     assert data["gloo_timeout_s"] == 4.0
     # noticed after the 4 s timeout could fire, well before the 10 s release
-    assert 3.0 <= data["after_s"] <= 10.0, f
-    assert data["noticed_by"] in ("timeout", "agent", "peer"), f
+    assert 3.0 <= data["after_s"] <= 20.0, f
+    assert data["noticed_by"] == "agent", f
+    # rank 0's own collective timeout, before its agent acted
+    assert 3.5 <= data["symptom_after_s"] <= data["after_s"], f
     assert "configured gloo collective timeout: 4 s" in f["message"]
     # rank 0 was blocked at least as long as the timeout took, and stepped again
     blocked = {int(k): v for k, v in data["blocked_s"].items()}
@@ -116,9 +118,9 @@ def test_a_collective_timeout_longer_than_the_hang_is_caught(
     c = item(report, "ctl-hang-long-timeout")
     f = finding(c, "progress.hang-detected")
     assert f["verdict"] == "fail", f
-    assert "nobody noticed the hung rank within" in f["message"]
+    assert "nobody acted on the hung rank within" in f["message"]
     assert "gloo collective timeout (60 s) is not shorter than that window" in f["message"]
     assert f["data"]["gloo_timeout_s"] == 60.0
-    assert 9.0 <= f["data"]["window_s"] <= 12.0
+    assert 19.0 <= f["data"]["window_s"] <= 22.0
     assert c["caught"] is True, (c["not_proven_why"], json.dumps(c["evidence"], indent=1)[:3000])
     assert report["summary"]["controls_caught"] == 1

@@ -127,31 +127,59 @@ def _control(judge: Judge, gloo_s: float) -> Judge:
     return judge.replace(item=ctl)
 
 
-def test_noticed_by_the_collective_timeout_passes_with_times_and_blocking(hang: Judge) -> None:
+def test_acted_on_by_the_agent_after_the_timeout_passes_with_times_and_blocking(
+    hang: Judge,
+) -> None:
     (f,) = hang.run(CHECK, _recovered())
     assert f.verdict == P
     assert f.message == (
-        "the hang was noticed by the collective timeout (gloo collective timeout (30 s)) on n1 "
-        "at +30.1 s after the rank stopped (configured gloo collective timeout: 30 s); the job "
-        "restarted (incarnation 1 began at +31.5 s); the ranks were blocked up to 33.5 s (last "
-        "step before the hang to first step after it)"
+        "the hang was acted on by the launcher agent (worker_group_failed) on n1 at +30.3 s "
+        "after the rank stopped (configured gloo collective timeout: 30 s); first sign: a "
+        "timeout or lost peer in the log of n1 at +30.1 s (Timed out waiting 30000ms for "
+        "recv); the job restarted (incarnation 1 began at +31.5 s); the ranks were blocked "
+        "up to 33.5 s (last step before the hang to first step after it)"
     )
-    assert f.data["noticed_by"] == "timeout" and f.data["after_s"] == 30.1
+    assert f.data["noticed_by"] == "agent" and f.data["after_s"] == 30.3
+    assert f.data["symptom_after_s"] == 30.1
     assert f.data["blocked_s"] == {0: 33.5, 1: 33.5}
 
 
-def test_noticed_by_the_agent_when_no_timeout_line_was_read(hang: Judge) -> None:
-    tl = _recovered().drop("platform", "timeout_fired")
+def test_a_heartbeat_acting_is_named_with_its_setting(hang: Judge) -> None:
+    tl = _recovered().drop("platform", "timeout_fired").drop("platform", "worker_group_failed")
+    tl.platform("dead_node", 12.0, node="n1", msg="Detected dead node")
     (f,) = hang.run(CHECK, tl)
-    assert f.verdict == P and f.data["noticed_by"] == "agent"
-    assert "by the launcher agent (worker_group_failed) on n1 at +30.3 s" in f.message
+    assert f.verdict == P and f.data["noticed_by"] == "heartbeat"
+    assert "by a heartbeat (rendezvous keep-alive (1 s x 3)) on n1 at +6.5 s" in f.message
+
+
+def test_a_timeout_in_a_worker_that_nobody_acted_on_fails(hang: Judge) -> None:
+    """The survivor's collective timed out, but its exit waited for the hung peer: the
+    agent acted only after the drill released the hang."""
+    tl = _rode_out().add(
+        "probe",
+        "worker_error",
+        9.6,
+        rank=0,
+        pid=OLD[0],
+        error="RuntimeError: Timed out waiting 4000ms for recv operation to complete",
+    )
+    tl.platform("worker_failed", 18.0, node="n1")
+    (f,) = _control(hang, 4).run(CHECK, tl)
+    assert f.verdict == F
+    assert f.message.startswith(
+        "nobody acted on the hung rank within 10.0 s after it stopped (the drill then released "
+        "the hang): a peer saw it (a worker error on rank 0 at +4.1 s (RuntimeError: Timed out "
+        "waiting 4000ms for recv operation to complete)), but no agent, heartbeat or platform "
+        "acted on it: a hang that did not end would hold the job; "
+    )
+    assert f.data["symptom_after_s"] == 4.1
 
 
 def test_nobody_noticing_a_hang_the_timeout_outlasts_fails_naming_both(hang: Judge) -> None:
     (f,) = hang.run(CHECK, _rode_out())
     assert f.verdict == F
     assert f.message == (
-        "nobody noticed the hung rank within 10.0 s after it stopped (the drill then released "
+        "nobody acted on the hung rank within 10.0 s after it stopped (the drill then released "
         "the hang): the configured gloo collective timeout (30 s) is not shorter than that "
         "window, so it could not fire; set resources.timeouts.gloo_s (or the job's collective "
         "timeout) below the hang's for_s; the ranks were blocked up to 11.0 s (last step "
@@ -193,6 +221,10 @@ def test_never_injected_is_retest_and_other_faults_are_not_judged(
     assert hang.verdicts(CHECK, tl) == [R]
     assert judge.one(CHECK, _recovered()) == (P, "not a hang-worker fault: not applicable")
     assert judge.replace(item=None).verdicts(CHECK, tl) == [P]
+    assert hang.one("expectation.timeout-fired", _recovered()) == (
+        P,
+        "a hung rank: which timeout or who noticed it is judged by progress.hang-detected",
+    )
 
 
 def test_blocked_time_per_rank_leaves_out_ranks_without_an_earlier_step() -> None:

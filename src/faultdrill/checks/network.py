@@ -104,6 +104,8 @@ def timeout_fired(ctx: CheckContext) -> list[Finding]:
     item = ctx.item
     if item is None:
         return [ctx.finding(name, P, Msg("expectation.timeout-fired.baseline"))]
+    if item.fault.kind == "hang-worker":  # who noticed, and when: progress.hang-detected
+        return [ctx.finding(name, P, Msg("expectation.timeout-fired.see-hang-detected"))]
     if item.fault.kind not in HANG_FAULTS:
         return [
             ctx.finding(name, P, Msg("expectation.timeout-fired.not-hang", fault=item.fault.kind))
@@ -266,12 +268,10 @@ def _decided_by_timeout(
     )
 
 
-#: Platform events that say someone noticed a hung rank, and what that someone is.
-_NOTICED_BY = {
-    "timeout_fired": "timeout",
-    "rdzv_timeout": "timeout",
+#: Platform events that say the agent, a heartbeat or the platform acted on a hung rank.
+_ACTED_BY = {
     "dead_node": "heartbeat",
-    "peer_error": "peer",
+    "rdzv_timeout": "timeout",
     "worker_failed": "agent",
     "worker_group_failed": "agent",
     "membership_change": "agent",
@@ -282,15 +282,29 @@ _NOTICED_BY = {
 _NOTICE_SLACK_S = 1.0
 
 
-def _first_notice(tl: Timeline, t0: float) -> Event | None:
-    """The first platform event after ``t0`` that says someone noticed (a timeout, a
-    heartbeat, a lost peer, the agent or the platform; a job that restarts or fails)."""
+def _first_action(tl: Timeline, t0: float) -> Event | None:
+    """The first platform event after ``t0`` that acted on the hang (the agent, a
+    heartbeat, the platform; a job that restarts or fails)."""
     for e in tl.events:
         if e.mono < t0 or e.src != "platform":
             continue
-        if e.kind in _NOTICED_BY:
+        if e.kind in _ACTED_BY:
             return e
         if e.kind == "job_state" and e.get("state") in ("restarting", "failed"):
+            return e
+    return None
+
+
+def _first_symptom(tl: Timeline, t0: float) -> Event | None:
+    """The first sign after ``t0`` that a peer saw the hang without anyone acting on it: a
+    worker's own error (``probe``/``worker_error``: its collective timed out), a timeout
+    or lost peer read from a log."""
+    for e in tl.events:
+        if e.mono < t0:
+            continue
+        if (e.src == "probe" and e.kind == "worker_error") or (
+            e.src == "platform" and e.kind in ("timeout_fired", "peer_error")
+        ):
             return e
     return None
 
@@ -324,9 +338,11 @@ def _blocked_text(blocked: dict[int, float | None]) -> Msg:
 def hang_detected(ctx: CheckContext) -> list[Finding]:
     """For a ``hang-worker`` fault: who noticed the hung rank, when (against the collective
     timeout the job was given) and by what; how long the other ranks were blocked, and
-    whether the job restarted. Nobody noticing before the drill released the hang (after
-    ``for_s``) or a stop condition ended the item is a FAIL naming the timeout and the
-    window; a fault never injected is retest."""
+    whether the job restarted. Nobody acting on it (the agent, a heartbeat, the platform)
+    before the drill released the hang (after ``for_s``) or a stop condition ended the item
+    is a FAIL naming the timeout and the window, also when a survivor's collective timeout
+    fired meanwhile (its exit may wait for the hung peer: a hang that never ends would hold
+    the job); a fault never injected is retest."""
     name, tl, item = "progress.hang-detected", ctx.timeline, ctx.item
     if item is None:
         return [ctx.finding(name, P, Msg("progress.hang-detected.baseline"))]
@@ -349,35 +365,25 @@ def hang_detected(ctx: CheckContext) -> list[Finding]:
         if restarted is not None
         else Msg("progress.hang-detected.no-restart")
     )
-    notice = _first_notice(tl, t0)
     end, ended_by = _hang_window(tl, t0)
-    if notice is None or notice.mono > end + _NOTICE_SLACK_S:
-        window = end - t0
-        why = Msg(
-            "progress.hang-detected.longer"
-            if gloo_s >= window
-            else "progress.hang-detected.shorter",
-            gloo=gloo_s,
-            window=window,
-        )
-        msg = Msg(
-            "progress.hang-detected.unnoticed",
-            window=window,
-            ended=ended_by,
-            why=why,
-            blocked=_blocked_text(blocked),
-        )
-        return [ctx.finding(name, F, msg, window_s=round(window, 3), noticed=None, **data)]
-    by = _NOTICED_BY.get(notice.kind, "platform")
-    what: Msg | str = (
-        _timeout_name(notice, ctx.plan) if by in ("timeout", "heartbeat") else notice.kind
+    action = _first_action(tl, t0)
+    symptom = _first_symptom(tl, t0)
+    if action is None or action.mono > end + _NOTICE_SLACK_S:
+        return [_unnoticed(ctx, t0, end, ended_by, symptom, gloo_s, blocked)]
+    by = _ACTED_BY.get(action.kind, "platform")
+    what: Msg | str = _timeout_name(action, ctx.plan) if by != "agent" else action.kind
+    first: Msg | str = (
+        Msg("progress.hang-detected.first", symptom=_symptom_text(symptom, t0))
+        if symptom is not None and symptom.mono < action.mono
+        else ""
     )
     msg = Msg(
         "progress.hang-detected.noticed",
         by=Msg(f"progress.hang-detected.by.{by}", what=what),
-        node=notice.get("node") or "-",
-        at_s=notice.mono - t0,
+        node=action.get("node") or "-",
+        at_s=action.mono - t0,
         gloo=gloo_s,
+        first=first,
         retried=retried,
         blocked=_blocked_text(blocked),
     )
@@ -386,13 +392,69 @@ def hang_detected(ctx: CheckContext) -> list[Finding]:
             name,
             P,
             msg,
-            noticed=notice.kind,
+            noticed=action.kind,
             noticed_by=by,
-            node=notice.get("node"),
-            after_s=round(notice.mono - t0, 3),
+            node=action.get("node"),
+            after_s=round(action.mono - t0, 3),
+            symptom_after_s=round(symptom.mono - t0, 3) if symptom is not None else None,
             **data,
         )
     ]
+
+
+def _symptom_text(symptom: Event, t0: float) -> Msg:
+    """A peer's own sign of the hang: a worker's error (on its rank) or a log line."""
+    where = (
+        Msg("progress.hang-detected.on-rank", rank=symptom.get("rank"))
+        if symptom.src == "probe"
+        else Msg("progress.hang-detected.on-node", node=symptom.get("node"))
+    )
+    error = str(symptom.get("error") or symptom.get("line") or symptom.kind)[:200]
+    return Msg("progress.hang-detected.symptom", where=where, at_s=symptom.mono - t0, error=error)
+
+
+def _unnoticed(
+    ctx: CheckContext,
+    t0: float,
+    end: float,
+    ended_by: Msg,
+    symptom: Event | None,
+    gloo_s: float,
+    blocked: dict[int, float | None],
+) -> Finding:
+    """:func:`hang_detected` when nobody acted on the hang before its window closed: FAIL,
+    naming the window, the configured timeout, and a peer's own sign of it if there was
+    one (a timeout that fired in a worker whose exit then waited for the hung peer)."""
+    window = end - t0
+    seen = symptom is not None and symptom.mono <= end + _NOTICE_SLACK_S
+    if seen:
+        assert symptom is not None
+        why = Msg("progress.hang-detected.not-acted", symptom=_symptom_text(symptom, t0))
+    else:
+        why = Msg(
+            "progress.hang-detected.longer"
+            if gloo_s >= window
+            else "progress.hang-detected.shorter",
+            gloo=gloo_s,
+            window=window,
+        )
+    msg = Msg(
+        "progress.hang-detected.unnoticed",
+        window=window,
+        ended=ended_by,
+        why=why,
+        blocked=_blocked_text(blocked),
+    )
+    return ctx.finding(
+        "progress.hang-detected",
+        F,
+        msg,
+        window_s=round(window, 3),
+        noticed=None,
+        symptom_after_s=round(symptom.mono - t0, 3) if seen and symptom is not None else None,
+        gloo_timeout_s=gloo_s,
+        blocked_s=blocked,
+    )
 
 
 def _hang_window(tl: Timeline, t0: float) -> tuple[float, Msg]:
