@@ -170,7 +170,8 @@ def test_a_timeout_in_a_worker_that_nobody_acted_on_fails(hang: Judge) -> None:
         "nobody acted on the hung rank within 10.0 s after it stopped (the drill then released "
         "the hang): a peer saw it (a worker error on rank 0 at +4.1 s (RuntimeError: Timed out "
         "waiting 4000ms for recv operation to complete)), but no agent, heartbeat or platform "
-        "acted on it: a hang that did not end would hold the job; "
+        "acted on it within that window (the survivor's exit may be waiting for the hung "
+        "peer; a longer for_s shows whether anything acts at all); "
     )
     assert f.data["symptom_after_s"] == 4.1
 

@@ -341,8 +341,8 @@ def hang_detected(ctx: CheckContext) -> list[Finding]:
     whether the job restarted. Nobody acting on it (the agent, a heartbeat, the platform)
     before the drill released the hang (after ``for_s``) or a stop condition ended the item
     is a FAIL naming the timeout and the window, also when a survivor's collective timeout
-    fired meanwhile (its exit may wait for the hung peer: a hang that never ends would hold
-    the job); a fault never injected is retest."""
+    fired meanwhile (a sign, not an action: its exit may wait for the hung peer); a fault
+    never injected is retest."""
     name, tl, item = "progress.hang-detected", ctx.timeline, ctx.item
     if item is None:
         return [ctx.finding(name, P, Msg("progress.hang-detected.baseline"))]
@@ -424,7 +424,7 @@ def _unnoticed(
 ) -> Finding:
     """:func:`hang_detected` when nobody acted on the hang before its window closed: FAIL,
     naming the window, the configured timeout, and a peer's own sign of it if there was
-    one (a timeout that fired in a worker whose exit then waited for the hung peer)."""
+    one (a timeout that fired in a worker that had not exited by then)."""
     window = end - t0
     seen = symptom is not None and symptom.mono <= end + _NOTICE_SLACK_S
     if seen:

@@ -577,7 +577,7 @@ CATALOG: dict[str, str] = {
     "progress.hang-detected.on-rank": "a worker error on rank {rank}",
     "progress.hang-detected.on-node": "a timeout or lost peer in the log of {node}",
     "progress.hang-detected.first": "; first sign: {symptom}",
-    "progress.hang-detected.not-acted": "a peer saw it ({symptom}), but no agent, heartbeat or platform acted on it: a hang that did not end would hold the job",
+    "progress.hang-detected.not-acted": "a peer saw it ({symptom}), but no agent, heartbeat or platform acted on it within that window (the survivor's exit may be waiting for the hung peer; a longer for_s shows whether anything acts at all)",
     "progress.hang-detected.by.timeout": "by the collective timeout ({what})",
     "progress.hang-detected.by.heartbeat": "by a heartbeat ({what})",
     "progress.hang-detected.by.agent": "by the launcher agent ({what})",

@@ -579,7 +579,7 @@ CATALOG: dict[str, str] = {
     "progress.hang-detected.on-rank": "rank {rank} 上的工作进程报错",
     "progress.hang-detected.on-node": "{node} 日志中的超时或对端失联",
     "progress.hang-detected.first": "；最早的迹象：{symptom}",
-    "progress.hang-detected.not-acted": "有对端看到了它（{symptom}），但没有任何代理、心跳或平台据此采取行动：若挂起不结束，任务将一直被卡住",
+    "progress.hang-detected.not-acted": "有对端看到了它（{symptom}），但在该窗口内没有任何代理、心跳或平台据此采取行动（存活进程的退出可能在等待挂起的对端；加长 for_s 可看出到底有没有人行动）",
     "progress.hang-detected.by.timeout": "由集合通信超时（{what}）",
     "progress.hang-detected.by.heartbeat": "由心跳（{what}）",
     "progress.hang-detected.by.agent": "由启动代理（{what}）",
