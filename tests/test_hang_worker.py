@@ -25,7 +25,7 @@ from faultdrill.checks.network import blocked_per_rank
 from faultdrill.errors import PlanError
 from faultdrill.faults.process import HangWorkerSpec
 from faultdrill.host import procfs
-from faultdrill.plan import Control, Scenario
+from faultdrill.plan import Control, Resources, Scenario
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import Ability
 from tests.drillkit import demo_raw
@@ -79,6 +79,12 @@ def test_platforms_without_it_are_refused_with_the_fix() -> None:
     ray = _problem(HANG, platform="ray", isolation="netns", ray={})
     assert "hang-worker is not drilled on Ray yet" in ray and "slurm (embedded: true)" in ray
     assert Ability.HANG_RANK in PLATFORMS["local"].abilities_for(parse_plan(demo_raw()).resources)
+    k8s = Resources(platform="kubernetes", isolation="netns", kubernetes={"test_cluster": True})
+    test_cluster = PLATFORMS["kubernetes"].variant_for(k8s)
+    assert Ability.HANG_RANK not in test_cluster.abilities_for(k8s)
+    assert "not implemented on Kubernetes yet" in test_cluster.why_not(Ability.HANG_RANK, k8s)
+    slurm = Resources(platform="slurm", isolation="netns", slurm={"embedded": True})
+    assert Ability.HANG_RANK in PLATFORMS["slurm"].variant_for(slurm).abilities_for(slurm)
 
 
 # --- progress.hang-detected -----------------------------------------------------------
