@@ -7,12 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from faultdrill import plugins
 from faultdrill.admit import load_plan
 from faultdrill.plan import Control, Plan, Scenario
 from faultdrill.readings.reference import Reference
 from tests.recorded_run import recorded_demo  # noqa: F401  (session fixture: one small drill)
 from tests.test_netns_kit import cluster  # noqa: F401  (a bare namespace cluster)
 from tests.timelines import Judge, baseline
+
+# Every fault, check and platform registered, as the commands load them (faultdrill.plugins):
+# a test that reads a registry must not depend on which test ran before it.
+plugins.load()
 
 #: In CI mode as root, a machine lacking what the drills need fails the run (tests/ci_mode.py).
 pytest_plugins = ["tests.ci_mode"]

@@ -99,6 +99,10 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "Round": ("rounds.0", None),
     "KillWorkerSpec": ("rounds.0.scenarios.0.fault", None),
     "WorkerTarget": ("rounds.0.scenarios.0.fault.target", {}),
+    "HangWorkerSpec": (
+        "rounds.0.scenarios.0.fault",
+        {"kind": "hang-worker", "target": {"rank": 1}, "for_s": 2},
+    ),
     "SlowWorkerSpec": (
         "rounds.0.scenarios.0.fault",
         {"kind": "slow-worker", "target": {"rank": 1}, "cpu_percent": 20, "for_s": 2},

@@ -20,7 +20,7 @@ from faultdrill.faults.control_plane import ControlPlaneOutageSpec
 from faultdrill.faults.harness import HideCheckpointsSpec, RollbackLatestSpec, StaleCopySpec
 from faultdrill.faults.network import LinkFlapSpec, LinkLossSpec, LinkSlowSpec, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
-from faultdrill.faults.process import KillWorkerSpec
+from faultdrill.faults.process import HangWorkerSpec, KillWorkerSpec
 from faultdrill.faults.storage import StorageOutageSpec, StorageSlowSpec
 from faultdrill.faults.straggler import SlowWorkerSpec
 from faultdrill.ledger import Ledger
@@ -40,6 +40,8 @@ CASES: list[tuple[FaultSpec, list[str]]] = [
         SlowWorkerSpec(target={"rank": 1}, cpu_percent=20, for_s=1),
         ["rank_replica", "throttle_replica"],
     ),
+    (HangWorkerSpec(target={"rank": 1}, for_s=5), ["rank_replica", "hang_replica"]),
+    (HangWorkerSpec(target=N2, for_s=0.5), ["rank_replica", "hang_replica"]),
     (LinkLossSpec(target={"node": "n2", "peer": "n1"}, percent=5, for_s=1), ["link_loss"]),
     (LinkSlowSpec(target=N2, rate="1mbit", for_s=1), ["link_slow"]),
     (LinkFlapSpec(target=N2, count=1, down_s=30, up_s=1), ["link_down"]),

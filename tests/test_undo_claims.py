@@ -487,6 +487,30 @@ TABLE: dict[str, list[Case]] = {
             root=True,
         ),
     ],
+    "cpu-throttle": [
+        Case(
+            "a freezer group, not this run's cpu group",
+            lambda d: {"path": str(d.cgroup), "home": "/sys/fs/cgroup/cpu"},
+            lambda d: d.group_intact(d.cgroup),
+            root=True,
+        ),
+        Case(
+            "climbs out with ..",
+            lambda d: {
+                "path": f"/sys/fs/cgroup/cpu/faultdrill/{RUN_ID}/../{OTHER_RUN}",
+                "home": "/sys/fs/cgroup/cpu",
+            },
+            lambda d: d.group_intact(d.other_cgroup),
+            root=True,
+        ),
+        _files(
+            "home that climbs out of the cpu hierarchy",
+            lambda d: {
+                "path": f"/sys/fs/cgroup/cpu/faultdrill/{RUN_ID}/x",
+                "home": "/../../../.." + str(d.file),
+            },
+        ),
+    ],
     "freeze": [
         Case(
             "foreign",
@@ -542,6 +566,20 @@ TABLE: dict[str, list[Case]] = {
             Decoys.still_stopped,
         ),
         _files("status outside", lambda d: {"pid": 2**22 + 7, "status": str(d.file)}),
+    ],
+    "fuse-slow": [
+        Case(
+            "recorded pid not the daemon",
+            lambda d: {
+                "pid": d.foreign.pid,
+                "start_time": procfs.start_time(d.foreign.pid),
+                "status": str(d.run / "s.json"),
+            },
+            lambda d: d.alive(d.foreign),
+        ),
+        _files(
+            "status outside", lambda d: {"pid": 2**22 + 7, "start_time": 0, "status": str(d.file)}
+        ),
     ],
     "fuse-mirror": [
         Case(

@@ -457,8 +457,11 @@ def test_save_error_skip_and_crash(
     assert "checkpoint at step 3 not saved: [Errno 30] Read-only" in capfd.readouterr().err
     with pytest.raises(OSError, match="Read-only"):
         local.run(save_error="crash")
-    crashed = kinds(read_events(local.tmp / f"ev{local.n}", 0))
-    assert crashed == ["run_start", "ckpt_none", "ckpt_save_failed"]
+    crashed_events = read_events(local.tmp / f"ev{local.n}", 0)
+    crashed = kinds(crashed_events)
+    # what stopped training is recorded before the process goes
+    assert crashed == ["run_start", "ckpt_none", "ckpt_save_failed", "worker_error"]
+    assert "Read-only" in crashed_events[-1]["error"]
 
 
 def samples_after_restart(local: Local, mode: str) -> tuple[list[dict[str, Any]], list[Any]]:

@@ -376,6 +376,12 @@ class Probe:
     def run_end(self, *, final_step: int, model_digest: str = "", status: str = "ok") -> None:
         self.emit("run_end", status=status, final_step=final_step, model_digest=model_digest)
 
+    def worker_error(self, exc: BaseException) -> None:
+        """What stopped training in this process (e.g. a collective that timed out), when it
+        was raised: a survivor's own notice of a hung peer, before its exit (which may
+        wait on that peer) tells its agent."""
+        self.emit("worker_error", error=f"{type(exc).__name__}: {exc}"[:500])
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -16,7 +16,14 @@ from faultdrill.events import Event
 from faultdrill.readings.analysis import injections
 from faultdrill.timeline import Incarnation, Timeline
 
-__all__ = ["HANG_FAULTS", "NODE_LOSS_FAULTS", "decisive_timeout", "network_report", "placement"]
+__all__ = [
+    "HANG_FAULTS",
+    "NODE_LOSS_FAULTS",
+    "blocked_per_rank",
+    "decisive_timeout",
+    "network_report",
+    "placement",
+]
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 
@@ -97,6 +104,8 @@ def timeout_fired(ctx: CheckContext) -> list[Finding]:
     item = ctx.item
     if item is None:
         return [ctx.finding(name, P, Msg("expectation.timeout-fired.baseline"))]
+    if item.fault.kind == "hang-worker":  # who noticed, and when: progress.hang-detected
+        return [ctx.finding(name, P, Msg("expectation.timeout-fired.see-hang-detected"))]
     if item.fault.kind not in HANG_FAULTS:
         return [
             ctx.finding(name, P, Msg("expectation.timeout-fired.not-hang", fault=item.fault.kind))
@@ -257,6 +266,209 @@ def _decided_by_timeout(
         after_s=round(cause.mono - t0, 3),
         decision=decision.kind,
     )
+
+
+#: Platform events that say the agent, a heartbeat or the platform acted on a hung rank.
+_ACTED_BY = {
+    "dead_node": "heartbeat",
+    "rdzv_timeout": "timeout",
+    "worker_failed": "agent",
+    "worker_group_failed": "agent",
+    "membership_change": "agent",
+    "node_lost": "platform",
+}
+#: Seconds after the hang's release in which a notice still counts (the agents' logs are
+#: read every 0.1 s; a notice stamped when read may trail what it reports).
+_NOTICE_SLACK_S = 1.0
+
+
+def _first_action(tl: Timeline, t0: float) -> Event | None:
+    """The first platform event after ``t0`` that acted on the hang (the agent, a
+    heartbeat, the platform; a job that restarts or fails)."""
+    for e in tl.events:
+        if e.mono < t0 or e.src != "platform":
+            continue
+        if e.kind in _ACTED_BY:
+            return e
+        if e.kind == "job_state" and e.get("state") in ("restarting", "failed"):
+            return e
+    return None
+
+
+def _first_symptom(tl: Timeline, t0: float) -> Event | None:
+    """The first sign after ``t0`` that a peer saw the hang without anyone acting on it: a
+    worker's own error (``probe``/``worker_error``: its collective timed out), a timeout
+    or lost peer read from a log."""
+    for e in tl.events:
+        if e.mono < t0:
+            continue
+        if (e.src == "probe" and e.kind == "worker_error") or (
+            e.src == "platform" and e.kind in ("timeout_fired", "peer_error")
+        ):
+            return e
+    return None
+
+
+def blocked_per_rank(tl: Timeline, t0: float) -> dict[int, float | None]:
+    """Per rank: seconds from its last step before ``t0`` to its first step after it (None:
+    it made no step after ``t0``). Ranks that made no step before ``t0`` are left out."""
+    st = tl.steps
+    out: dict[int, float | None] = {}
+    for rank in sorted({int(r) for r in st.rank}):
+        monos = [float(m) for m, r in zip(st.mono, st.rank, strict=True) if int(r) == rank]
+        before = [m for m in monos if m < t0]
+        if not before:
+            continue
+        after = [m for m in monos if m >= t0]
+        out[rank] = round(min(after) - max(before), 3) if after else None
+    return out
+
+
+def _blocked_text(blocked: dict[int, float | None]) -> Msg:
+    stuck = [r for r, s in blocked.items() if s is None]
+    longest = max((s for s in blocked.values() if s is not None), default=None)
+    if stuck:
+        return Msg("progress.hang-detected.never-stepped", ranks=stuck)
+    if longest is None:
+        return Msg("progress.hang-detected.no-steps")
+    return Msg("progress.hang-detected.blocked", seconds=longest)
+
+
+@check("progress.hang-detected", "progress")
+def hang_detected(ctx: CheckContext) -> list[Finding]:
+    """For a ``hang-worker`` fault: who noticed the hung rank, when (against the collective
+    timeout the job was given) and by what; how long the other ranks were blocked, and
+    whether the job restarted. Nobody acting on it (the agent, a heartbeat, the platform)
+    before the drill released the hang (after ``for_s``) or a stop condition ended the item
+    is a FAIL naming the timeout and the window, also when a survivor's collective timeout
+    fired meanwhile (a sign, not an action: its exit may wait for the hung peer); a fault
+    never injected is retest."""
+    name, tl, item = "progress.hang-detected", ctx.timeline, ctx.item
+    if item is None:
+        return [ctx.finding(name, P, Msg("progress.hang-detected.baseline"))]
+    if item.fault.kind != "hang-worker":
+        return [ctx.finding(name, P, Msg("progress.hang-detected.not-hang"))]
+    inj = injections(tl)
+    if not inj:
+        return [ctx.finding(name, R, Msg("expectation.timeout-fired.never-injected"))]
+    t0 = inj[0].mono
+    gloo_s = ctx.plan.gloo_timeout_for(item)
+    blocked = blocked_per_rank(tl, t0)
+    data: dict[str, Any] = {"gloo_timeout_s": gloo_s, "blocked_s": blocked}
+    restarted = tl.incarnation_after(t0)
+    retried = (
+        Msg(
+            "progress.hang-detected.restarted",
+            inc=restarted.index,
+            at_s=restarted.started_mono - t0,
+        )
+        if restarted is not None
+        else Msg("progress.hang-detected.no-restart")
+    )
+    end, ended_by = _hang_window(tl, t0)
+    action = _first_action(tl, t0)
+    symptom = _first_symptom(tl, t0)
+    if action is None or action.mono > end + _NOTICE_SLACK_S:
+        return [_unnoticed(ctx, t0, end, ended_by, symptom, gloo_s, blocked)]
+    by = _ACTED_BY.get(action.kind, "platform")
+    what: Msg | str = _timeout_name(action, ctx.plan) if by != "agent" else action.kind
+    first: Msg | str = (
+        Msg("progress.hang-detected.first", symptom=_symptom_text(symptom, t0))
+        if symptom is not None and symptom.mono < action.mono
+        else ""
+    )
+    msg = Msg(
+        "progress.hang-detected.noticed",
+        by=Msg(f"progress.hang-detected.by.{by}", what=what),
+        node=action.get("node") or "-",
+        at_s=action.mono - t0,
+        gloo=gloo_s,
+        first=first,
+        retried=retried,
+        blocked=_blocked_text(blocked),
+    )
+    return [
+        ctx.finding(
+            name,
+            P,
+            msg,
+            noticed=action.kind,
+            noticed_by=by,
+            node=action.get("node"),
+            after_s=round(action.mono - t0, 3),
+            symptom_after_s=round(symptom.mono - t0, 3) if symptom is not None else None,
+            **data,
+        )
+    ]
+
+
+def _symptom_text(symptom: Event, t0: float) -> Msg:
+    """A peer's own sign of the hang: a worker's error (on its rank) or a log line."""
+    where = (
+        Msg("progress.hang-detected.on-rank", rank=symptom.get("rank"))
+        if symptom.src == "probe"
+        else Msg("progress.hang-detected.on-node", node=symptom.get("node"))
+    )
+    error = str(symptom.get("error") or symptom.get("line") or symptom.kind)[:200]
+    return Msg("progress.hang-detected.symptom", where=where, at_s=symptom.mono - t0, error=error)
+
+
+def _unnoticed(
+    ctx: CheckContext,
+    t0: float,
+    end: float,
+    ended_by: Msg,
+    symptom: Event | None,
+    gloo_s: float,
+    blocked: dict[int, float | None],
+) -> Finding:
+    """:func:`hang_detected` when nobody acted on the hang before its window closed: FAIL,
+    naming the window, the configured timeout, and a peer's own sign of it if there was
+    one (a timeout that fired in a worker that had not exited by then)."""
+    window = end - t0
+    seen = symptom is not None and symptom.mono <= end + _NOTICE_SLACK_S
+    if seen:
+        assert symptom is not None
+        why = Msg("progress.hang-detected.not-acted", symptom=_symptom_text(symptom, t0))
+    else:
+        why = Msg(
+            "progress.hang-detected.longer"
+            if gloo_s >= window
+            else "progress.hang-detected.shorter",
+            gloo=gloo_s,
+            window=window,
+        )
+    msg = Msg(
+        "progress.hang-detected.unnoticed",
+        window=window,
+        ended=ended_by,
+        why=why,
+        blocked=_blocked_text(blocked),
+    )
+    return ctx.finding(
+        "progress.hang-detected",
+        F,
+        msg,
+        window_s=round(window, 3),
+        noticed=None,
+        symptom_after_s=round(symptom.mono - t0, 3) if seen and symptom is not None else None,
+        gloo_timeout_s=gloo_s,
+        blocked_s=blocked,
+    )
+
+
+def _hang_window(tl: Timeline, t0: float) -> tuple[float, Msg]:
+    """When the hang's window closed, and what closed it: the drill's release (the fault
+    reverted after ``for_s``), a stop condition, or the end of the timeline."""
+    stop = tl.first("harness", "stop_condition", after=t0)
+    released = tl.first("fault", "reverted", after=t0)
+    if stop is not None and (released is None or stop.mono < released.mono):
+        return stop.mono, Msg(
+            "progress.hang-detected.by-stop", condition=str(stop.get("condition"))
+        )
+    if released is not None:
+        return released.mono, Msg("progress.hang-detected.by-release")
+    return tl.events[-1].mono, Msg("progress.hang-detected.by-end")
 
 
 def placement(tl: Timeline) -> dict[str, Any] | None:

@@ -1,8 +1,16 @@
-"""Process faults (round 1): a rank's replica exits.
+"""Process faults (round 1): a rank's replica exits, or hangs.
 
-The platform picks the replica (never one of its children: :mod:`faultdrill.lineage`) and
-delivers the signal (``SignalsRanks``); a SIGTERM is followed by a SIGKILL after
-``grace_s`` if the replica still runs. Each signal is in the ledger before it is sent.
+``kill-worker``: the platform picks the replica (never one of its children:
+:mod:`faultdrill.lineage`) and delivers the signal (``SignalsRanks``); a SIGTERM is
+followed by a SIGKILL after ``grace_s`` if the replica still runs. Each signal is in the
+ledger before it is sent.
+
+``hang-worker``: the replica and its children are stopped (``HangsRanks``: SIGSTOP) while
+its node, agent and connections stay up, the way a rank stuck in a collective looks to its
+peers; each stop is in the ledger (kind ``sigstop``) before it is sent, and resumed
+(SIGCONT, only to the same pid and start time) after ``for_s``, at the end of the item, on
+a signal, or by ``faultdrill cleanup``. Who noticed the hang, when and by what is judged
+from the timeline (``progress.hang-detected``).
 """
 
 from __future__ import annotations
@@ -14,14 +22,28 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import FaultError, PlatformError
-from faultdrill.faults.api import Fault, FaultContext, FaultSpec, cannot, register
-from faultdrill.platforms.api import Ability, Replica, SignalsRanks
+from faultdrill.faults.api import Fault, FaultContext, FaultSpec, cannot, command_of, register
+from faultdrill.platforms.api import Ability, HangsRanks, Replica, SignalsRanks
 
 if TYPE_CHECKING:
     from faultdrill.ledger import Ledger
 
-__all__ = ["KillWorker", "KillWorkerSpec", "WorkerTarget", "check_worker_target", "escalate"]
-from faultdrill.plan.faults import MAX_RANK, KillWorkerSpec, WorkerTarget, check_worker_target  # noqa: F401
+__all__ = [
+    "HangWorker",
+    "HangWorkerSpec",
+    "KillWorker",
+    "KillWorkerSpec",
+    "WorkerTarget",
+    "check_worker_target",
+    "escalate",
+]
+from faultdrill.plan.faults import (  # noqa: F401
+    MAX_RANK,
+    HangWorkerSpec,
+    KillWorkerSpec,
+    WorkerTarget,
+    check_worker_target,
+)
 
 
 @register
@@ -66,6 +88,46 @@ class KillWorker(Fault):
             "signal": spec.signal,
             **{k: v for k, v in facts.items() if k not in ("pid", "rank", "node", "signal")},
             "command": change.command,
+        }
+
+
+@register
+class HangWorker(Fault):
+    """Stop one rank's replica and its children for at most ``for_s`` seconds."""
+
+    kind = "hang-worker"
+    spec_model = HangWorkerSpec
+    requires = frozenset({Ability.HANG_RANK})
+
+    @classmethod
+    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
+        assert isinstance(spec, HangWorkerSpec)
+        return check_worker_target(spec.target, plan, "hang-worker target")
+
+    def inject(self, ctx: FaultContext) -> dict[str, Any]:
+        spec = self.spec
+        assert isinstance(spec, HangWorkerSpec)
+        platform = ctx.platform
+        if not isinstance(platform, HangsRanks):
+            raise cannot(ctx, Ability.HANG_RANK)
+        victim = platform.rank_replica(rank=spec.target.rank, node=spec.target.node)
+        changes = platform.hang_replica(victim)
+        try:
+            applied = self.apply_changes(ctx, changes)
+        except FaultError as exc:
+            if isinstance(exc.__cause__, ProcessLookupError):
+                raise FaultError(
+                    f"worker pid {victim.pid} exited before it could be stopped"
+                ) from exc
+            raise
+        children = [f["child"] for f in applied[1:] if "child" in f]
+        return {
+            "pid": victim.pid,
+            "rank": victim.rank,
+            "node": victim.node,
+            "children_stopped": children,
+            "for_s": spec.for_s,
+            "command": command_of(changes),
         }
 
 

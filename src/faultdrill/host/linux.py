@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import random
 import shutil
@@ -34,14 +35,14 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from faultdrill.errors import NotOursError
 from faultdrill.host import owned, procfs
-from faultdrill.host.api import Change, Note
+from faultdrill.host.api import Change, Note, Replica
 from faultdrill.ledger import THIS_RUN, undoer
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "run_in_netns",
     "signal_change",
     "sigstop_change",
+    "stop_tree_changes",
 ]
 
 T = TypeVar("T")
@@ -423,3 +425,39 @@ def sigstop_change(pid: int, start: int | None, label: str, **facts: Any) -> Cha
 
     data = {"pid": pid, "start_time": start}
     return Change("sigstop", data, label, f"kill -STOP {pid}", apply)
+
+
+def stop_tree_changes(victim: Replica, procs: Iterable[Replica], *, via: str = "") -> list[Change]:
+    """Stop ``victim`` (a rank's replica) and then each of its children among ``procs``
+    (``role == "child"``, ``owner == victim.pid``), each with SIGSTOP as one ``sigstop``
+    change (the undo resumes that pid only if it still started at the same time). The
+    replica goes first, so it starts no new child once its children are listed; a child
+    gone meanwhile is skipped (``child_gone``). ``via`` prefixes the operator's command
+    (``ssh n2 ``). The first change's ``apply`` raises ProcessLookupError when the
+    replica itself is gone."""
+    where = f"rank {victim.rank}, node {victim.node}"
+    first = sigstop_change(
+        victim.pid,
+        victim.start_time,
+        f"SIGSTOP pid {victim.pid} ({where}: hang)",
+        rank=victim.rank,
+        node=victim.node,
+    )
+    changes = [dataclasses.replace(first, command=f"{via}kill -STOP {victim.pid}")]
+    for child in procs:
+        if child.role != "child" or child.owner != victim.pid:
+            continue
+        changes.append(_child_sigstop(child, f"SIGSTOP pid {child.pid} (child of {where})", via))
+    return changes
+
+
+def _child_sigstop(child: Replica, label: str, via: str) -> Change:
+    pid, start = child.pid, child.start_time
+
+    def apply(note: Note) -> dict[str, Any]:
+        if not procfs.kill_checked(pid, start, signal.SIGSTOP):
+            return {"child_gone": pid}
+        return {"child": pid}
+
+    data = {"pid": pid, "start_time": start}
+    return Change("sigstop", data, label, f"{via}kill -STOP {pid}", apply)

@@ -97,6 +97,28 @@ class KillWorkerSpec(FaultSpec):
         return self.target.label()
 
 
+class HangWorkerSpec(FaultSpec):
+    """One rank's replica stops making progress while its node, agent and connections stay
+    up: its process tree is stopped (SIGSTOP) for at most ``for_s`` seconds, then resumed
+    if it still lives. The hang a collective timeout (or nothing) must notice."""
+
+    kind: Literal["hang-worker"] = "hang-worker"
+    target: WorkerTarget
+    for_s: float = Field(
+        gt=0,
+        le=3600,
+        description="the longest the replica stays stopped: the drill resumes it then "
+        "(SIGCONT to the same pid and start time), if nothing killed it before",
+    )
+
+    def target_label(self) -> str:
+        return self.target.label()
+
+    @property
+    def duration_s(self) -> float | None:
+        return self.for_s
+
+
 # --- from faults/straggler.py ---------------------------------------------------
 
 
@@ -537,6 +559,7 @@ def expand_controls(raw: dict[str, Any]) -> list[dict[str, Any]]:
 FAULT_SPECS: tuple[type[FaultSpec], ...] = (
     KillWorkerSpec,
     SlowWorkerSpec,
+    HangWorkerSpec,
     CorruptCheckpointSpec,
     ControlPlaneOutageSpec,
     RollbackLatestSpec,

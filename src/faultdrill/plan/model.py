@@ -174,14 +174,24 @@ class Plan(Frozen):
                 ckpt_dir=ckpt_dir,
                 ckpt_every=self.checkpoint.every_steps,
                 ckpt_keep=self.checkpoint.keep,
-                gloo_timeout_s=self.resources.timeouts.gloo_s,
             )
+            if not _own_gloo_timeout(item):
+                cfg["gloo_timeout_s"] = self.resources.timeouts.gloo_s
             cfg.setdefault("seed", self.seeds.get("global", 0))
             if isinstance(item, Control) and "gloo_timeout_s" in item.workload:
                 # a control's own collective timeout is its defect (a straggler slower than
                 # it): the plan's timeout must not quietly undo the mutation it reports
                 cfg["gloo_timeout_s"] = item.workload["gloo_timeout_s"]
         return cfg
+
+    def gloo_timeout_for(self, item: Scenario | Control | None) -> float:
+        """The collective timeout (seconds) the item's job runs with: a control's own
+        ``workload.gloo_timeout_s`` (a known-bad setting it drills), else the plan's
+        ``resources.timeouts.gloo_s``."""
+        if _own_gloo_timeout(item):
+            assert isinstance(item, Control)
+            return float(item.workload["gloo_timeout_s"])
+        return float(self.resources.timeouts.gloo_s)
 
     def scenarios(self) -> list[Scenario]:
         return [s for r in self.rounds for s in r.scenarios]
@@ -207,3 +217,12 @@ class Plan(Frozen):
             raw.pop("logs", None)  # plans without it keep the digest they had before it existed
         canon = json.dumps(raw, sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
+
+
+def _own_gloo_timeout(item: Scenario | Control | None) -> bool:
+    """Whether ``item`` is a control that sets its own number ``workload.gloo_timeout_s``
+    (which then wins over the plan's ``resources.timeouts.gloo_s``)."""
+    if not isinstance(item, Control):
+        return False
+    value = item.workload.get("gloo_timeout_s")
+    return isinstance(value, int | float) and not isinstance(value, bool)

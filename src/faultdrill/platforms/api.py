@@ -31,7 +31,7 @@ modules, so ``faultdrill cleanup`` can replay it after a crash from the recorded
 its :class:`Ability` values with ``abilities_for(resources)`` and says what would make a
 missing one possible with ``why_not``; a fault states the abilities it needs, and the plan
 validator refuses a fault the chosen platform cannot do before any drill starts. Each
-group of abilities is one small protocol below (``SignalsRanks``, ``ThrottlesRanks``, ``NodeActions``,
+group of abilities is one small protocol below (``SignalsRanks``, ``HangsRanks``, ``ThrottlesRanks``, ``NodeActions``,
 ``LinkActions``, ``ControlPlaneActions``, ``StorageActions``, ``ReachesCheckpoints``,
 ``NetworkTrack``, ``CopiesReplicas``); a platform implements the groups it declares
 abilities of, and may raise :class:`~faultdrill.errors.FaultError` from an action of the
@@ -67,6 +67,7 @@ __all__ = [
     "Change",
     "ControlPlaneActions",
     "CopiesReplicas",
+    "HangsRanks",
     "JobSpec",
     "JobState",
     "LinkActions",
@@ -94,6 +95,8 @@ class Ability(str, Enum):
     SIGNAL_RANK = "signal-rank"
     #: Hold a rank's replica to a share of one CPU core until the undo (``ThrottlesRanks``).
     THROTTLE_RANK = "throttle-rank"
+    #: Stop a rank's replica (its process tree) until the undo resumes it (``HangsRanks``).
+    HANG_RANK = "hang-rank"
     #: Take a node away: its link cut, every process of it killed (``NodeActions``).
     NODE_DOWN = "node-down"
     #: Stop every process of a node until the undo thaws it (``NodeActions``).
@@ -413,6 +416,23 @@ class ThrottlesRanks(Protocol):
         and removes whatever held them. Its ``apply`` raises ProcessLookupError when the
         replica is gone, and returns at least ``pid``, ``rank``, ``node``,
         ``cpu_percent`` and ``throttled`` (how many processes)."""
+
+
+@runtime_checkable
+class HangsRanks(Protocol):
+    """Ability ``hang-rank``: a rank's replica hangs while its node, agent and connections
+    stay up (what a worker stuck in a collective looks like to its peers)."""
+
+    def rank_replica(self, *, rank: int | None = None, node: str | None = None) -> Replica:
+        """As :meth:`SignalsRanks.rank_replica`."""
+        ...
+
+    def hang_replica(self, replica: Replica) -> list[Change]:
+        """Stop ``replica`` and its children (SIGSTOP, the replica first, so it starts no
+        new child); each undo resumes one of them (SIGCONT, only to the same pid and start
+        time). Its ``apply`` raises ProcessLookupError when the replica is gone before it
+        was stopped (a child gone meanwhile is skipped) and returns ``pid``, ``rank``,
+        ``node``."""
         ...
 
 

@@ -274,6 +274,13 @@ class FakePlatform(Platform):
             throttled=1,
         )
 
+    # --- HangsRanks ---------------------------------------------------------------------------
+
+    def hang_replica(self, replica: Replica) -> list[Change]:
+        args = {"pid": replica.pid, "rank": replica.rank, "node": replica.node}
+        change = self._change("hang_replica", args, f"fake: stop rank {replica.rank}")
+        return [change.with_facts(pid=replica.pid, rank=replica.rank, node=replica.node)]
+
     # --- CopiesReplicas -----------------------------------------------------------------------
 
     def replica_copy(self, replica: Replica) -> Change:

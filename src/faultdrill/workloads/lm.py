@@ -716,12 +716,16 @@ def run(cfg: LMConfig) -> None:
             "over (Ray Train: faultdrill.workloads.lm_ray)"
         )
     _init_process_group(cfg)
+    probe: Probe | None = None
     try:
         rank = dist.get_rank()
         probe = probe_from_env(rank)
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
         trained = train_on_group(cfg, probe, CheckpointBackend(cfg.ckpt_dir), restart_count=restart)
-    except BaseException:
+    except BaseException as exc:
+        if probe is not None and isinstance(exc, Exception):
+            with contextlib.suppress(Exception):
+                probe.worker_error(exc)
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
         raise

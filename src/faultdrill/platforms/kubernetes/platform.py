@@ -181,6 +181,12 @@ class KubernetesPlatform(Platform):
     def why_not(cls, ability: Ability, resources: Resources) -> str:
         if ability is Ability.THROTTLE_RANK:
             return _NO_THROTTLE
+        if ability is Ability.HANG_RANK:
+            return (
+                "hang-worker is not implemented on Kubernetes yet (a pod's container process "
+                "would be stopped through its node's runtime); drill the hang on platform "
+                "local or slurm (embedded: true)"
+            )
         return f"{ability.value} {_NEEDS_MACHINES}"
 
     @classmethod

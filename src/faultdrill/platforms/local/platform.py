@@ -37,7 +37,7 @@ from faultdrill.errors import FaultError, NotOursError, PlatformError
 from faultdrill.host import owned, procfs
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
-from faultdrill.host.linux import sigstop_change
+from faultdrill.host.linux import sigstop_change, stop_tree_changes
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.host.throttle import cpu_controller_missing, throttle_change
 from faultdrill.ledger import undoer
@@ -121,6 +121,7 @@ _ALWAYS = frozenset(
     {
         Ability.SIGNAL_RANK,
         Ability.THROTTLE_RANK,
+        Ability.HANG_RANK,
         Ability.CONTROL_PLANE_PAUSE,
         Ability.STORAGE_READ_ONLY,
         Ability.STORAGE_FULL,
@@ -428,6 +429,11 @@ class LocalPlatform(ProcessReplicas, HostStorage, Platform):
 
     def throttle_replica(self, replica: Replica, cpu_percent: int) -> Change:
         return throttle_change(self.ledger.run_id, replica, cpu_percent, "")
+
+    # --- actions: hang a rank (HangsRanks) -------------------------------------------------
+
+    def hang_replica(self, replica: Replica) -> list[Change]:
+        return stop_tree_changes(replica, self.replicas())
 
     # --- actions: a copy of a replica (CopiesReplicas) ------------------------------------
 

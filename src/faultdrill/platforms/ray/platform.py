@@ -90,7 +90,18 @@ _JOB_ACTORS = ("ray::TrainController", "ray::RayTrainWorker", "ray::PlacementGro
 
 #: Every ability but the GCS stop (head: own only) and a replica copy (Ray Train starts its
 #: workers as actors: there is no command line to copy one from).
-_EMBEDDED = frozenset(Ability) - {Ability.CONTROL_PLANE_STOP, Ability.REPLICA_COPY}
+_EMBEDDED = frozenset(Ability) - {
+    Ability.CONTROL_PLANE_STOP,
+    Ability.REPLICA_COPY,
+    Ability.HANG_RANK,
+}
+#: Why ``hang-worker`` is refused here (no Ray drill has shown what stopping a Train
+#: worker actor does to Ray's own worker health checks yet).
+_NO_HANG = (
+    "hang-worker is not drilled on Ray yet (a Train worker is an actor process whose "
+    "SIGSTOP Ray's own health checks may see first); drill the hang on platform local or "
+    "slurm (embedded: true)"
+)
 _NO_HEAD_RESTART = (
     "with head: n1 the head also runs Train workers and the driver, so stopping the GCS "
     "stops the job itself; set resources.ray.head: own"
@@ -219,6 +230,8 @@ class RayPlatform(ProcessReplicas, NodeLinks, HostStorage, Platform):
             )
         if ability is Ability.CONTROL_PLANE_STOP and settings_of(resources).is_embedded:
             return _NO_HEAD_RESTART
+        if ability is Ability.HANG_RANK and settings_of(resources).is_embedded:
+            return _NO_HANG
         return (
             "faultdrill owns no node, link, control plane or mount of a Ray cluster given by "
             "address; use the embedded cluster (remove resources.ray.address, isolation: netns)"

@@ -12,6 +12,8 @@ Faults go through Slurm's own controls where Slurm has one, else through the nod
 kill-worker           the rank's worker process on its node (pid + start time), SIGKILL or
                       SIGTERM: what the task's death does next is torchrun's (restart) or,
                       with ``--max-restarts`` spent, srun ``-K``'s and Slurm's (job FAILED)
+hang-worker           the rank's worker and its children SIGSTOPped on their node (slurmd,
+                      slurmstepd and the agent live on), SIGCONT after ``for_s``
 node-down             the node's link down, then its cgroup SIGKILLed: slurmd, slurmstepd and
                       the tasks; slurmctld declares it DOWN after ``SlurmdTimeout`` and, with
                       ``--requeue``, requeues the job. Undo: link up, slurmd started again
@@ -42,7 +44,11 @@ from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.host import procfs
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
-from faultdrill.host.linux import netns_unavailable, sigstop_change
+from faultdrill.host.linux import (
+    netns_unavailable,
+    sigstop_change,
+    stop_tree_changes,
+)
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.host.throttle import cpu_controller_missing, throttle_change
 from faultdrill.ledger import undoer
@@ -209,6 +215,11 @@ class EmbeddedSlurmPlatform(ProcessReplicas, NodeLinks, HostStorage, SlurmPlatfo
         """The rank's task process tree on its node, in a cpu group of its own (Slurm's
         ``TaskPlugin=task/none`` leaves the cpu hierarchy alone)."""
         return throttle_change(self.ledger.run_id, replica, cpu_percent, f"ssh {replica.node} ")
+
+    def hang_replica(self, replica: Replica) -> list[Change]:
+        """The task's worker and its children stopped on their node; slurmd, slurmstepd
+        and torchrun's agent run on (Slurm sees a live task)."""
+        return stop_tree_changes(replica, self.replicas(), via=f"ssh {replica.node} ")
 
     # --- actions: whole nodes (NodeActions) ---------------------------------------------------
 
