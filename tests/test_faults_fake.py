@@ -18,6 +18,7 @@ from faultdrill.faults.api import FAULTS, Fault, FaultContext, FaultSpec, make_f
 from faultdrill.faults.checkpoint import CorruptCheckpointSpec
 from faultdrill.faults.control_plane import ControlPlaneOutageSpec
 from faultdrill.faults.harness import HideCheckpointsSpec, RollbackLatestSpec, StaleCopySpec
+from faultdrill.faults.memory import OomWorkerSpec
 from faultdrill.faults.network import LinkFlapSpec, LinkLossSpec, LinkSlowSpec, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
 from faultdrill.faults.process import KillWorkerSpec
@@ -35,6 +36,7 @@ N2: dict[str, Any] = {"node": "n2"}
 CASES: list[tuple[FaultSpec, list[str]]] = [
     (KillWorkerSpec(target={"rank": 1}), ["rank_replica", "signal_replica"]),
     (KillWorkerSpec(target=N2, signal="SIGTERM", grace_s=30), ["rank_replica", "signal_replica"]),
+    (OomWorkerSpec(target={"rank": 1}), ["rank_replica", "oom_cap"]),
     (LinkLossSpec(target={"node": "n2", "peer": "n1"}, percent=5, for_s=1), ["link_loss"]),
     (LinkSlowSpec(target=N2, rate="1mbit", for_s=1), ["link_slow"]),
     (LinkFlapSpec(target=N2, count=1, down_s=30, up_s=1), ["link_down"]),

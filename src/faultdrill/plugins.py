@@ -20,6 +20,7 @@ __all__ = ["CHECK_MODULES", "FAULT_MODULES", "PLATFORM_MODULES", "load"]
 #: One module per fault family.
 FAULT_MODULES = (
     "faultdrill.faults.process",
+    "faultdrill.faults.memory",
     "faultdrill.faults.network",
     "faultdrill.faults.node",
     "faultdrill.faults.storage",
@@ -32,6 +33,7 @@ FAULT_MODULES = (
 CHECK_MODULES = (
     "faultdrill.checks.expectation",
     "faultdrill.checks.progress",
+    "faultdrill.checks.memory",
     "faultdrill.checks.resources",
     "faultdrill.checks.results",
     "faultdrill.checks.network",
@@ -57,6 +59,7 @@ PLATFORM_MODULES = (
     "faultdrill.platforms.kubernetes.testplatform",
     # host modules whose changes a ledger may hold (their undo functions register)
     "faultdrill.host.linux",
+    "faultdrill.host.memcg",
     "faultdrill.host.mounts",
     "faultdrill.host.copies",
 )

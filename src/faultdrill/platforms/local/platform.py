@@ -38,6 +38,7 @@ from faultdrill.host import owned, procfs
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
 from faultdrill.host.linux import signal_change, sigstop_change
+from faultdrill.host.memcg import HostMemoryCaps, memcg_unavailable
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
@@ -115,6 +116,7 @@ class _Agent:
 _ALWAYS = frozenset(
     {
         Ability.SIGNAL_RANK,
+        Ability.OOM_RANK,
         Ability.CONTROL_PLANE_PAUSE,
         Ability.STORAGE_READ_ONLY,
         Ability.STORAGE_FULL,
@@ -148,7 +150,7 @@ ISOLATION_VARIANTS: dict[str, type[Platform]] = {}
 
 
 @register
-class LocalPlatform(HostStorage, Platform):
+class LocalPlatform(HostStorage, HostMemoryCaps, Platform):
     """torchrun agents on this host; nodes are a :class:`NodeCluster` of cgroups (and, with
     netns isolation, network namespaces: see ``faultdrill.platforms.local.netns``)."""
 
@@ -199,6 +201,8 @@ class LocalPlatform(HostStorage, Platform):
                 missing = fuse_missing()
                 if missing:
                     out[ability] = "; ".join(missing)
+            elif ability is Ability.OOM_RANK and memcg_unavailable():
+                out[ability] = str(memcg_unavailable())
             elif ability in (Ability.STORAGE_READ_ONLY, Ability.STORAGE_FULL) and os.geteuid():
                 out[ability] = "root (storage faults mount over the checkpoint directory)"
         return out

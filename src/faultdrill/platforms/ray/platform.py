@@ -88,7 +88,16 @@ _JOB_ACTORS = ("ray::TrainController", "ray::RayTrainWorker", "ray::PlacementGro
 
 #: Every ability but the GCS stop (head: own only) and a replica copy (Ray Train starts its
 #: workers as actors: there is no command line to copy one from).
-_EMBEDDED = frozenset(Ability) - {Ability.CONTROL_PLANE_STOP, Ability.REPLICA_COPY}
+_EMBEDDED = frozenset(Ability) - {
+    Ability.CONTROL_PLANE_STOP,
+    Ability.REPLICA_COPY,
+    Ability.OOM_RANK,
+}
+_NO_OOM = (
+    "a Ray Train worker is an actor in a Ray worker process that Ray replaces by a new "
+    "actor, outside any memory limit faultdrill could keep on the rank; drill an OOM kill "
+    "on the local platform or the embedded Slurm cluster (resources.platform: local)"
+)
 _NO_HEAD_RESTART = (
     "with head: n1 the head also runs Train workers and the driver, so stopping the GCS "
     "stops the job itself; set resources.ray.head: own"
@@ -214,6 +223,8 @@ class RayPlatform(HostStorage, Platform):
             )
         if ability is Ability.CONTROL_PLANE_STOP and settings_of(resources).is_embedded:
             return _NO_HEAD_RESTART
+        if ability is Ability.OOM_RANK:
+            return _NO_OOM
         return (
             "faultdrill owns no node, link, control plane or mount of a Ray cluster given by "
             "address; use the embedded cluster (remove resources.ray.address, isolation: netns)"

@@ -12,6 +12,9 @@ Faults go through Slurm's own controls where Slurm has one, else through the nod
 kill-worker           the rank's worker process on its node (pid + start time), SIGKILL or
                       SIGTERM: what the task's death does next is torchrun's (restart) or,
                       with ``--max-restarts`` spent, srun ``-K``'s and Slurm's (job FAILED)
+oom-worker            the rank's worker process moved into a memory cgroup of its own with a
+                      limit it is asked to outgrow (:mod:`faultdrill.host.memcg`): the
+                      kernel's OOM killer kills it, as ``task/cgroup`` would on a real node
 node-down             the node's link down, then its cgroup SIGKILLed: slurmd, slurmstepd and
                       the tasks; slurmctld declares it DOWN after ``SlurmdTimeout`` and, with
                       ``--requeue``, requeues the job. Undo: link up, slurmd started again
@@ -42,6 +45,7 @@ from faultdrill.errors import EnvironmentPrepError, FaultError, PlatformError
 from faultdrill.host import procfs
 from faultdrill.host.copies import copy_change, reap
 from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
+from faultdrill.host.memcg import HostMemoryCaps, memcg_unavailable
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.ledger import undoer
 from faultdrill.lineage import Lineage
@@ -74,7 +78,7 @@ def _undo_ctld_stop(data: dict[str, Any]) -> None:
     that goes away with its run (its daemons' own entries stop whatever still runs)."""
 
 
-class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
+class EmbeddedSlurmPlatform(HostStorage, HostMemoryCaps, SlurmPlatform):
     """The ``slurm`` platform on an embedded cluster (see the module docstring)."""
 
     def __init__(
@@ -100,6 +104,8 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
             missing = fuse_missing()
             if missing:
                 out[Ability.STORAGE_UNREACHABLE] = "; ".join(missing)
+        if Ability.OOM_RANK in abilities and memcg_unavailable():
+            out[Ability.OOM_RANK] = str(memcg_unavailable())
         return out
 
     # --- the contract -------------------------------------------------------------------
