@@ -210,11 +210,22 @@ def _loop(restarts: int) -> TL:
     return tl.job("failed", t)
 
 
+def test_replicas_that_die_before_announcing_themselves_are_counted(judge: Judge) -> None:
+    tl = _loop(0)
+    for n, t in enumerate((7.0, 9.0)):
+        tl.add("fault", "oom_recapped", t, pid=900 + n, rank=1, node="n1")
+        _killed(tl, t + 0.4, 900 + n)
+    verdict, message = _oom_judge(judge).one(LOOP, tl)
+    assert verdict == F
+    assert "3 times; 2 restart(s) died of OOM again (2 restart(s) after the first kill)" in message
+
+
 def test_a_restart_loop_into_the_same_oom_fails_with_its_count(judge: Judge) -> None:
     verdict, message = _oom_judge(judge).one(LOOP, _loop(3))
     assert verdict == F
     assert message.startswith("restart loop: rank 1 was killed by the kernel's OOM killer 4 times")
-    assert "3 restart(s) died of OOM again" in message and "step 5 (the OOM point)" in message
+    assert "3 restart(s) died of OOM again (3 restart(s) after the first kill)" in message
+    assert "never got past step 5 (the OOM point)" in message
 
 
 def test_a_recovery_after_one_oom_kill_passes(judge: Judge) -> None:

@@ -39,6 +39,9 @@ def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     raw["task"]["workload"]["steps"] = 30
     raw["resources"].update(isolation="none", spares=0)
     raw["observation"]["settle_s"] = 0.5
+    # the control's job fails only once the surviving agent's rendezvous (join_timeout 30 s)
+    # gives up after the looping node's agent spent its restarts: no stop condition before
+    raw["stop"].update(max_no_progress_s=120, max_wall_s=240)
     expected = {"job": "completes", "recovery": "automatic", "resume": "latest-valid"}
     scenario = {"id": "oom-r1", "fault": FAULT, "trigger": {"at_step": 15}, "expected": expected}
     raw["rounds"] = [{"round": 1, "name": "worker OOM", "scenarios": [scenario]}]

@@ -45,7 +45,7 @@ def oom_restart_loop(ctx: CheckContext) -> list[Finding]:
             after_s=round(passed - first.mono, 1),
         )
         return [ctx.finding(NAME, P, msg, oom_kills=len(kills), oom_point=point)]
-    restarts = sum(1 for inc in tl.incarnations if inc.started_mono > first.mono)
+    restarts = _replicas_started(ctx, rank, first.mono)
     if again:
         msg = Msg(
             f"{NAME}.loop", rank=rank, kills=len(kills), again=again, restarts=restarts, point=point
@@ -75,6 +75,19 @@ def _unexplained(ctx: CheckContext, deaths: list[Event]) -> Finding:
     else:
         msg = Msg(f"{NAME}.never-killed")
     return ctx.finding(NAME, R, msg)
+
+
+def _replicas_started(ctx: CheckContext, rank: object, after: float) -> int:
+    """Replicas of ``rank`` seen to start after ``after``: those that announced themselves
+    (``run_start``) and those the fault put under the limit again (``oom_recapped``; a
+    replica whose start-up alone outgrows the limit dies before it can announce itself)."""
+    tl = ctx.timeline
+    pids = {
+        e.get("pid")
+        for e in [*tl.of("probe", "run_start"), *tl.of("fault", "oom_recapped")]
+        if e.mono > after and e.get("rank") == rank
+    }
+    return len(pids)
 
 
 def _oom_point(ctx: CheckContext, mono: float) -> int:
