@@ -73,8 +73,9 @@ def _events(item: Path, name: str) -> list[dict[str, Any]]:
 
 
 def _item(report: dict[str, Any], item_id: str) -> dict[str, Any]:
-    [item] = [i for i in report["scenarios"] if i["id"] == item_id]
-    return item
+    found: list[dict[str, Any]] = [i for i in report["scenarios"] if i["id"] == item_id]
+    assert len(found) == 1, [i["id"] for i in report["scenarios"]]
+    return found[0]
 
 
 def _findings(item: dict[str, Any], check: str) -> list[dict[str, Any]]:
