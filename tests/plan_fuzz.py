@@ -99,6 +99,10 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
     "Round": ("rounds.0", None),
     "KillWorkerSpec": ("rounds.0.scenarios.0.fault", None),
     "WorkerTarget": ("rounds.0.scenarios.0.fault.target", {}),
+    "OomWorkerSpec": (
+        "rounds.0.scenarios.0.fault",
+        {"kind": "oom-worker", "target": {"rank": 1}},
+    ),
     "LinkLossSpec": ("rounds.0.scenarios.1.fault", None),
     "LinkSlowSpec": (
         "rounds.0.scenarios.1.fault",
