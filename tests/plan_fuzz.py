@@ -108,6 +108,10 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
         {"kind": "slow-worker", "target": {"rank": 1}, "cpu_percent": 20, "for_s": 2},
     ),
     "DetectionExpected": ("rounds.0.scenarios.0.fault.expect_detection", {"within_s": 5}),
+    "OomWorkerSpec": (
+        "rounds.0.scenarios.0.fault",
+        {"kind": "oom-worker", "target": {"rank": 1}},
+    ),
     "LinkLossSpec": ("rounds.0.scenarios.1.fault", None),
     "LinkSlowSpec": (
         "rounds.0.scenarios.1.fault",

@@ -288,6 +288,7 @@ EVERY_CHECK = [
     "progress.hang-detected",
     "progress.no-jump",
     "progress.no-restart-from-zero",
+    "progress.oom-restart-loop",
     "progress.restored-components",
     "progress.resume-point",
     "progress.sample-ledger",

@@ -18,6 +18,7 @@ from faultdrill.faults.api import FAULTS, Fault, FaultContext, FaultSpec, make_f
 from faultdrill.faults.checkpoint import CorruptCheckpointSpec
 from faultdrill.faults.control_plane import ControlPlaneOutageSpec
 from faultdrill.faults.harness import HideCheckpointsSpec, RollbackLatestSpec, StaleCopySpec
+from faultdrill.faults.memory import OomWorkerSpec
 from faultdrill.faults.network import LinkFlapSpec, LinkLossSpec, LinkSlowSpec, PartitionSpec
 from faultdrill.faults.node import NodeDownSpec, NodeDrainSpec, NodeFreezeSpec
 from faultdrill.faults.process import HangWorkerSpec, KillWorkerSpec
@@ -42,6 +43,7 @@ CASES: list[tuple[FaultSpec, list[str]]] = [
     ),
     (HangWorkerSpec(target={"rank": 1}, for_s=5), ["rank_replica", "hang_replica"]),
     (HangWorkerSpec(target=N2, for_s=0.5), ["rank_replica", "hang_replica"]),
+    (OomWorkerSpec(target={"rank": 1}), ["rank_replica", "oom_cap"]),
     (LinkLossSpec(target={"node": "n2", "peer": "n1"}, percent=5, for_s=1), ["link_loss"]),
     (LinkSlowSpec(target=N2, rate="1mbit", for_s=1), ["link_slow"]),
     (LinkFlapSpec(target=N2, count=1, down_s=30, up_s=1), ["link_down"]),

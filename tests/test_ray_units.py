@@ -78,6 +78,7 @@ def test_the_embedded_cluster_does_every_fault_family_with_its_own_head() -> Non
     assert RayPlatform.abilities_for(res) == frozenset(Ability) - {
         Ability.REPLICA_COPY,
         Ability.HANG_RANK,
+        Ability.OOM_RANK,
     }
     assert "actors started by Ray" in RayPlatform.why_not(Ability.REPLICA_COPY, res)
     parse_plan(ray_plan())  # the demo's faults, drain and control-plane stop included

@@ -37,7 +37,7 @@ import pytest
 import faultdrill.platforms.kubernetes.platform  # noqa: F401  (registers its undo kinds)
 from faultdrill import faults as _faults  # noqa: F401  (registers the fault kinds)
 from faultdrill import platforms as _platforms  # noqa: F401  (registers the platforms)
-from faultdrill.host import procfs
+from faultdrill.host import memcg, procfs
 from faultdrill.host.linux import link_exists, netns_exists, ns_run
 from faultdrill.host.mounts import mounts_at
 from faultdrill.host.owned import net_prefix, run_tmp_dir
@@ -100,6 +100,7 @@ class Decoys:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._netns: list[str] = []
         self._cgroups: list[Path] = []
+        self._memcgs: list[Path] = []
         self._mounts: list[Path] = []
         self._dirs: list[Path] = []
 
@@ -255,6 +256,25 @@ class Decoys:
     def group_intact(self, path: Path) -> bool:
         return path.is_dir() and procfs.Cgroup(path).state() == "FROZEN"
 
+    def _memory_group(self, path: Path) -> Path:
+        """A memory group holding a live decoy process under a limit."""
+        memcg.MemoryGroup(path).create(256 << 20)
+        self._memcgs.append(path)
+        memcg.MemoryGroup(path).add(self.foreign.pid)
+        return path
+
+    @cached_property
+    def memcg(self) -> Path:
+        return self._memory_group(memcg.MEMCG_ROOT / f"fdtest-{TAG}")
+
+    @cached_property
+    def other_memcg(self) -> Path:
+        return self._memory_group(memcg.MEMCG_ROOT / "faultdrill" / OTHER_RUN / "oom-r1")
+
+    def memcg_intact(self, path: Path) -> bool:
+        group = memcg.MemoryGroup(path)
+        return group.limit_bytes() == 256 << 20 and self.foreign.pid in group.pids()
+
     # --- a tmpfs tagged as faultdrill tags its own (root) ---------------------------------
 
     @cached_property
@@ -289,6 +309,8 @@ class Decoys:
             if path.exists():
                 procfs.Cgroup(path).thaw()
                 procfs.Cgroup(path).remove()
+        for path in self._memcgs:
+            memcg.MemoryGroup(path).release(memcg.MEMCG_ROOT)
         for name in self._netns:
             if netns_exists(name):
                 subprocess.run(["ip", "netns", "del", name], check=False, timeout=30)
@@ -510,6 +532,32 @@ TABLE: dict[str, list[Case]] = {
                 "home": "/../../../.." + str(d.file),
             },
         ),
+    ],
+    "memory-cap": [
+        Case(
+            "foreign group",
+            lambda d: {"path": str(d.memcg), "origin": str(memcg.MEMCG_ROOT)},
+            lambda d: d.memcg_intact(d.memcg),
+            root=True,
+        ),
+        Case(
+            "another run's group",
+            lambda d: {"path": str(d.other_memcg), "origin": str(memcg.MEMCG_ROOT)},
+            lambda d: d.memcg_intact(d.other_memcg),
+            root=True,
+        ),
+        Case(
+            "members sent into another run's group",
+            lambda d: {
+                "path": str(memcg.oom_group_path(RUN_ID, 1)),
+                "origin": str(d.other_memcg),
+            },
+            lambda d: d.memcg_intact(d.other_memcg),
+            root=True,
+        ),
+    ],
+    "memory-request": [
+        _files("a file outside the run", lambda d: {"path": str(d.file)}),
     ],
     "freeze": [
         Case(

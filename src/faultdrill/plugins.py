@@ -21,6 +21,7 @@ __all__ = ["CHECK_MODULES", "FAULT_MODULES", "PLATFORM_MODULES", "load"]
 FAULT_MODULES = (
     "faultdrill.faults.process",
     "faultdrill.faults.straggler",
+    "faultdrill.faults.memory",
     "faultdrill.faults.network",
     "faultdrill.faults.node",
     "faultdrill.faults.storage",
@@ -33,6 +34,7 @@ FAULT_MODULES = (
 CHECK_MODULES = (
     "faultdrill.checks.expectation",
     "faultdrill.checks.progress",
+    "faultdrill.checks.memory",
     "faultdrill.checks.resources",
     "faultdrill.checks.results",
     "faultdrill.checks.network",
@@ -60,6 +62,7 @@ PLATFORM_MODULES = (
     # host modules whose changes a ledger may hold (their undo functions register)
     "faultdrill.host.linux",
     "faultdrill.host.throttle",
+    "faultdrill.host.memcg",
     "faultdrill.host.mounts",
     "faultdrill.host.copies",
 )

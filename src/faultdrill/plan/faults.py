@@ -171,6 +171,51 @@ class SlowWorkerSpec(FaultSpec):
         return None if self.expect_detection is None else self.expect_detection.within_s
 
 
+# --- from faults/memory.py ------------------------------------------------------
+
+
+class OomWorkerSpec(FaultSpec):
+    """One rank's replica killed by the kernel's OOM killer: it is put under a memory
+    limit of its own (``limit_mb``), then outgrows it (the workload is asked to allocate
+    ``alloc_mb``). ``repeat``: the limit stays on the rank, and every later replica of it
+    is put under it again (the restart loop a job with no fix between restarts is in)."""
+
+    kind: Literal["oom-worker"] = "oom-worker"
+    target: WorkerTarget
+    limit_mb: int = Field(
+        64,
+        ge=8,
+        le=4096,
+        description="the memory the replica may take after it is capped (MiB): the limit",
+    )
+    alloc_mb: int = Field(
+        256,
+        ge=16,
+        le=8192,
+        description="what the workload is asked to allocate (MiB): more than limit_mb",
+    )
+    repeat: bool = Field(
+        False,
+        description="the limit stays: every later replica of the rank is capped again "
+        "(a restart loop: the control the oom-restart-loop check must catch)",
+    )
+    wait_s: float = Field(
+        60.0, gt=0, le=600, description="how long to wait for each capped replica to be killed"
+    )
+
+    @model_validator(mode="after")
+    def _outgrows(self) -> OomWorkerSpec:
+        if self.alloc_mb <= self.limit_mb:
+            raise ValueError(
+                f"alloc_mb ({self.alloc_mb}) must exceed limit_mb ({self.limit_mb}), or the "
+                "replica never outgrows its limit; raise alloc_mb or lower limit_mb"
+            )
+        return self
+
+    def target_label(self) -> str:
+        return self.target.label()
+
+
 # --- from faults/network.py -----------------------------------------------------
 
 
@@ -560,6 +605,7 @@ FAULT_SPECS: tuple[type[FaultSpec], ...] = (
     KillWorkerSpec,
     SlowWorkerSpec,
     HangWorkerSpec,
+    OomWorkerSpec,
     CorruptCheckpointSpec,
     ControlPlaneOutageSpec,
     RollbackLatestSpec,

@@ -31,7 +31,7 @@ modules, so ``faultdrill cleanup`` can replay it after a crash from the recorded
 its :class:`Ability` values with ``abilities_for(resources)`` and says what would make a
 missing one possible with ``why_not``; a fault states the abilities it needs, and the plan
 validator refuses a fault the chosen platform cannot do before any drill starts. Each
-group of abilities is one small protocol below (``SignalsRanks``, ``HangsRanks``, ``ThrottlesRanks``, ``NodeActions``,
+group of abilities is one small protocol below (``SignalsRanks``, ``HangsRanks``, ``ThrottlesRanks``, ``OomRanks``, ``NodeActions``,
 ``LinkActions``, ``ControlPlaneActions``, ``StorageActions``, ``ReachesCheckpoints``,
 ``NetworkTrack``, ``CopiesReplicas``); a platform implements the groups it declares
 abilities of, and may raise :class:`~faultdrill.errors.FaultError` from an action of the
@@ -75,6 +75,7 @@ __all__ = [
     "NodeActions",
     "NodeInfo",
     "Note",
+    "OomRanks",
     "Platform",
     "ReachesCheckpoints",
     "Replica",
@@ -97,6 +98,9 @@ class Ability(str, Enum):
     THROTTLE_RANK = "throttle-rank"
     #: Stop a rank's replica (its process tree) until the undo resumes it (``HangsRanks``).
     HANG_RANK = "hang-rank"
+    #: Put a rank's replica under a memory limit it then outgrows, so that the kernel's
+    #: OOM killer kills it (``OomRanks``).
+    OOM_RANK = "oom-rank"
     #: Take a node away: its link cut, every process of it killed (``NodeActions``).
     NODE_DOWN = "node-down"
     #: Stop every process of a node until the undo thaws it (``NodeActions``).
@@ -433,6 +437,32 @@ class HangsRanks(Protocol):
         time). Its ``apply`` raises ProcessLookupError when the replica is gone before it
         was stopped (a child gone meanwhile is skipped) and returns ``pid``, ``rank``,
         ``node``."""
+        ...
+
+
+@runtime_checkable
+class OomRanks(Protocol):
+    """Ability ``oom-rank``: a rank's replica killed by the kernel's OOM killer, because
+    it outgrew a memory limit placed on it (never a signal from the drill)."""
+
+    def oom_cap(self, replica: Replica, *, limit_mb: int, alloc_mb: int) -> list[Change]:
+        """Put ``replica`` (and the children it starts from then on) under a memory limit
+        of ``limit_mb`` MiB of its own, and ask the workload to allocate ``alloc_mb`` MiB
+        in it. Reversible: the undo lifts the limit (the members go back where they came
+        from, the group is removed) and withdraws the request. Apply results: ``memcg``,
+        ``limit_bytes``, ``alloc_mb``. Raises FaultError when the machine cannot (not
+        root, no memory controller); a change's ``apply`` raises ProcessLookupError when
+        the replica is gone."""
+        ...
+
+    def oom_join(self, replica: Replica) -> None:
+        """Put a later replica of the same rank under the cap :meth:`oom_cap` made (the
+        limit stays across restarts). Raises FaultError when there is no cap."""
+        ...
+
+    def oom_kill_count(self) -> int | None:
+        """How many processes the kernel's OOM killer killed under the cap so far (the
+        memory group's ``oom_kill``); None when there is no cap to read."""
         ...
 
 

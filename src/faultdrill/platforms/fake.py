@@ -119,6 +119,8 @@ class FakePlatform(Platform):
         self.changes: list[FakeChange] = []
         self.jobs: list[JobSpec] = []
         self.killed: set[int] = set()
+        #: Replicas its ``oom_cap`` "OOM-killed" (the kernel's count, as ``oom_kill_count``).
+        self.oom_kills = 0
         self._prepared: str | None = None
         _LIVE[self.id] = self
         type(self).instances.append(self)
@@ -280,6 +282,29 @@ class FakePlatform(Platform):
         args = {"pid": replica.pid, "rank": replica.rank, "node": replica.node}
         change = self._change("hang_replica", args, f"fake: stop rank {replica.rank}")
         return [change.with_facts(pid=replica.pid, rank=replica.rank, node=replica.node)]
+
+    # --- OomRanks ----------------------------------------------------------------------------
+
+    def oom_cap(self, replica: Replica, *, limit_mb: int, alloc_mb: int) -> list[Change]:
+        """A cap, and a request whose apply "OOM-kills" the replica (as the kernel would)."""
+        args = {"pid": replica.pid, "rank": replica.rank, "limit_mb": limit_mb}
+        cap = self._change("oom_cap", args, f"fake: limit rank {replica.rank} to {limit_mb} MiB")
+        ask = self._make_change("oom_request", {"alloc_mb": alloc_mb}, "fake: allocate")
+
+        def killed() -> None:
+            self.killed.add(replica.pid)
+            self.oom_kills += 1
+
+        return [
+            cap.with_facts(memcg=f"fake/oom-r{replica.rank}", limit_bytes=limit_mb << 20),
+            ask.followed_by(killed).with_facts(alloc_mb=alloc_mb),
+        ]
+
+    def oom_join(self, replica: Replica) -> None:
+        self.asked.append(("oom_join", {"pid": replica.pid, "rank": replica.rank}))
+
+    def oom_kill_count(self) -> int | None:
+        return self.oom_kills
 
     # --- CopiesReplicas -----------------------------------------------------------------------
 

@@ -104,7 +104,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from faultdrill.probe import Probe, probe_from_env
+from faultdrill.probe import ENV_EVENTS_DIR, Probe, probe_from_env
 from faultdrill.workloads import _ckpt
 from faultdrill.workloads._loader import StepBatches, make_loader
 from faultdrill.workloads.lm_config import (  # the config part needs no torch: plans use it
@@ -117,6 +117,7 @@ from faultdrill.workloads.lm_config import (  # the config part needs no torch: 
     config_from_dict,
     load_config,
 )
+from faultdrill.workloads.memory_request import MemoryRequest
 
 __all__ = [
     "BAD_MODES",
@@ -366,6 +367,8 @@ class _Job:
         self.step = 0
         self.position = 0
         self.stale_pipe: int | None = None
+        # the oom-worker fault's request to allocate (one stat per step while there is none)
+        self.memory_request = MemoryRequest(os.environ.get(ENV_EVENTS_DIR), probe.emit)
         # ``stale-eval-model``: the copy evaluated instead of the model being trained.
         self.eval_model: nn.Module | None = None
 
@@ -498,6 +501,7 @@ class _Job:
             self.step = step
             self.position += cfg.global_batch
             self.probe.step(step, loss.item(), ids)
+            self.memory_request.after_step(step)
             if self.stale_pipe is not None:  # tell the lurking old replica where we are
                 try:
                     os.write(self.stale_pipe, f"s{step}\n".encode())

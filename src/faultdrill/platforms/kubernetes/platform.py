@@ -187,6 +187,12 @@ class KubernetesPlatform(Platform):
                 "would be stopped through its node's runtime); drill the hang on platform "
                 "local or slurm (embedded: true)"
             )
+        if ability is Ability.OOM_RANK:
+            return (
+                "the test cluster's kubelet runs pods as plain processes with no memory "
+                "limit of their own, so no pod can be OOMKilled; drill oom-worker on the "
+                "local platform or the embedded Slurm cluster"
+            )
         return f"{ability.value} {_NEEDS_MACHINES}"
 
     @classmethod

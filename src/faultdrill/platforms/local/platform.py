@@ -38,6 +38,7 @@ from faultdrill.host import owned, procfs
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.copies import copy_change, reap
 from faultdrill.host.linux import sigstop_change, stop_tree_changes
+from faultdrill.host.memcg import HostMemoryCaps, memcg_unavailable
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.host.throttle import cpu_controller_missing, throttle_change
 from faultdrill.ledger import undoer
@@ -122,6 +123,7 @@ _ALWAYS = frozenset(
         Ability.SIGNAL_RANK,
         Ability.THROTTLE_RANK,
         Ability.HANG_RANK,
+        Ability.OOM_RANK,
         Ability.CONTROL_PLANE_PAUSE,
         Ability.STORAGE_READ_ONLY,
         Ability.STORAGE_FULL,
@@ -156,7 +158,7 @@ ISOLATION_VARIANTS: dict[str, type[Platform]] = {}
 
 
 @register
-class LocalPlatform(ProcessReplicas, HostStorage, Platform):
+class LocalPlatform(ProcessReplicas, HostStorage, HostMemoryCaps, Platform):
     """torchrun agents on this host; nodes are a :class:`NodeCluster` of cgroups (and, with
     netns isolation, network namespaces: see ``faultdrill.platforms.local.netns``)."""
 
@@ -211,6 +213,8 @@ class LocalPlatform(ProcessReplicas, HostStorage, Platform):
                 missing_cpu = cpu_controller_missing()
                 if missing_cpu:
                     out[ability] = missing_cpu
+            elif ability is Ability.OOM_RANK and memcg_unavailable():
+                out[ability] = str(memcg_unavailable())
             elif ability in (Ability.STORAGE_READ_ONLY, Ability.STORAGE_FULL) and os.geteuid():
                 out[ability] = "root (storage faults mount over the checkpoint directory)"
         return out

@@ -94,6 +94,7 @@ _EMBEDDED = frozenset(Ability) - {
     Ability.CONTROL_PLANE_STOP,
     Ability.REPLICA_COPY,
     Ability.HANG_RANK,
+    Ability.OOM_RANK,
 }
 #: Why ``hang-worker`` is refused here (no Ray drill has shown what stopping a Train
 #: worker actor does to Ray's own worker health checks yet).
@@ -101,6 +102,11 @@ _NO_HANG = (
     "hang-worker is not drilled on Ray yet (a Train worker is an actor process whose "
     "SIGSTOP Ray's own health checks may see first); drill the hang on platform local or "
     "slurm (embedded: true)"
+)
+_NO_OOM = (
+    "a Ray Train worker is an actor in a Ray worker process that Ray replaces by a new "
+    "actor, outside any memory limit faultdrill could keep on the rank; drill an OOM kill "
+    "on the local platform or the embedded Slurm cluster (resources.platform: local)"
 )
 _NO_HEAD_RESTART = (
     "with head: n1 the head also runs Train workers and the driver, so stopping the GCS "
@@ -232,6 +238,8 @@ class RayPlatform(ProcessReplicas, NodeLinks, HostStorage, Platform):
             return _NO_HEAD_RESTART
         if ability is Ability.HANG_RANK and settings_of(resources).is_embedded:
             return _NO_HANG
+        if ability is Ability.OOM_RANK:
+            return _NO_OOM
         return (
             "faultdrill owns no node, link, control plane or mount of a Ray cluster given by "
             "address; use the embedded cluster (remove resources.ray.address, isolation: netns)"

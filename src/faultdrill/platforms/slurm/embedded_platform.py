@@ -14,6 +14,9 @@ kill-worker           the rank's worker process on its node (pid + start time), 
                       with ``--max-restarts`` spent, srun ``-K``'s and Slurm's (job FAILED)
 hang-worker           the rank's worker and its children SIGSTOPped on their node (slurmd,
                       slurmstepd and the agent live on), SIGCONT after ``for_s``
+oom-worker            the rank's worker process moved into a memory cgroup of its own with a
+                      limit it is asked to outgrow (:mod:`faultdrill.host.memcg`): the
+                      kernel's OOM killer kills it, as ``task/cgroup`` would on a real node
 node-down             the node's link down, then its cgroup SIGKILLed: slurmd, slurmstepd and
                       the tasks; slurmctld declares it DOWN after ``SlurmdTimeout`` and, with
                       ``--requeue``, requeues the job. Undo: link up, slurmd started again
@@ -49,6 +52,7 @@ from faultdrill.host.linux import (
     sigstop_change,
     stop_tree_changes,
 )
+from faultdrill.host.memcg import HostMemoryCaps, memcg_unavailable
 from faultdrill.host.storage import HostStorage, fuse_missing
 from faultdrill.host.throttle import cpu_controller_missing, throttle_change
 from faultdrill.ledger import undoer
@@ -83,7 +87,7 @@ def _undo_ctld_stop(data: dict[str, Any]) -> None:
     that goes away with its run (its daemons' own entries stop whatever still runs)."""
 
 
-class EmbeddedSlurmPlatform(ProcessReplicas, NodeLinks, HostStorage, SlurmPlatform):
+class EmbeddedSlurmPlatform(ProcessReplicas, NodeLinks, HostStorage, HostMemoryCaps, SlurmPlatform):
     """The ``slurm`` platform on an embedded cluster (see the module docstring)."""
 
     def __init__(
@@ -112,6 +116,8 @@ class EmbeddedSlurmPlatform(ProcessReplicas, NodeLinks, HostStorage, SlurmPlatfo
         missing_cpu = cpu_controller_missing()
         if Ability.THROTTLE_RANK in abilities and missing_cpu:
             out[Ability.THROTTLE_RANK] = missing_cpu
+        if Ability.OOM_RANK in abilities and memcg_unavailable():
+            out[Ability.OOM_RANK] = str(memcg_unavailable())
         return out
 
     # --- the contract -------------------------------------------------------------------
