@@ -169,7 +169,12 @@ def test_the_example_as_a_baseline_under_the_engine_passes(
         res = evaluate_item(plan, "baseline", None, work, Reference.from_timeline(tl), timeline=tl)
     finally:
         kill_task(plan.task.id)
-    failing = [f.to_json() for e in res.evidence.values() for f in e.findings if f.verdict is not P]
+    failing = [
+        f.to_record().to_json()
+        for e in res.evidence.values()
+        for f in e.findings
+        if f.verdict is not P
+    ]
     assert res.verdict is P, failing
     assert as_json(res.inventory)["latest"] == {
         "file": "latest",

@@ -62,7 +62,6 @@ from faultdrill.report.model import (
     message_of,
     plain,
 )
-from faultdrill.report.model import Finding as ReportFinding
 from faultdrill.rundir import item_dir
 from faultdrill.timeline import Timeline
 
@@ -355,12 +354,8 @@ def _fault_ref(it: Scenario | Control | None) -> FaultRef | None:
     return FaultRef(kind=it.fault.kind, target=it.fault.target_label(), spec=spec)
 
 
-def _finding(f: Finding) -> ReportFinding:
-    return ReportFinding.model_validate(plain(f.to_json()))
-
-
 def _evidence(ev: EvidenceResult) -> Evidence:
-    return Evidence(verdict=ev.verdict.value, findings=[_finding(f) for f in ev.findings])
+    return ev.to_record()
 
 
 def _evidence_set(evidence: dict[str, EvidenceResult], *, with_expectation: bool) -> EvidenceSet:
