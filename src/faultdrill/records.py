@@ -791,7 +791,7 @@ class Trend(Record):
 
 
 class RankPlace(Record):
-    rank: int = 0
+    rank: JsonValue = None
     node: JsonValue = None
     host: JsonValue = None
     pid: JsonValue = None
@@ -801,13 +801,13 @@ class RankPlace(Record):
 class IncarnationPlacement(Record):
     """Which node got which rank in one incarnation (:mod:`faultdrill.judge.dossier`)."""
 
-    incarnation: int = 0
+    incarnation: int | None = None
     master: JsonValue = None
     world_size: JsonValue = None
     ready_s: Num | None = None
     ready_since_injection_s: Num | None = None
     nodes: list[JsonValue] = []
-    ranks: list[RankPlace] = []
+    ranks: list[RankPlace] | None = None
 
 
 class AccessIdentity(Record):

@@ -329,7 +329,7 @@ class ItemResult:
             layer=self.layer.to_record() if self.layer is not None else None,
             dependencies=self.dependencies.to_json(),
             trend=self.trend.to_json(),
-            scheduling=[i.to_json() for i in self.scheduling],
+            scheduling=self.scheduling,
             failure=Failure.model_validate(plain(self.failure)) if self.failure else None,
             no_probe_events=self.no_probe_events,
             **({"field_messages": said} if (said := _field_messages(self, control)) else {}),

@@ -376,7 +376,7 @@ class Item(Record):
     #: Loss and evaluation trend after recovery vs the baseline's (where bitwise does not apply).
     trend: dict[str, JsonValue] = {}
     #: Which node got which rank, per incarnation.
-    scheduling: list[dict[str, JsonValue]] = []
+    scheduling: list[IncarnationPlacement] = []
     failure: Failure | None = None
     #: No rank reported anything: the script is not instrumented, or died first.
     no_probe_events: bool = False
