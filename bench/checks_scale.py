@@ -491,7 +491,12 @@ def measure(ranks: int, steps: int, store: Path | None = None) -> dict[str, Any]
     verdicts = {f.check: f.verdict.value for e in evidence.values() for f in e.findings}
     wrong = {k: v for k, v in verdicts.items() if v != "pass"}
     if wrong:
-        msgs = [f.to_json() for e in evidence.values() for f in e.findings if f.check in wrong]
+        msgs = [
+            f.to_record().to_json()
+            for e in evidence.values()
+            for f in e.findings
+            if f.check in wrong
+        ]
         raise AssertionError(f"the healthy synthetic drill did not pass: {msgs}")
     d = Drill(ranks, steps)
     if answers.recomputed_steps != d.kill_after - d.resume:

@@ -241,7 +241,7 @@ def _of_record(run: Path) -> dict[str, Any]:
 
     for item in ITEMS:
         shutil.rmtree(run / item / "events" / "steps", ignore_errors=True)
-    rep = evaluate_run(run).to_json()
+    rep = evaluate_run(run).to_report().to_json()
     items = {s["id"]: (s["verdict"], s.get("recovery_class")) for s in rep["scenarios"]}
     return {"ok": rep["summary"]["ok"], "baseline": rep["baseline"]["verdict"], "items": items}
 

@@ -13,6 +13,7 @@ from faultdrill.readings.analysis import (
     wall_offset,
 )
 from faultdrill.timeline import Timeline
+from tests.records import as_json
 from tests.timelines import OLD, TL, WALL, first_run, restart
 
 
@@ -25,7 +26,7 @@ def test_answers_of_a_healthy_restart() -> None:
     )
     assert (a.old_replica_stopped_at, a.old_replica_note) == (6.5, "")
     assert (a.new_replicas_ready_at, a.first_step_after_at) == (7.0, 8.0)
-    assert a.resumed_from == {
+    assert as_json(a.resumed_from) == {
         "checkpoint": "ckpt-4",
         "step": 4,
         "data_position": 16,
@@ -33,7 +34,7 @@ def test_answers_of_a_healthy_restart() -> None:
     }
     assert (a.old_incarnation, a.new_incarnation, a.recomputed_steps) == (0, 1, 1)
     assert (a.detect_s, a.ready_s, a.recover_s) == (0.5, 1.5, 2.5)
-    assert a.times_json() == {
+    assert a.times().to_json() == {
         "detect_s": 0.5,
         "recover_s": 2.5,
         "ready_s": 1.5,
@@ -44,13 +45,13 @@ def test_answers_of_a_healthy_restart() -> None:
 def test_answers_carry_wall_clock_times() -> None:
     a = answer_questions(restart().build())
     assert a.offset == pytest.approx(WALL)
-    assert a.when(8.0) == {
+    assert as_json(a.when(8.0)) == {
         "wall": "2023-11-14T22:13:28.000+00:00",
         "mono": 8.0,
         "since_injection_s": 2.5,
     }
     assert a.when(None) is None
-    q = a.questions_json()
+    q = a.questions().to_json()
     assert list(q) == [
         "worker_lost_at",
         "worker_lost_by",
@@ -76,7 +77,12 @@ def test_wall_offset_is_the_median_of_the_clock_pairs() -> None:
 
 def test_answers_after_a_restart_from_scratch() -> None:
     a = answer_questions(restart(resume=None).build())
-    assert a.resumed_from == {"checkpoint": None, "step": 0, "data_position": 0, "verified": None}
+    assert as_json(a.resumed_from) == {
+        "checkpoint": None,
+        "step": 0,
+        "data_position": 0,
+        "verified": None,
+    }
     assert a.recomputed_steps == 5
 
 
@@ -88,7 +94,7 @@ def test_answers_without_injection() -> None:
         None,
         None,
     )
-    assert a.when(3.0) == {
+    assert as_json(a.when(3.0)) == {
         "wall": "2023-11-14T22:13:23.000+00:00",
         "mono": 3.0,
         "since_injection_s": None,
@@ -184,7 +190,7 @@ def test_a_fault_ridden_out_answers_nothing_and_says_why() -> None:
     )
     assert (a.old_incarnation, a.new_incarnation) == (0, None)
     assert a.note == RODE_OUT == "no replica was lost: the job rode the fault out"
-    assert a.questions_json()["note"] == RODE_OUT
+    assert a.questions().to_json()["note"] == RODE_OUT
 
 
 def test_a_ride_out_without_run_end_is_told_by_the_job_state() -> None:
@@ -245,7 +251,7 @@ def test_the_platforms_own_decider_answers_and_the_first_noticer_is_said() -> No
     )
     assert a.detect_s == 0.8
     assert a.resources_ready_at == 6.7
-    assert a.questions_json()["resources_ready_at"]["since_injection_s"] == 1.2
+    assert a.questions().to_json()["resources_ready_at"]["since_injection_s"] == 1.2
 
 
 def test_without_deciders_the_first_decision_answers_as_before() -> None:

@@ -160,7 +160,7 @@ def test_unpacked_bundle_is_a_run_that_judges_the_same(
 
     run = extract_bundle(bundle, tmp_path / "x")
     original = json.loads((recorded_demo.run_dir / "report.json").read_text())
-    again = evaluate_run(run).to_json()
+    again = evaluate_run(run).to_report().to_json()
     got = {
         s["id"]: (s["verdict"], s["recovery_class"], s.get("caught")) for s in again["scenarios"]
     }

@@ -55,9 +55,9 @@ def test_3_losses_edited_to_the_same_length_are_judged_from_the_lines(run: Path)
     assert n > 0 and len(edited) == len(text)
     probe.write_text(edited)
     assert read_store(run / SC / "events") is None  # the covered bytes' hash differs
-    stored = evaluate_run(run).to_json()
+    stored = evaluate_run(run).to_report().to_json()
     shutil.rmtree(run / SC / "events" / "steps")
-    assert evaluate_run(run).to_json()["scenarios"] == stored["scenarios"]
+    assert evaluate_run(run).to_report().to_json()["scenarios"] == stored["scenarios"]
     rc, out, _ = check(run)
     assert rc == 1 and "overall NOT OK" in out
 

@@ -413,12 +413,12 @@ def test_combine_is_worst_first(verdicts: list[Verdict], worst: Verdict) -> None
 
 def test_findings_serialise_flat() -> None:
     f = Finding("progress.no-jump", F, "went back", {"inc": 1})
-    assert f.to_json() == {
+    assert f.to_record().to_json() == {
         "check": "progress.no-jump",
         "verdict": "fail",
         "message": "went back",
         "data": {"inc": 1},
     }
-    assert "data" not in Finding("x", P, "ok").to_json()
+    assert "data" not in Finding("x", P, "ok").to_record().to_json()
     ev = EvidenceResult("progress", [f, Finding("x", P, "ok")])
-    assert ev.to_json()["verdict"] == "fail"
+    assert ev.to_record().to_json()["verdict"] == "fail"

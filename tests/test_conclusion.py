@@ -37,8 +37,8 @@ def test_consistent_results_when_every_level_is_proven(judge: Judge) -> None:
     assert running.why == (
         "incarnation 1 announced itself ready at +1.50 s on n0, n1, first step 5 at +2.50 s"
     )
-    assert [e["kind"] for e in running.events] == ["run_start", "step"]
-    assert running.events[0]["pid"] == NEW[0]
+    assert [e.kind for e in running.events] == ["run_start", "step"]
+    assert running.events[0].to_json()["pid"] == NEW[0]
     assert "progress.sample-ledger" in progress.findings
     assert "results.evaluation-matches-baseline" in results.findings
     assert results.why == f"all {len(results.findings)} results finding(s) passed"
@@ -72,7 +72,7 @@ def test_none_when_nothing_ran_after_the_fault(judge: Judge) -> None:
         "after the fault no replica announced itself again and no step was made"
     )
     assert [p.proven for p in c.levels] == [False, False, False]
-    assert c.to_json()["level"] is None
+    assert c.to_record().to_json()["level"] is None
 
 
 def test_a_fault_ridden_out_is_running_again_without_a_restart(judge: Judge) -> None:
@@ -92,7 +92,7 @@ def test_retest_evidence_proves_no_level(judge: Judge) -> None:
 def test_the_baseline_has_no_conclusion_level(judge: Judge) -> None:
     c = concluded(judge.replace(item=None), baseline())
     assert (c.level, c.levels) == (None, ())
-    assert c.to_json() == {
+    assert c.to_record().to_json() == {
         "level": None,
         "levels": [],
         "note": "no fault was planned or injected: no recovery to conclude",
@@ -108,7 +108,7 @@ def test_a_failed_injection_proves_nothing(judge: Judge) -> None:
 
 
 def test_to_json_links_every_level_to_its_evidence(judge: Judge) -> None:
-    out = concluded(judge, stale_eval(restart())).to_json()
+    out = concluded(judge, stale_eval(restart())).to_record().to_json()
     assert out["level"] == "valid-progress"
     assert [lv["level"] for lv in out["levels"]] == [
         "running-again",

@@ -10,6 +10,7 @@ from faultdrill.judge.dependencies import (
 )
 from faultdrill.plan import Plan, Scenario
 from faultdrill.plan.sections import Ownership, Recovery
+from tests.records import as_json
 from tests.timelines import TL, baseline, restart
 
 
@@ -27,7 +28,7 @@ def resubmitted(tl: TL) -> TL:
 def test_a_plain_restart_used_the_restart_budget_and_the_checkpoints(
     plan: Plan, scenario: Scenario
 ) -> None:
-    deps = recovery_dependencies(restart().build(), plan, scenario)
+    deps = as_json(recovery_dependencies(restart().build(), plan, scenario))
     assert deps["used"] == ["restart_budget", "checkpoint_storage"]
     assert deps["owners"] == {
         "restart_budget": "platform",
@@ -53,7 +54,7 @@ def test_a_plain_restart_used_the_restart_budget_and_the_checkpoints(
 
 
 def test_a_spare_node_and_its_preparation_are_dependencies(plan: Plan, scenario: Scenario) -> None:
-    deps = recovery_dependencies(spare(restart()).build(), plan, scenario)
+    deps = as_json(recovery_dependencies(spare(restart()).build(), plan, scenario))
     assert deps["spare_nodes"] == [{"node": "n3", "replaces": "n2", "at_s": 0.7}]
     assert deps["owners"]["spare_nodes"] == "platform"
     assert deps["owners"]["environment_preparation"] == TO_BE_AGREED  # the demo names none
@@ -62,7 +63,7 @@ def test_a_spare_node_and_its_preparation_are_dependencies(plan: Plan, scenario:
 def test_an_operator_action_with_its_permission_steps_and_observed_time(
     plan: Plan, scenario: Scenario
 ) -> None:
-    deps = recovery_dependencies(resubmitted(restart()).build(), plan, scenario)
+    deps = as_json(recovery_dependencies(resubmitted(restart()).build(), plan, scenario))
     [action] = deps["operator_actions"]
     assert action == {
         "action": "resubmit",
@@ -86,7 +87,7 @@ def test_an_operator_action_with_its_permission_steps_and_observed_time(
             )
         }
     )
-    [action] = recovery_dependencies(resubmitted(restart()).build(), plan, planned)[
+    [action] = as_json(recovery_dependencies(resubmitted(restart()).build(), plan, planned))[
         "operator_actions"
     ]
     assert action["permission"] == "submit jobs of task demo-lm"
@@ -94,7 +95,7 @@ def test_an_operator_action_with_its_permission_steps_and_observed_time(
 
 
 def test_the_baseline_depends_on_nothing(plan: Plan) -> None:
-    deps = recovery_dependencies(baseline().build(), plan, None)
+    deps = as_json(recovery_dependencies(baseline().build(), plan, None))
     assert deps["used"] == [] and deps["owners"] == {}
     assert deps["restart_budget"]["used"] == 0
 
@@ -105,7 +106,7 @@ def test_totals_sum_the_items_and_split_them_by_owner(plan: Plan, scenario: Scen
         ("node-loss", recovery_dependencies(spare(restart()).build(), plan, scenario)),
         ("manual", recovery_dependencies(resubmitted(restart()).build(), plan, scenario)),
     ]
-    totals = dependency_totals(plan, items)
+    totals = as_json(dependency_totals(plan, items))
     assert totals["spare_nodes"] == {"placements": 1, "items": ["node-loss"]}
     assert totals["restarts"] == {
         "total": 2,

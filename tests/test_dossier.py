@@ -12,6 +12,7 @@ from faultdrill.engine.dossier import amend_change_record, snapshot_record, tree
 from faultdrill.engine.run import write_dossier
 from faultdrill.judge.dossier import access_identities, reported_data_digests, scheduling_result
 from faultdrill.plan import Plan
+from tests.records import as_json
 from tests.timelines import NEW, OLD, TL, A, B, baseline, restart
 
 
@@ -23,7 +24,7 @@ def with_identity(tl: TL, digest: str = "data-1") -> TL:
 
 def test_the_scheduling_result_says_which_node_got_which_rank_per_incarnation() -> None:
     tl = restart().edit("probe", "run_start", lambda r: r["pid"] == NEW[1], node="n3").build()
-    out = scheduling_result(tl)
+    out = as_json(scheduling_result(tl))
     assert [(i["incarnation"], i["master"], i["world_size"], i["nodes"]) for i in out] == [
         (0, A, 2, ["n0", "n1"]),
         (1, B, 2, ["n0", "n3"]),
@@ -39,9 +40,11 @@ def test_the_scheduling_result_says_which_node_got_which_rank_per_incarnation() 
 
 def test_the_identity_and_data_digest_the_replicas_reported() -> None:
     tl = with_identity(restart()).build()
-    assert access_identities(tl) == [{"uid": 1000, "user": "trainer", "nodes": ["n0", "n1"]}]
+    assert as_json(access_identities(tl)) == [
+        {"uid": 1000, "user": "trainer", "nodes": ["n0", "n1"]}
+    ]
     assert reported_data_digests(tl) == ["data-1"]
-    assert access_identities(restart().build()) == []  # a probe too old to say: nothing
+    assert as_json(access_identities(restart().build())) == []  # a probe too old to say: nothing
 
 
 def test_a_data_tree_digest_follows_its_content(tmp_path: Path) -> None:

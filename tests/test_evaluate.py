@@ -77,7 +77,7 @@ def test_a_stop_condition_makes_the_scenario_retest_naming_it(
         f"not determined within the stop conditions: {why}; the job had not recovered when "
         "the drill was aborted"
     )
-    out = res.to_json()
+    out = res.to_item().to_json()
     assert (out["verdict"], out["aborted"], out["recovery_class"]) == (
         "retest",
         why,
@@ -113,7 +113,7 @@ def test_a_control_whose_check_fails_it_is_caught(
     res = judge_item(tmp_path, plan, "control", control, resume_ignored(), reference)
     assert control.expected_check == "progress.no-restart-from-zero"
     assert (res.caught, res.verdict) == (True, F)
-    assert res.to_json()["not_proven_why"] is None
+    assert res.to_item().to_json()["not_proven_why"] is None
 
 
 def test_a_control_aborted_by_a_stop_condition_is_not_proven(
@@ -124,7 +124,7 @@ def test_a_control_aborted_by_a_stop_condition_is_not_proven(
     )
     res = judge_item(tmp_path, plan, "control", control, tl, reference)
     assert res.caught is None and res.verdict is R
-    out = res.to_json()
+    out = res.to_item().to_json()
     assert out["caught"] is None
     assert out["not_proven_why"] == "stop condition 'max_wall_s' fired (scenario ran 150 s > 150 s)"
 
@@ -172,7 +172,9 @@ def test_a_run_is_ok_when_every_scenario_passed_and_every_control_was_caught(
     ok = judge_item(tmp_path, plan, "scenario", scenario, restart(), ref)
     caught = judge_item(tmp_path, plan, "control", control, resume_ignored(), ref)
     assert run_of(plan, base, [ok, caught]).ok
-    assert run_of(plan, base, [ok, caught]).to_json()["summary"]["controls_note"] is None
+    assert (
+        run_of(plan, base, [ok, caught]).to_report().to_json()["summary"]["controls_note"] is None
+    )
 
 
 def test_a_run_without_any_control_is_not_ok_unless_controls_were_waived(
@@ -181,14 +183,18 @@ def test_a_run_without_any_control_is_not_ok_unless_controls_were_waived(
     ok = judge_item(tmp_path, plan, "scenario", scenario, restart(), base_ref())
     run = run_of(plan, base, [ok])
     assert not run.ok
-    summary = run.to_json()["summary"]
+    summary = run.to_report().to_json()["summary"]
     assert (summary["ok"], summary["controls_waived"]) == (False, False)
     assert summary["controls_note"] == (
         "no negative control ran: the checks were not shown to catch a defect in this workload"
     )
     waived = run_of(plan, base, [ok], waived=True)
     assert waived.ok
-    assert waived.to_json()["summary"]["controls_note"].endswith("(waived with --no-controls)")
+    assert (
+        waived.to_report()
+        .to_json()["summary"]["controls_note"]
+        .endswith("(waived with --no-controls)")
+    )
 
 
 def test_a_control_not_proven_keeps_the_run_from_ok(
@@ -199,7 +205,7 @@ def test_a_control_not_proven_keeps_the_run_from_ok(
     unproven = judge_item(tmp_path, plan, "control", control, resume_ignored().drop("fault"), ref)
     run = run_of(plan, base, [ok, unproven])
     assert not run.ok
-    summary = run.to_json()["summary"]
+    summary = run.to_report().to_json()["summary"]
     assert (summary["controls"], summary["controls_caught"], summary["ok"]) == (1, 0, False)
 
 
@@ -350,7 +356,7 @@ def test_results_failing_after_valid_progress_keep_class_level_and_why_in_agreem
     tmp_path: Path, plan: Plan, scenario: Scenario, reference: Reference
 ) -> None:
     res = judge_item(tmp_path, plan, "scenario", scenario, stale_eval(restart()), reference)
-    out = res.to_json()
+    out = res.to_item().to_json()
     assert (out["verdict"], out["conclusion"]["level"], out["recovery_class"]) == (
         "fail",
         "valid-progress",
@@ -360,7 +366,7 @@ def test_results_failing_after_valid_progress_keep_class_level_and_why_in_agreem
     assert class_level_contradiction(out) is None
     # and a restart from zero: did not continue from valid progress, said alike
     res = judge_item(tmp_path, plan, "scenario", scenario, restart(resume=None), reference)
-    out = res.to_json()
+    out = res.to_item().to_json()
     assert (out["conclusion"]["level"], out["recovery_class"]) == (
         "running-again",
         "unrecoverable",
@@ -395,7 +401,7 @@ def test_a_passing_scenario_carries_its_level_dependencies_and_placement(
 ) -> None:
     res = judge_item(tmp_path, plan, "scenario", scenario, restart(), reference)
     assert res.verdict is P and res.layer is None
-    out = res.to_json()
+    out = res.to_item().to_json()
     assert out["conclusion"]["level"] == "consistent-results"
     assert [lv["proven"] for lv in out["conclusion"]["levels"]] == [True, True, True]
     assert out["layer"] is None
@@ -412,7 +418,7 @@ def test_a_failing_scenario_names_its_layer(
     )
     res = judge_item(tmp_path, plan, "scenario", scenario, tl, reference)
     assert res.verdict is F
-    out = res.to_json()
+    out = res.to_item().to_json()
     assert out["conclusion"]["level"] == "valid-progress"
     assert out["layer"]["layer"] == "framework"
     assert out["layer"]["rule"] == "resumed-right-but-diverged"
@@ -423,7 +429,7 @@ def test_the_run_sums_the_scenarios_dependencies(
     tmp_path: Path, plan: Plan, scenario: Scenario, base: ItemResult, reference: Reference
 ) -> None:
     res = judge_item(tmp_path, plan, "scenario", scenario, restart(), reference)
-    totals = run_of(plan, base, [res]).to_json()["recovery_dependencies"]
+    totals = run_of(plan, base, [res]).to_report().to_json()["recovery_dependencies"]
     assert totals["restarts"]["per_item"] == {"kill-worker": 1}
     assert totals["by_dependency"]["restart_budget"] == {
         "owner": "platform",

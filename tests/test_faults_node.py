@@ -181,7 +181,7 @@ def test_stop_condition_aborts_reverts_the_freeze_and_is_named(tmp_path: Path) -
         # (they stay visible with their own verdicts), and it did not recover within it.
         assert res.verdict.value == "retest"
         assert res.aborted is not None and res.aborted.startswith("stop condition 'max_wall_s'")
-        assert res.to_json()["aborted"] == res.aborted
+        assert res.to_item().to_json()["aborted"] == res.aborted
         assert res.recovery.value == "unrecoverable"
         assert "not determined within the stop conditions" in res.recovery_why
         assert "max_wall_s" in res.recovery_why

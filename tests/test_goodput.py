@@ -7,6 +7,7 @@ import pytest
 
 from faultdrill.judge.disruption import describe_disruption
 from faultdrill.judge.goodput import CATEGORIES, account
+from tests.records import as_json
 from tests.timelines import NEW, OLD, TL, baseline, restart
 
 
@@ -15,7 +16,7 @@ def _submitted(tl: TL) -> TL:
 
 
 def test_baseline_is_all_productive_but_startup_and_end() -> None:
-    g = account(_submitted(baseline()).build(), checkpoint_every=2)
+    g = as_json(account(_submitted(baseline()).build(), checkpoint_every=2))
     assert g["available"] and g["total_s"] == 7.5
     # steps at t=1..6 after the load decision at t=0.1: 0.9 + 5 x 1.0
     assert g["seconds"]["productive"] == pytest.approx(5.9)
@@ -29,7 +30,7 @@ def test_baseline_is_all_productive_but_startup_and_end() -> None:
 
 
 def test_restart_splits_wasted_progress_and_recovery() -> None:
-    g = account(_submitted(restart()).build())
+    g = as_json(account(_submitted(restart()).build()))
     s = g["seconds"]
     # incarnation 0: steps 1-4 committed (0.9 + 3), step 5 thrown away (1.0)
     # incarnation 1: load at 7.1 after the old one's last step at 5.0 -> 2.1 s recovery;
@@ -46,7 +47,7 @@ def test_reported_save_and_restore_durations_are_their_own_categories() -> None:
     tl = _submitted(restart())
     tl.edit("probe", "ckpt_save", lambda r: True, duration_s=0.25)
     tl.edit("probe", "ckpt_load", lambda r: r["pid"] in NEW, duration_s=0.4)
-    g = account(tl.build())
+    g = as_json(account(tl.build()))
     s = g["seconds"]
     saves = 3  # ckpt-2, ckpt-4 of incarnation 0; ckpt-6 of incarnation 1
     assert s["checkpoint_save"] == pytest.approx(0.25 * saves)
@@ -63,7 +64,7 @@ def test_reported_save_and_restore_durations_are_their_own_categories() -> None:
 
 
 def test_no_submission_means_no_goodput() -> None:
-    g = account(baseline().build())
+    g = as_json(account(baseline().build()))
     assert g == {
         "available": False,
         "why": "no job submission and end on the timeline",
@@ -79,7 +80,7 @@ def test_no_fault_no_disruption() -> None:
 
 
 def test_worker_kill_is_a_crash() -> None:
-    d = describe_disruption(restart().build())
+    d = as_json(describe_disruption(restart().build()))
     assert d is not None
     end = d["ending"]
     # progress stopped at step 5 (t=5.0); the platform noticed at 6.0: 0.5 s after the
@@ -109,7 +110,7 @@ def _hang(detect_at: float, *, revert_at: float | None = None, stop_at: float | 
 
 
 def test_detection_only_after_the_revert_is_a_hang_ended_by_the_fault() -> None:
-    d = describe_disruption(_hang(11.06, revert_at=11.05).build())
+    d = as_json(describe_disruption(_hang(11.06, revert_at=11.05).build()))
     assert d is not None
     end = d["ending"]
     assert end["kind"] == "hang" and end["ended_by"] == "fault-end"
@@ -123,13 +124,13 @@ def test_detection_only_after_the_revert_is_a_hang_ended_by_the_fault() -> None:
 
 
 def test_hang_ended_by_the_stop_condition() -> None:
-    d = describe_disruption(_hang(40.0, stop_at=39.9).build())
+    d = as_json(describe_disruption(_hang(40.0, stop_at=39.9).build()))
     assert d is not None
     assert d["ending"]["kind"] == "hang" and d["ending"]["ended_by"] == "stop-condition"
 
 
 def test_hang_as_long_as_the_gloo_timeout() -> None:
-    d = describe_disruption(_hang(35.5).build(), gloo_s=30)
+    d = as_json(describe_disruption(_hang(35.5).build(), gloo_s=30))
     assert d is not None
     assert d["ending"]["ended_by"] == "gloo-timeout"
     assert "gloo collective timeout (30 s)" in d["ending"]["how"]
@@ -143,7 +144,7 @@ def test_training_unaffected_by_a_short_outage() -> None:
     tl.inject(5.05, fault="storage-outage", target="ckpt", at_step=50)
     tl.edit("fault", "injected", lambda r: True, duration_s=2.0)
     tl.add("fault", "reverted", 7.05, fault="storage-outage")
-    d = describe_disruption(tl.build())
+    d = as_json(describe_disruption(tl.build()))
     assert d is not None
     assert d["ending"]["kind"] == "unaffected"
     assert d["window"]["training_affected"] is False
@@ -154,7 +155,7 @@ def test_training_unaffected_by_a_short_outage() -> None:
 def test_noticed_at_once_but_rendezvous_hung_until_the_fault_ended() -> None:
     tl = _hang(5.1, revert_at=11.05)
     tl.platform("rdzv_start", 5.1, node="n2").platform("rdzv_complete", 12.1, node="n2")
-    d = describe_disruption(tl.build())
+    d = as_json(describe_disruption(tl.build()))
     assert d is not None
     end = d["ending"]
     assert end["kind"] == "hang" and end["phase"] == "rendezvous"
@@ -166,5 +167,5 @@ def test_noticed_at_once_but_rendezvous_hung_until_the_fault_ended() -> None:
 
 def test_a_quick_rendezvous_after_a_crash_stays_a_crash() -> None:
     tl = restart().platform("rdzv_start", 6.0, node="n1").platform("rdzv_complete", 7.0, node="n1")
-    d = describe_disruption(tl.build())
+    d = as_json(describe_disruption(tl.build()))
     assert d is not None and d["ending"]["kind"] == "crash"

@@ -11,8 +11,10 @@ import torch
 
 from faultdrill.faults.checkpoint import damage_checkpoint
 from faultdrill.readings.inventory import inventory_summary, take_inventory, verify_dir
+from faultdrill.records import CheckpointRecord
 from faultdrill.timeline import Timeline
 from faultdrill.workloads import _ckpt
+from tests.records import as_json
 from tests.timelines import NEW, OLD, TL
 
 
@@ -57,14 +59,14 @@ def _run(ckpt: Path) -> TL:
     return tl
 
 
-def _by_id(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in records}
+def _by_id(records: list[CheckpointRecord]) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in (x.to_json() for x in records)}
 
 
 def test_healthy_checkpoints_verify_with_writer_and_loaders(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     records, pointer = take_inventory(_run(ckpt).build(), ckpt, "latest", keep=3)
-    assert pointer == {"file": "latest", "target": "step-000020", "problem": None}
+    assert pointer.to_json() == {"file": "latest", "target": "step-000020", "problem": None}
     ten = _by_id(records)["step-000010"]
     assert ten["verifies"] is True and ten["manifest_verifies"] is True
     assert ten["written_by"] == {"rank": 0, "pid": OLD[0], "inc": 0}
@@ -116,7 +118,7 @@ def test_half_written_checkpoint_no_save_reported_is_listed(tmp_path: Path) -> N
     rec = _by_id(records)["step-000030"]
     assert rec["state"] == "unreported" and rec["verifies"] is False and rec["latest"]
     assert "100 bytes, manifest.json says 4096" in rec["reason"]
-    assert pointer["problem"] == "latest names 'step-000030', which no save reported"
+    assert pointer.problem == "latest names 'step-000030', which no save reported"
 
 
 def test_verify_dir_without_manifest_is_unknown(tmp_path: Path) -> None:
@@ -130,13 +132,13 @@ def test_summary_comes_from_recorded_events_only(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     tl = _run(ckpt)
     records, pointer = take_inventory(tl.build(), ckpt, "latest", keep=3)
-    tl.harness("ckpt_latest", 9.0, **pointer)
+    tl.harness("ckpt_latest", 9.0, **pointer.to_json())
     for rec in records:
-        tl.harness("ckpt_inventory", 9.0, **rec)
+        tl.harness("ckpt_inventory", 9.0, **rec.to_json())
     tl.add("probe", "ckpt_save_failed", 3.0, rank=0, pid=OLD[0], step=30, error="E", errno=28)
     tl.add("fault", "storage_observed", 3.1, when="end", latest="step-000020",
            latest_verifies=True, latest_problem=None)  # fmt: skip
-    summary = inventory_summary(Timeline.from_records(tl.records()))
+    summary = as_json(inventory_summary(Timeline.from_records(tl.records())))
     assert summary["taken"] and summary["latest"]["target"] == "step-000020"
     assert [c["id"] for c in summary["checkpoints"]] == ["step-000010", "step-000020"]
     assert "mono" not in summary["checkpoints"][0]

@@ -60,7 +60,7 @@ def test_a_rejected_spare_is_environment_preparation(judge: Judge) -> None:
     assert res.why == (
         "spare rejected, environment not prepared: n3: runtime (python cannot import torch)"
     )
-    assert res.clue is not None and res.clue.events[0]["kind"] == "spare_rejected"
+    assert res.clue is not None and res.clue.events[0].kind == "spare_rejected"
     assert res.clue.findings == ("expectation.spare-environment",)
     # not scheduling: the "no spare" that followed is listed, but does not decide
     assert [c.layer for c in res.also][:1] == [Layer.SCHEDULING]
@@ -73,7 +73,7 @@ def test_a_latest_that_named_an_incomplete_save_is_checkpoint(judge: Judge) -> N
     clue = layers.checkpoint_not_published_safely(context(judge, tl))
     assert clue is not None and clue.layer is Layer.CHECKPOINT
     assert clue.findings == ("progress.failed-save-not-published",)
-    assert {e["kind"] for e in clue.events} == {"ckpt_latest", "storage_observed"}
+    assert {e.kind for e in clue.events} == {"ckpt_latest", "storage_observed"}
 
 
 def test_a_final_checkpoint_that_does_not_verify_is_checkpoint(judge: Judge) -> None:
@@ -97,7 +97,7 @@ def test_a_restart_that_refused_every_checkpoint_is_checkpoint(judge: Judge) -> 
         "incarnation 1 started from scratch although 2 checkpoint(s) had been saved; "
         "it refused 2" in clue.why
     )
-    assert clue.events[0]["kind"] == "ckpt_none" and clue.events[0]["rejected"] == refused
+    assert clue.events[0].kind == "ckpt_none" and clue.events[0].to_json()["rejected"] == refused
 
 
 def test_starting_from_scratch_is_no_clue_when_the_plan_expects_it(judge: Judge) -> None:
@@ -125,7 +125,7 @@ def test_a_rendezvous_that_never_completed_is_the_control_plane(judge: Judge) ->
     assert res.why.startswith(
         "after the fault the rendezvous was tried (rdzv_start, rdzv_timeout) and never completed"
     )
-    assert [e["kind"] for e in res.clue.events] == ["rdzv_start", "rdzv_timeout"]  # type: ignore[union-attr]
+    assert [e.kind for e in res.clue.events] == ["rdzv_start", "rdzv_timeout"]  # type: ignore[union-attr]
     # a rendezvous that completed is no clue, nor is one tried only at the normal end
     done = lost(t_fail=40.0).platform("rdzv_start", 6.5, node="n0")
     done.platform("rdzv_complete", 7.0, node="n0")
@@ -234,7 +234,7 @@ def test_a_right_resume_with_wrong_results_is_framework(judge: Judge) -> None:
     assert res.layer is Layer.FRAMEWORK
     assert res.clue is not None and res.clue.rule == "resumed-right-but-diverged"
     assert "results.loss-matches-baseline" in res.clue.findings
-    assert res.clue.events[0]["kind"] == "ckpt_load" and res.clue.events[0]["id"] == "ckpt-4"
+    assert res.clue.events[0].kind == "ckpt_load" and res.clue.events[0].to_json()["id"] == "ckpt-4"
 
 
 def test_a_job_that_failed_after_its_restart_is_framework(judge: Judge) -> None:
@@ -243,7 +243,7 @@ def test_a_job_that_failed_after_its_restart_is_framework(judge: Judge) -> None:
     clue = layers.job_failed_after_restart(context(judge, tl))
     assert clue is not None and clue.layer is Layer.FRAMEWORK
     assert clue.why == "incarnation 1 started after the fault, yet the job ended failed"
-    assert [e["kind"] for e in clue.events] == ["run_start", "worker_failed"]
+    assert [e.kind for e in clue.events] == ["run_start", "worker_failed"]
 
 
 def test_a_lost_replica_never_restarted_is_scheduling(judge: Judge) -> None:
@@ -262,7 +262,7 @@ def test_no_rule_is_undetermined(judge: Judge) -> None:
         None,
         "no rule points at a layer",
     )
-    assert res.to_json()["layer"] == "undetermined"
+    assert res.to_record().to_json()["layer"] == "undetermined"
 
 
 def test_every_rule_has_a_docstring() -> None:
@@ -327,4 +327,4 @@ def test_each_control_lands_on_the_layer_of_its_bug(
         f"the timeline is not shaped like {control_id}'s evidence"
     )
     res = failing_layer(ctx.timeline, evidence, ctl)
-    assert res.layer is expected, res.to_json()
+    assert res.layer is expected, res.to_record().to_json()

@@ -17,6 +17,7 @@ from faultdrill.readings.network import network_summary
 from faultdrill.report.blocks import to_markdown
 from faultdrill.report.model import NetworkTrack
 from faultdrill.report.parts.accounting import network_part
+from tests.records import as_json
 from tests.timelines import NEW, OLD, TL, Judge, baseline, restart
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
@@ -193,7 +194,7 @@ def test_no_spare_is_not_an_environment_failure(judge: Judge) -> None:
 
 
 def test_placement_before_and_after() -> None:
-    where = placement(_moved_to_spare().build())
+    where = as_json(placement(_moved_to_spare().build()))
     assert where is not None
     assert where["before"] == ["n0", "n1"] and where["resumed_on"] == ["n0", "n2"]
     assert where["spares_placed"] == [{"node": "n2", "replaces": "n1", "at_s": 0.2}]
@@ -226,7 +227,7 @@ def test_network_summary_splits_before_during_after() -> None:
     _net(tl, 4.5, "n1", 0.2, 4000)
     tl.add("net", "rule_counters", 3.5, rule="fd-1", node="n1", rule_kind="iptables",
            chain="INPUT", packets=7, bytes=700, fault="link-loss", final=True)  # fmt: skip
-    summ = network_summary(tl.build())
+    summ = as_json(network_summary(tl.build()))
     assert summ is not None
     assert summ["window"] == {"from": "fault injected", "to": "fault reverted", "seconds": 2.0}
     (n1,) = summ["nodes"]
@@ -254,7 +255,7 @@ def test_samples_are_judged_by_when_they_measured_not_when_they_were_written() -
     for written, probed, rtt in [(2.05, 1.96, 0.2), (3.0, 2.9, None), (4.04, 4.01, 0.3)]:
         _net(tl, written, "n1", rtt, 1000)
         tl.recs[-1]["probed_mono"] = probed
-    summ = network_summary(tl.build())
+    summ = as_json(network_summary(tl.build()))
     assert summ is not None and summ["window"]["seconds"] == 2.0
     (n1,) = summ["nodes"]
     assert (n1["lost_before"], n1["lost_during"], n1["lost_after"]) == ("0/1", "1/1", "0/1")

@@ -29,6 +29,7 @@ from faultdrill.readings.inventory import pointer_id, read_pointer, take_invento
 from faultdrill.readings.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.drillkit import kill_task
+from tests.records import as_json
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "my_train.py"
@@ -57,24 +58,24 @@ def test_a_healthy_run_of_the_example_passes_the_real_checks(
     # what the harness records at the end of a run: the pointer and the inventory
     tl = Timeline.load(events)
     records, pointer = take_inventory(tl, ckpt, "latest", keep=3)
-    assert pointer == {"file": "latest", "target": "step-000030.pt", "problem": None}
+    assert pointer.to_json() == {"file": "latest", "target": "step-000030.pt", "problem": None}
     extra = [
         {"ts": 0.0, "mono": 1e9, "src": "harness", "kind": "ckpt_latest", "task": "example"}
-        | pointer
+        | pointer.to_json()
     ] + [
         {"ts": 0.0, "mono": 1e9, "src": "harness", "kind": "ckpt_inventory", "task": "example"}
-        | rec
+        | rec.to_json()
         for rec in records
     ]
     [art] = verify_artifacts(tl, tmp_path)
-    assert (art["path"], art["present"], art["matches"]) == (
+    assert (art.path, art.present, art.matches) == (
         str(ckpt / "model-final.pt"),
         True,
         True,
     )
     extra.append(
         {"ts": 0.0, "mono": 1e9, "src": "harness", "kind": "artifact_verified", "task": "example"}
-        | art
+        | art.to_json()
     )
     raw = [r for path in sorted(events.glob("*.jsonl")) for r in read_jsonl(path)]
     tl = Timeline.from_records(raw + extra)
@@ -106,11 +107,11 @@ def test_artifacts_are_hashed_again_and_a_changed_file_says_so(tmp_path: Path) -
         for path, sha in (("out/model.pt", good), ("out/gone.pt", good), ("out/model.pt", "x"))
     ]
     found = verify_artifacts(Timeline.from_records(recs), tmp_path)
-    assert [(r["path"], r["present"], r["matches"], r["problem"]) for r in found] == [
+    assert [(r.path, r.present, r.matches, r.problem) for r in found] == [
         ("out/model.pt", True, False, "content differs from what the job reported"),
         ("out/gone.pt", False, False, "no such file"),
     ]
-    assert found[0]["sha256"] == good and found[0]["bytes"] == 7
+    assert found[0].sha256 == good and found[0].bytes == 7
 
 
 def example_plan(tmp_path: Path) -> Path:
@@ -168,9 +169,14 @@ def test_the_example_as_a_baseline_under_the_engine_passes(
         res = evaluate_item(plan, "baseline", None, work, Reference.from_timeline(tl), timeline=tl)
     finally:
         kill_task(plan.task.id)
-    failing = [f.to_json() for e in res.evidence.values() for f in e.findings if f.verdict is not P]
+    failing = [
+        f.to_record().to_json()
+        for e in res.evidence.values()
+        for f in e.findings
+        if f.verdict is not P
+    ]
     assert res.verdict is P, failing
-    assert res.inventory["latest"] == {
+    assert as_json(res.inventory)["latest"] == {
         "file": "latest",
         "target": "step-000030.pt",
         "problem": None,

@@ -19,6 +19,7 @@ from faultdrill.platforms.ray.embedded import RayTuning
 from faultdrill.platforms.ray.platform import RayPlatform, _Announcements
 from faultdrill.readings.analysis import answer_questions
 from tests.drillkit import demo_raw
+from tests.records import as_json
 from tests.timelines import NEW, OLD, TL, Judge, first_run
 
 CTL = "ray-train-controller"
@@ -167,7 +168,7 @@ def test_the_train_controller_answers_question_one_and_names_itself() -> None:
     a = answer_questions(ray_restart().build())
     assert a.worker_lost_by == "replica_lost on n2 (ray-train-controller: ActorDiedError)"
     assert a.detect_s == pytest.approx(0.4)
-    assert a.resumed_from == {
+    assert as_json(a.resumed_from) == {
         "checkpoint": "ckpt-4",
         "step": 4,
         "data_position": 16,

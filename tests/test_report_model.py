@@ -145,9 +145,11 @@ def test_the_judge_writes_what_the_reader_reads(
 
 def test_a_finding_writes_its_message_id_and_params_only_when_it_has_them() -> None:
     plain = CheckFinding("x", Verdict.PASS, "ok")
-    assert plain.to_json() == {"check": "x", "verdict": "pass", "message": "ok"}
+    assert plain.to_record().to_json() == {"check": "x", "verdict": "pass", "message": "ok"}
     named = CheckFinding("x", Verdict.FAIL, "3 bad", message_id="x.bad", params={"n": 3})
-    assert named.to_json()["message_id"] == "x.bad" and named.to_json()["params"] == {"n": 3}
+    assert named.to_record().to_json()["message_id"] == "x.bad" and named.to_record().to_json()[
+        "params"
+    ] == {"n": 3}
 
 
 def test_the_vocabulary_is_the_judges() -> None:

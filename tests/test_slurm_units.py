@@ -275,7 +275,7 @@ def test_the_four_questions_come_from_slurms_decision_when_slurm_replaced_the_jo
     assert a.worker_lost_by == "node_lost on n1 (slurmctld)"
     assert (a.worker_lost_at, a.detect_s) == (20.0, 14.5)
     assert (a.old_incarnation, a.new_incarnation) == (0, 1)
-    assert a.resumed_from is not None and a.resumed_from["checkpoint"] == "ckpt-8"
+    assert a.resumed_from is not None and a.resumed_from.checkpoint == "ckpt-8"
 
 
 def test_within_one_slurm_incarnation_the_launchers_decision_answers() -> None:

@@ -9,6 +9,7 @@ from faultdrill.judge.trend import recovery_step, series_trend, trend_after_reco
 from faultdrill.plan import Plan
 from faultdrill.plan.sections import Tolerance
 from faultdrill.readings.reference import Reference
+from tests.records import as_json
 from tests.test_checks_results import shrunk
 from tests.test_conclusion import rode_out
 from tests.timelines import baseline, restart
@@ -17,7 +18,7 @@ TOL = Tolerance()
 
 
 def test_a_changed_world_size_within_tolerance_has_no_drift(reference: Reference) -> None:
-    out = trend_after_recovery(shrunk(1 + 1e-5).build(), reference, TOL)
+    out = as_json(trend_after_recovery(shrunk(1 + 1e-5).build(), reference, TOL))
     assert (out["applies"], out["recovery_step"], out["drift"]) == (True, 5, False)
     assert out["recovery_step_is"] == "first step of incarnation 1 after the restart"
     loss = out["loss"]
@@ -29,7 +30,7 @@ def test_a_changed_world_size_within_tolerance_has_no_drift(reference: Reference
 
 
 def test_a_loss_that_drifts_after_recovery_is_drift(reference: Reference) -> None:
-    out = trend_after_recovery(shrunk(1.01).build(), reference, TOL)
+    out = as_json(trend_after_recovery(shrunk(1.01).build(), reference, TOL))
     assert out["drift"] is True
     assert out["loss"]["within"] is False
     assert out["loss"]["mean_rel_diff"] == pytest.approx(0.01, rel=1e-6)
@@ -37,14 +38,14 @@ def test_a_loss_that_drifts_after_recovery_is_drift(reference: Reference) -> Non
 
 
 def test_the_window_after_recovery_is_the_plans_post_steps(reference: Reference) -> None:
-    out = trend_after_recovery(shrunk(1.01).build(), reference, TOL, window_steps=1)
+    out = as_json(trend_after_recovery(shrunk(1.01).build(), reference, TOL, window_steps=1))
     assert out["window"] == {"from_step": 5, "to_step": 5, "steps_requested": 1}
     assert (out["loss"]["steps"], out["loss"]["to_step"]) == (1, 5)
     assert out["metrics"] == {}  # the only evaluation (step 6) is outside the window
 
 
 def test_where_bitwise_applies_the_trend_is_only_a_supplement(reference: Reference) -> None:
-    out = trend_after_recovery(restart().build(), reference, TOL, bitwise=True)
+    out = as_json(trend_after_recovery(restart().build(), reference, TOL, bitwise=True))
     assert out["applies"] is False
     assert out["why"] == "bitwise comparison applies: the step-by-step checks are stronger"
     assert out["drift"] is False  # still computed: identical numbers
@@ -55,12 +56,12 @@ def test_a_later_drift_shows_in_the_last_value_and_the_slope() -> None:
     base = 3.0 - 0.1 * steps
     drill = base.copy()
     drill[-2:] += 0.05  # converges more slowly towards the end
-    out = series_trend(steps, drill, steps, base, TOL)
+    out = as_json(series_trend(steps, drill, steps, base, TOL))
     assert out["within"] is False
     assert out["last"] == pytest.approx(2.05) and out["baseline_last"] == pytest.approx(2.0)
     assert out["slope"] > out["baseline_slope"]
-    assert series_trend(steps, base, steps, base, TOL)["within"] is True
-    assert series_trend(steps, base, steps + 100, base, TOL) == {
+    assert as_json(series_trend(steps, base, steps, base, TOL))["within"] is True
+    assert as_json(series_trend(steps, base, steps + 100, base, TOL)) == {
         "steps": 0,
         "within": None,
         "why": "no step in common with the baseline",
@@ -73,5 +74,5 @@ def test_the_recovery_step_without_a_restart_is_the_first_step_after_the_fault()
 
 
 def test_without_a_baseline_nothing_is_compared(plan: Plan) -> None:
-    out = trend_after_recovery(shrunk().build(), None, plan.tolerance)
+    out = as_json(trend_after_recovery(shrunk().build(), None, plan.tolerance))
     assert (out["loss"], out["drift"], out["why"]) == (None, None, "no baseline to compare with")

@@ -505,7 +505,7 @@ class Judge:
     def one(self, check: str, tl: TL | Timeline) -> tuple[Verdict, str]:
         """The single finding's (verdict, message); fails the test if there are several."""
         found = self.run(check, tl)
-        assert len(found) == 1, [f.to_json() for f in found]
+        assert len(found) == 1, [f.to_record().to_json() for f in found]
         return found[0].verdict, found[0].message
 
     def verdicts(self, check: str, tl: TL | Timeline) -> list[Verdict]:

@@ -208,7 +208,7 @@ def _run(plan_path: Path, out: Path | None, args: argparse.Namespace, demo: bool
             report=con.progress,
             progress=con,
         )
-    summ = result.to_json()["summary"]
+    summ = result.to_report().to_json()["summary"]
     con.say(
         f"scenarios: {summ['passed']}/{summ['scenarios']} pass, {summ['failed']} fail, "
         f"{summ['retest']} retest; controls caught: {summ['controls_caught']}/"
@@ -262,7 +262,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     result = evaluate_run(args.run_dir)
     paths = write_reports(result, args.lang)
-    summ = result.to_json()["summary"]
+    summ = result.to_report().to_json()["summary"]
     print(
         f"re-checked {args.run_dir}: scenarios {summ['passed']}/{summ['scenarios']} pass, "
         f"controls caught {summ['controls_caught']}/{summ['controls']}; overall "

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from faultdrill.errors import DrillError
 from faultdrill.i18n import Msg
+from faultdrill.records import Evidence, plain
+from faultdrill.records import Finding as FindingRecord
 
 if TYPE_CHECKING:
     from faultdrill.plan import Control, Plan, Scenario
@@ -77,7 +79,9 @@ class Finding:
     message_id: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_record(self) -> FindingRecord:
+        """This finding as report.json's :class:`~faultdrill.report.model.Finding` (``data``,
+        ``message_id`` and ``params`` only when set)."""
         out: dict[str, Any] = {
             "check": self.check,
             "verdict": self.verdict.value,
@@ -89,7 +93,7 @@ class Finding:
             out["message_id"] = self.message_id
         if self.params:
             out["params"] = self.params
-        return out
+        return FindingRecord.model_validate(plain(out))
 
     @property
     def said(self) -> Msg | str:
@@ -176,8 +180,9 @@ class EvidenceResult:
     def verdict(self) -> Verdict:
         return combine([f.verdict for f in self.findings])
 
-    def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict.value, "findings": [f.to_json() for f in self.findings]}
+    def to_record(self) -> Evidence:
+        """This category's verdict and findings as report.json's ``Evidence``."""
+        return Evidence(verdict=self.verdict.value, findings=[f.to_record() for f in self.findings])
 
 
 def run_one(name: str, ctx: CheckContext) -> list[Finding]:

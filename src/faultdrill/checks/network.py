@@ -9,11 +9,12 @@ running at the injection and of the one that resumed, spares placed and rejected
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, NamedTuple
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.events import Event
 from faultdrill.readings.analysis import injections
+from faultdrill.records import NetworkTrack, Placement, plain
 from faultdrill.timeline import Incarnation, Timeline
 
 __all__ = [
@@ -471,7 +472,7 @@ def _hang_window(tl: Timeline, t0: float) -> tuple[float, Msg]:
     return tl.events[-1].mono, Msg("progress.hang-detected.by-end")
 
 
-def placement(tl: Timeline) -> dict[str, Any] | None:
+def placement(tl: Timeline) -> Placement | None:
     """Where the job ran before the fault and where it resumed; spares placed or rejected.
     None for a run without a fault."""
     inj = injections(tl)
@@ -499,7 +500,7 @@ def placement(tl: Timeline) -> dict[str, Any] | None:
     ]
     no_spare = [e.get("detail") for e in tl.of("platform", "no_spare")]
     final = tl.final_incarnation()
-    return {
+    where = {
         "before": old.nodes if old else [],
         "resumed_on": new.nodes if new else None,
         "final": final.nodes if final else None,
@@ -510,6 +511,7 @@ def placement(tl: Timeline) -> dict[str, Any] | None:
         "spares_rejected": rejected,
         "no_spare": no_spare,
     }
+    return Placement.model_validate(plain(where))
 
 
 @check("resources.lost-node-isolated", "resources")
@@ -621,11 +623,11 @@ def _back_on_the_node(ctx: CheckContext, name: str, t0: float, node: str) -> lis
 def _isolated(ctx: CheckContext, name: str, node: str, limit: float | None) -> Finding:
     """:func:`lost_node_isolated`'s pass: ``node`` isolated (within ``limit`` seconds, or
     before the job resumed), with where the job resumed and the spares that replaced it."""
-    where = placement(ctx.timeline) or {}
-    resumed = where.get("resumed_on")
+    where = placement(ctx.timeline) or Placement()
+    resumed = where.resumed_on
     spares = [
-        Msg("resources.lost-node-isolated.replacing", node=s["node"], replaces=s["replaces"])
-        for s in where["spares_placed"]
+        Msg("resources.lost-node-isolated.replacing", node=s.node, replaces=s.replaces)
+        for s in where.spares_placed
     ]
     if not resumed:
         after = Msg("resources.lost-node-isolated.not-resumed")
@@ -717,15 +719,15 @@ def spare_environment(ctx: CheckContext) -> list[Finding]:
     return [ctx.finding(name, P, Msg("expectation.spare-environment.not-needed"))]
 
 
-def network_report(tl: Timeline) -> dict[str, Any]:
+class NetworkSections(NamedTuple):
+    """The report's ``network`` (track summary) and ``placement`` sections (None: absent)."""
+
+    network: NetworkTrack | None
+    placement: Placement | None
+
+
+def network_report(tl: Timeline) -> NetworkSections:
     """The report's ``network`` (track summary) and ``placement`` sections, when present."""
     from faultdrill.readings.network import network_summary
 
-    out: dict[str, Any] = {}
-    net = network_summary(tl)
-    if net is not None:
-        out["network"] = net
-    where = placement(tl)
-    if where is not None:
-        out["placement"] = where
-    return out
+    return NetworkSections(network=network_summary(tl), placement=placement(tl))

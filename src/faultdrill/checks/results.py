@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import TypedDict
 
 import numpy as np
 
@@ -376,7 +377,24 @@ def _band_finding(
     )
 
 
-def _band_data(band: Band, res: BandResult) -> dict[str, object]:
+class _BandData(TypedDict):
+    """What a band finding records in its ``data``, beside the mode and the basis."""
+
+    sigma: float
+    step_limit: float
+    mean_limit: float
+    window: int
+    worst_step: float
+    worst_mean: float
+    compared: int
+
+
+class _BandOutside(_BandData, total=False):
+    #: Only when outside the band: the step it is first seen at.
+    first_step: int
+
+
+def _band_data(band: Band, res: BandResult) -> _BandOutside:
     return {
         "sigma": band.sigma,
         "step_limit": band.step_limit,

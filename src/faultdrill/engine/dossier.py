@@ -102,7 +102,7 @@ def data_dossier(
         **plan.data.model_dump(mode="json"),
         "access_identity": {
             "declared": plan.data.access or None,
-            "observed": access_identities(tl) if tl is not None else [],
+            "observed": [a.to_json() for a in access_identities(tl)] if tl is not None else [],
         },
         "change_record": {
             "declared_digest": plan.data.digest or None,
@@ -205,5 +205,5 @@ def resource_extras(plan: Plan, tl: Timeline | None) -> dict[str, Any]:
     return {
         "devices": devices(plan.resources.devices),
         "quotas": quotas(plan),
-        "scheduling": scheduling_result(tl) if tl is not None else [],
+        "scheduling": [i.to_json() for i in scheduling_result(tl)] if tl is not None else [],
     }

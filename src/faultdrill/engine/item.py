@@ -641,12 +641,12 @@ def _close_observation(
         records, pointer = take_inventory(
             tl, work / plan.checkpoint.dir, plan.checkpoint.latest_file, plan.checkpoint.keep
         )
-        sink.emit("harness", "ckpt_latest", **pointer)
+        sink.emit("harness", "ckpt_latest", **pointer.to_json())
         for rec in records:
-            sink.emit("harness", "ckpt_inventory", **rec)
+            sink.emit("harness", "ckpt_inventory", **rec.to_json())
         # the exported artefacts, hashed again now that nothing of the job writes any more
-        for rec in verify_artifacts(tl, work):
-            sink.emit("harness", "artifact_verified", **rec)
+        for art in verify_artifacts(tl, work):
+            sink.emit("harness", "artifact_verified", **art.to_json())
 
     attempt("checkpoint inventory failed", inventory)
 

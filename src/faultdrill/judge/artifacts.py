@@ -12,41 +12,44 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill.readings.inventory import sha256_file
+from faultdrill.records import ReportedArtifact, VerifiedArtifact
 from faultdrill.timeline import Timeline
 
 __all__ = ["reported_artifacts", "verify_artifacts"]
 
 
-def reported_artifacts(tl: Timeline) -> list[dict[str, Any]]:
+def reported_artifacts(tl: Timeline) -> list[ReportedArtifact]:
     """The last report of each exported path: name, path, sha256, bytes, rank, pid."""
-    last: dict[str, dict[str, Any]] = {}
+    last: dict[str, ReportedArtifact] = {}
     for e in tl.of("probe", "artifact"):
         path = str(e.get("path") or "")
         if path:
-            last[path] = {
-                "name": e.get("name"),
-                "path": path,
-                "sha256": e.get("sha256"),
-                "bytes": e.get("bytes"),
-                "rank": e.get("rank"),
-                "pid": e.get("pid"),
-            }
+            last[path] = ReportedArtifact.model_validate(
+                {
+                    "name": e.get("name"),
+                    "path": path,
+                    "sha256": e.get("sha256"),
+                    "bytes": e.get("bytes"),
+                    "rank": e.get("rank"),
+                    "pid": e.get("pid"),
+                }
+            )
     return list(last.values())
 
 
-def verify_artifacts(tl: Timeline, base: Path) -> list[dict[str, Any]]:
+def verify_artifacts(tl: Timeline, base: Path) -> list[VerifiedArtifact]:
     """For each reported artefact: whether its file is present now, its sha256 and size,
     and whether they match the report. A relative path is taken from ``base`` (the item's
     directory). Never raises for a missing or unreadable file: it says so in ``problem``."""
     out = []
     for art in reported_artifacts(tl):
-        path = Path(art["path"])
+        path = Path(art.path)
         if not path.is_absolute():
             path = base / path
         rec: dict[str, Any] = {
-            "name": art["name"],
-            "path": art["path"],
-            "reported_sha256": art["sha256"],
+            "name": art.name,
+            "path": art.path,
+            "reported_sha256": art.sha256,
             "present": False,
             "sha256": None,
             "bytes": None,
@@ -62,8 +65,8 @@ def verify_artifacts(tl: Timeline, base: Path) -> list[dict[str, Any]]:
             rec["problem"] = f"unreadable: {exc.strerror or exc}"
         else:
             rec["present"] = True
-            rec["matches"] = rec["sha256"] == art["sha256"]
+            rec["matches"] = rec["sha256"] == art.sha256
             if not rec["matches"]:
                 rec["problem"] = "content differs from what the job reported"
-        out.append(rec)
+        out.append(VerifiedArtifact.model_validate(rec))
     return out

@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING, Any
 from faultdrill.checks.api import EvidenceResult, Msg, Verdict, combine
 from faultdrill.events import Event
 from faultdrill.readings.analysis import injections
+from faultdrill.records import Conclusion as ConclusionRecord
+from faultdrill.records import EventRef, plain
+from faultdrill.records import LevelProof as LevelProofRecord
 
 if TYPE_CHECKING:
     from faultdrill.timeline import Timeline
@@ -62,7 +65,7 @@ class LevelProof:
     verdict: Verdict
     why: str
     findings: tuple[str, ...] = ()
-    events: tuple[dict[str, Any], ...] = ()
+    events: tuple[EventRef, ...] = ()
     said: Msg | None = None
 
     @classmethod
@@ -72,7 +75,7 @@ class LevelProof:
         verdict: Verdict,
         said: Msg,
         findings: tuple[str, ...] = (),
-        events: tuple[dict[str, Any], ...] = (),
+        events: tuple[EventRef, ...] = (),
     ) -> LevelProof:
         return cls(level, verdict, said.text(), findings, events, said)
 
@@ -80,16 +83,19 @@ class LevelProof:
     def proven(self) -> bool:
         return self.verdict == Verdict.PASS
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "level": self.level.value,
-            "proven": self.proven,
-            "verdict": self.verdict.value,
-            "why": self.why,
-            "findings": list(self.findings),
-            "events": list(self.events),
-            **(self.said.to_json() if self.said is not None else {}),
-        }
+    def to_record(self) -> LevelProofRecord:
+        """This proof as report.json's :class:`~faultdrill.report.model.LevelProof`."""
+        return LevelProofRecord.model_validate(
+            {
+                "level": self.level.value,
+                "proven": self.proven,
+                "verdict": self.verdict.value,
+                "why": self.why,
+                "findings": list(self.findings),
+                "events": [e.to_json() for e in self.events],
+                **(plain(self.said.to_json()) if self.said is not None else {}),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -100,15 +106,16 @@ class Conclusion:
     levels: tuple[LevelProof, ...] = field(default=())
     note: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "level": self.level.value if self.level is not None else None,
-            "levels": [p.to_json() for p in self.levels],
-            "note": self.note,
-        }
+    def to_record(self) -> ConclusionRecord:
+        """This conclusion as report.json's :class:`~faultdrill.report.model.Conclusion`."""
+        return ConclusionRecord(
+            level=self.level.value if self.level is not None else None,
+            levels=[p.to_record() for p in self.levels],
+            note=self.note,
+        )
 
 
-def event_ref(ev: Event, t0: float | None = None, *keys: str) -> dict[str, Any]:
+def event_ref(ev: Event, t0: float | None = None, *keys: str) -> EventRef:
     """A compact reference to one event: where it is on the timeline, and a few fields."""
     out: dict[str, Any] = {"src": ev.src, "kind": ev.kind, "mono": round(ev.mono, 4)}
     if t0 is not None:
@@ -116,7 +123,7 @@ def event_ref(ev: Event, t0: float | None = None, *keys: str) -> dict[str, Any]:
     for key in keys:
         if ev.get(key) is not None:
             out[key] = ev.get(key)
-    return out
+    return EventRef.model_validate(plain(out))
 
 
 def running_again(tl: Timeline) -> LevelProof:
@@ -140,13 +147,17 @@ def running_again(tl: Timeline) -> LevelProof:
                 at_s=new.first_step_mono - t0,
             )
             refs.append(
-                {
-                    "src": "probe",
-                    "kind": "step",
-                    "mono": round(new.first_step_mono, 4),
-                    "since_injection_s": round(new.first_step_mono - t0, 3),
-                    "step": new.first_step,
-                }
+                EventRef.model_validate(
+                    plain(
+                        {
+                            "src": "probe",
+                            "kind": "step",
+                            "mono": round(new.first_step_mono, 4),
+                            "since_injection_s": round(new.first_step_mono - t0, 3),
+                            "step": new.first_step,
+                        }
+                    )
+                )
             )
         return LevelProof.of(
             lvl,
@@ -170,13 +181,15 @@ def running_again(tl: Timeline) -> LevelProof:
             Verdict.PASS,
             Msg("level.running-again.kept-running", step=step, at_s=mono - t0),
             events=(
-                {
-                    "src": "probe",
-                    "kind": "step",
-                    "mono": round(mono, 4),
-                    "since_injection_s": round(mono - t0, 3),
-                    "step": step,
-                },
+                EventRef.model_validate(
+                    {
+                        "src": "probe",
+                        "kind": "step",
+                        "mono": round(mono, 4),
+                        "since_injection_s": round(mono - t0, 3),
+                        "step": step,
+                    }
+                ),
             ),
         )
     return LevelProof.of(

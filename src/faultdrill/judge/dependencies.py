@@ -16,6 +16,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.readings.analysis import injections
+from faultdrill.records import (
+    CheckpointStorageUse,
+    Dependencies,
+    DependencyTotals,
+    OperatorUse,
+    RestartBudget,
+    plain,
+)
 
 if TYPE_CHECKING:
     from faultdrill.plan import Control, Plan, Scenario
@@ -52,7 +60,7 @@ def _platform_steps(raw: Any) -> list[str]:
 
 def _operator_actions(
     tl: Timeline, item: Scenario | Control | None, t0: float | None
-) -> list[dict[str, Any]]:
+) -> list[OperatorUse]:
     """Each operator action: what, by whom, with which permission and steps, and how long
     until the job made its next step (the observed time of the manual recovery)."""
     recovery = getattr(item, "recovery", None)
@@ -62,23 +70,27 @@ def _operator_actions(
         later = st.mono[st.mono > e.mono] if len(st) else st.mono
         next_step = float(later.min()) if len(later) else None
         out.append(
-            {
-                "action": e.get("action"),
-                "operator": e.get("operator"),
-                "runbook": e.get("runbook"),
-                "permission": getattr(recovery, "permission", "") or TO_BE_AGREED,
-                "steps": list(getattr(recovery, "steps", ()) or ())
-                or _platform_steps(e.get("steps"))
-                or ([str(e.get("runbook"))] if e.get("runbook") else []),
-                "at_s": _since(e.mono, t0),
-                "observed_s": None if next_step is None else round(next_step - e.mono, 3),
-                "observed_by": "from the action to the job's next step",
-            }
+            OperatorUse.model_validate(
+                plain(
+                    {
+                        "action": e.get("action"),
+                        "operator": e.get("operator"),
+                        "runbook": e.get("runbook"),
+                        "permission": getattr(recovery, "permission", "") or TO_BE_AGREED,
+                        "steps": list(getattr(recovery, "steps", ()) or ())
+                        or _platform_steps(e.get("steps"))
+                        or ([str(e.get("runbook"))] if e.get("runbook") else []),
+                        "at_s": _since(e.mono, t0),
+                        "observed_s": None if next_step is None else round(next_step - e.mono, 3),
+                        "observed_by": "from the action to the job's next step",
+                    }
+                )
+            )
         )
     return out
 
 
-def _restarts(tl: Timeline, plan: Plan, resubmits: int) -> dict[str, Any]:
+def _restarts(tl: Timeline, plan: Plan, resubmits: int) -> RestartBudget:
     """Restarts the platform made by itself: generations after the first, less those an
     operator's resubmission started (each resubmission starts a fresh budget)."""
     gens = len(tl.incarnations)
@@ -89,17 +101,19 @@ def _restarts(tl: Timeline, plan: Plan, resubmits: int) -> dict[str, Any]:
         for e in tl.of("platform", "worker_group_failed")
         if e.get("restarts_left") is not None
     ]
-    return {
-        "used": used,
-        "max_restarts": cap,
-        "incarnations": gens,
-        "resubmissions": resubmits,
-        "fewest_left_reported": min(left) if left else None,
-        "exhausted": used >= cap if cap else used > 0,
-    }
+    return RestartBudget.model_validate(
+        {
+            "used": used,
+            "max_restarts": cap,
+            "incarnations": gens,
+            "resubmissions": resubmits,
+            "fewest_left_reported": min(left) if left else None,
+            "exhausted": used >= cap if cap else used > 0,
+        }
+    )
 
 
-def _checkpoint_storage(tl: Timeline, plan: Plan, t0: float | None) -> dict[str, Any]:
+def _checkpoint_storage(tl: Timeline, plan: Plan, t0: float | None) -> CheckpointStorageUse:
     """The checkpoint storage the recovery relied on: how much the plan's policy keeps, and
     whether a restart after the fault loaded a checkpoint from it."""
     saves = tl.of("probe", "ckpt_save")
@@ -112,20 +126,22 @@ def _checkpoint_storage(tl: Timeline, plan: Plan, t0: float | None) -> dict[str,
         for e in inc.loads
         if e.kind == "ckpt_load"
     ]
-    return {
-        "used_by_recovery": bool(loaded),
-        "loaded": sorted({str(e.get("id")) for e in loaded}),
-        "saves": len(saves),
-        "bytes_written": sum(sizes),
-        "largest_checkpoint_bytes": largest,
-        "kept": plan.checkpoint.keep,
-        "held_bytes_bound": largest * plan.checkpoint.keep,
-    }
+    return CheckpointStorageUse.model_validate(
+        {
+            "used_by_recovery": bool(loaded),
+            "loaded": sorted({str(e.get("id")) for e in loaded}),
+            "saves": len(saves),
+            "bytes_written": sum(sizes),
+            "largest_checkpoint_bytes": largest,
+            "kept": plan.checkpoint.keep,
+            "held_bytes_bound": largest * plan.checkpoint.keep,
+        }
+    )
 
 
 def recovery_dependencies(
     tl: Timeline, plan: Plan, item: Scenario | Control | None
-) -> dict[str, Any]:
+) -> Dependencies:
     """What the recovery of one item used, with each dependency's owner.
 
     Keys: ``spare_nodes`` (spares placed: node, the node it replaced, when), ``rejected_spares``,
@@ -146,38 +162,42 @@ def recovery_dependencies(
         for e in tl.of("platform", "spare_rejected")
     ]
     actions = _operator_actions(tl, item, t0)
-    restarts = _restarts(tl, plan, sum(a["action"] == "resubmit" for a in actions))
+    restarts = _restarts(tl, plan, sum(a.action == "resubmit" for a in actions))
     storage = _checkpoint_storage(tl, plan, t0)
     used = {
         "spare_nodes": bool(spares),
-        "restart_budget": restarts["used"] > 0,
+        "restart_budget": restarts.used > 0,
         "operator_actions": bool(actions),
-        "checkpoint_storage": storage["used_by_recovery"],
+        "checkpoint_storage": storage.used_by_recovery,
         "environment_preparation": bool(spares or rejected),
         # A drill cannot tell a dedicated network from a shared one; the platform or the
         # plan's ownership says whether the job has one.
         "dedicated_network": False,
-        "recovery_runbook": any(a.get("runbook") for a in actions),
+        "recovery_runbook": any(a.runbook for a in actions),
     }
     names = [d for d in DEPENDENCIES if used[d]]
-    return {
-        "spare_nodes": spares,
-        "rejected_spares": rejected,
-        "restart_budget": restarts,
-        "operator_actions": actions,
-        "checkpoint_storage": storage,
-        "dedicated_network": {
-            "used": None,
-            "isolation": plan.resources.isolation,
-            "note": "not observable in a drill: state it in the plan's ownership if the job "
-            "has a network of its own",
-        },
-        "used": names,
-        "owners": {d: plan.ownership.owner_of(d) for d in names},
-    }
+    return Dependencies.model_validate(
+        {
+            "spare_nodes": plain(spares),
+            "rejected_spares": plain(rejected),
+            "restart_budget": restarts,
+            "operator_actions": actions,
+            "checkpoint_storage": storage,
+            "dedicated_network": plain(
+                {
+                    "used": None,
+                    "isolation": plan.resources.isolation,
+                    "note": "not observable in a drill: state it in the plan's ownership if the "
+                    "job has a network of its own",
+                }
+            ),
+            "used": names,
+            "owners": {d: plan.ownership.owner_of(d) for d in names},
+        }
+    )
 
 
-def dependency_totals(plan: Plan, items: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+def dependency_totals(plan: Plan, items: Iterable[tuple[str, Dependencies]]) -> DependencyTotals:
     """Sum the dependencies of a run's items (``(item id, recovery_dependencies(...))``)
     for the cost discussion, and split them by owner.
 
@@ -189,44 +209,47 @@ def dependency_totals(plan: Plan, items: Iterable[tuple[str, dict[str, Any]]]) -
     items = list(items)
     users: dict[str, list[str]] = {d: [] for d in DEPENDENCIES}
     for item_id, deps in items:
-        for d in deps.get("used", []):
+        for d in deps.used:
             users[d].append(item_id)
-    actions = [(i, a) for i, deps in items for a in deps.get("operator_actions", [])]
-    observed = [a["observed_s"] for _, a in actions if a.get("observed_s") is not None]
+    actions = [(i, a) for i, deps in items for a in deps.operator_actions]
+    observed = [a.observed_s for _, a in actions if a.observed_s is not None]
     by_dependency: dict[str, dict[str, Any]] = {
         d: {"owner": plan.ownership.owner_of(d), "items": users[d]} for d in DEPENDENCIES
     }
     by_owner: dict[str, list[str]] = {}
     for d, row in by_dependency.items():
         by_owner.setdefault(row["owner"], []).append(d)
-    return {
-        "spare_nodes": {
-            "placements": sum(len(deps.get("spare_nodes", [])) for _, deps in items),
-            "items": users["spare_nodes"],
-        },
-        "restarts": {
-            "total": sum(deps.get("restart_budget", {}).get("used", 0) for _, deps in items),
-            "per_item": {i: deps.get("restart_budget", {}).get("used", 0) for i, deps in items},
-            "max_restarts": plan.resources.max_restarts,
-        },
-        "operator_actions": {
-            "count": len(actions),
-            "observed_s_total": round(sum(observed), 3),
-            "items": sorted({i for i, _ in actions}),
-        },
-        "checkpoint_storage": {
-            "held_bytes_bound": max(
-                (
-                    deps.get("checkpoint_storage", {}).get("held_bytes_bound", 0)
-                    for _, deps in items
-                ),
-                default=0,
-            ),
-            "items": users["checkpoint_storage"],
-        },
-        "by_dependency": by_dependency,
-        "by_owner": by_owner,
-        "to_be_agreed": [
-            d for d in DEPENDENCIES if users[d] and by_dependency[d]["owner"] == TO_BE_AGREED
-        ],
-    }
+    return DependencyTotals.model_validate(
+        plain(
+            {
+                "spare_nodes": {
+                    "placements": sum(len(deps.spare_nodes) for _, deps in items),
+                    "items": users["spare_nodes"],
+                },
+                "restarts": {
+                    "total": sum(deps.restart_budget.used for _, deps in items),
+                    "per_item": {i: deps.restart_budget.used for i, deps in items},
+                    "max_restarts": plan.resources.max_restarts,
+                },
+                "operator_actions": {
+                    "count": len(actions),
+                    "observed_s_total": round(sum(observed), 3),
+                    "items": sorted({i for i, _ in actions}),
+                },
+                "checkpoint_storage": {
+                    "held_bytes_bound": max(
+                        (deps.checkpoint_storage.held_bytes_bound for _, deps in items),
+                        default=0,
+                    ),
+                    "items": users["checkpoint_storage"],
+                },
+                "by_dependency": by_dependency,
+                "by_owner": by_owner,
+                "to_be_agreed": [
+                    d
+                    for d in DEPENDENCIES
+                    if users[d] and by_dependency[d]["owner"] == TO_BE_AGREED
+                ],
+            }
+        )
+    )

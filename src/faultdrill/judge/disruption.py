@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from faultdrill.events import Event
 from faultdrill.readings.analysis import LOST_KINDS, injections, job_done_mono
+from faultdrill.records import Disruption, Ending, FaultWindow, plain
 from faultdrill.timeline import Timeline
 
 __all__ = ["describe_disruption"]
@@ -65,6 +66,28 @@ def _rate(monos: np.ndarray, lo: float, hi: float) -> float | None:
     return round(n / (hi - lo), 2)
 
 
+class _EndingHead(TypedDict, total=False):
+    """An ending's kind and how it came about (the first keys of its :class:`Ending`)."""
+
+    kind: str
+    how: str
+    phase: str
+    ended_by: str
+
+
+class _EndingTimes(TypedDict):
+    """The moments behind an ending (the last keys of its :class:`Ending`)."""
+
+    first_symptom: str | None
+    first_symptom_at_s: float | None
+    threshold_s: float
+    progress_stopped_at_s: float | None
+    progress_resumed_at_s: float | None
+    failure_noticed_at_s: float | None
+    failure_noticed_by: str | None
+    stop_condition: object
+
+
 @dataclass(frozen=True)
 class _Aftermath:
     """What followed the first injection, the moments its ending is judged from.
@@ -84,7 +107,7 @@ class _Aftermath:
     gap_end: float | None
 
 
-def describe_disruption(tl: Timeline, *, gloo_s: float | None = None) -> dict[str, Any] | None:
+def describe_disruption(tl: Timeline, *, gloo_s: float | None = None) -> Disruption | None:
     """What the first injected fault did to progress and how it ended (None: no fault)."""
     inj = injections(tl)
     if not inj:
@@ -93,16 +116,19 @@ def describe_disruption(tl: Timeline, *, gloo_s: float | None = None) -> dict[st
     t0 = first.mono
     monos = _lowest_rank_steps(tl)
     aftermath = _aftermath(tl, monos, t0)
-    ending = _ending(tl, aftermath, gloo_s)
-    ending.update(_ending_times(aftermath))
-    out: dict[str, Any] = {
-        "fault": first.get("fault"),
-        "injected_step": first.get("at_step"),
-        "ending": ending,
-    }
-    if first.get("duration_s") is not None:
-        out["window"] = _window(tl, first, aftermath.revert, monos, t0)
-    return out
+    ending = Ending.model_validate(
+        plain({**_ending(tl, aftermath, gloo_s), **_ending_times(aftermath)})
+    )
+    if first.get("duration_s") is None:
+        return Disruption(
+            fault=first.get("fault"), injected_step=first.get("at_step"), ending=ending
+        )
+    return Disruption(
+        fault=first.get("fault"),
+        injected_step=first.get("at_step"),
+        ending=ending,
+        window=_window(tl, first, aftermath.revert, monos, t0),
+    )
 
 
 def _lowest_rank_steps(tl: Timeline) -> np.ndarray:
@@ -176,7 +202,7 @@ def _first_pause(
     return None, None
 
 
-def _ending(tl: Timeline, a: _Aftermath, gloo_s: float | None) -> dict[str, Any]:
+def _ending(tl: Timeline, a: _Aftermath, gloo_s: float | None) -> _EndingHead:
     """The ending's kind (unaffected, stall, crash, hang) and how it came about."""
     new_inc = tl.incarnation_after(a.t0)
     if a.gap_start is None and new_inc is None:
@@ -189,7 +215,7 @@ def _ending(tl: Timeline, a: _Aftermath, gloo_s: float | None) -> dict[str, Any]
     return _noticed_ending(tl, a, a.lost, gloo_s)
 
 
-def _unnoticed_ending(a: _Aftermath) -> dict[str, Any]:
+def _unnoticed_ending(a: _Aftermath) -> _EndingHead:
     """The platform never acted (or acted only after progress had resumed without a
     restart): a stall if progress resumed, else a hang ended by the stop condition or the
     end of observation."""
@@ -215,15 +241,13 @@ def _unnoticed_ending(a: _Aftermath) -> dict[str, Any]:
     }
 
 
-def _noticed_ending(
-    tl: Timeline, a: _Aftermath, lost: Event, gloo_s: float | None
-) -> dict[str, Any]:
+def _noticed_ending(tl: Timeline, a: _Aftermath, lost: Event, gloo_s: float | None) -> _EndingHead:
     """The platform acted (``lost``): a crash if it did so within the threshold of progress
     stopping (unless the restart then hung in rendezvous), else a hang in detection."""
     stopped_at = a.gap_start if a.gap_start is not None else a.t0
     delay = lost.mono - max(stopped_at, a.t0)
     if delay <= a.theta:
-        crash = {
+        crash: _EndingHead = {
             "kind": "crash",
             "how": f"a process failed; the platform noticed ({_label(lost)}) "
             f"{max(0.0, delay):.2f} s after progress stopped",
@@ -275,7 +299,7 @@ def _detection_hang_ended_by(
     return "platform", f"the platform finally noticed ({_label(lost)})"
 
 
-def _ending_times(a: _Aftermath) -> dict[str, Any]:
+def _ending_times(a: _Aftermath) -> _EndingTimes:
     """The moments behind an ending, in seconds after the injection, for the report."""
     t0, symptom, lost, stop = a.t0, a.symptom, a.lost, a.stop
     return {
@@ -297,7 +321,7 @@ RDZV_HANG_S = 3.0
 
 def _rendezvous_hang(
     tl: Timeline, noticed: float, revert: Event | None, stop: Event | None
-) -> dict[str, Any] | None:
+) -> _EndingHead | None:
     """The failure was noticed at once, but did the restart then hang in rendezvous?"""
     start = next(
         (
@@ -341,7 +365,7 @@ def _rendezvous_hang(
 
 def _window(
     tl: Timeline, inj: Event, revert: Event | None, monos: np.ndarray, t0: float
-) -> dict[str, Any]:
+) -> FaultWindow:
     t1 = revert.mono if revert is not None else t0 + float(inj["duration_s"])
     probe = tl.first("fault", "restart_probe", after=t0)
     own_end = probe.mono if probe is not None and probe.mono < t1 else t1
@@ -354,7 +378,7 @@ def _window(
         if attempt is not None
         else None
     )
-    restart: dict[str, Any] | None = None
+    restart: dict[str, object] | None = None
     if probe is not None or attempt is not None:
         noticed_in = attempt is not None and attempt.mono < t1 - _GRACE
         rdzv_in = rdzv is not None and rdzv.mono < t1 - _GRACE
@@ -388,17 +412,23 @@ def _window(
         if t1 - _GRACE <= e.mono <= t1 + 3.0 and e.kind != "agent_log" and fresh:
             after.append(e)
     next_step = monos[monos >= t1]
-    return {
-        "start_s": 0.0,
-        "end_s": _rel(t0, t1),
-        "steps_per_s_before": before,
-        "steps_per_s_during": during,
-        "training_affected": (
-            None if before is None or during is None else bool(during < 0.5 * before)
-        ),
-        "restart": restart,
-        "after_return": {
-            "platform_events": [{"at_s": _rel(t0, e.mono), "what": _label(e)} for e in after[:12]],
-            "first_step_at_s": _rel(t0, float(next_step[0]) if next_step.size else None),
-        },
-    }
+    return FaultWindow.model_validate(
+        plain(
+            {
+                "start_s": 0.0,
+                "end_s": _rel(t0, t1),
+                "steps_per_s_before": before,
+                "steps_per_s_during": during,
+                "training_affected": (
+                    None if before is None or during is None else bool(during < 0.5 * before)
+                ),
+                "restart": restart,
+                "after_return": {
+                    "platform_events": [
+                        {"at_s": _rel(t0, e.mono), "what": _label(e)} for e in after[:12]
+                    ],
+                    "first_step_at_s": _rel(t0, float(next_step[0]) if next_step.size else None),
+                },
+            }
+        )
+    )

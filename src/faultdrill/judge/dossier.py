@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from faultdrill.readings.analysis import injections
+from faultdrill.records import AccessIdentity, IncarnationPlacement, plain
 
 if TYPE_CHECKING:
     from faultdrill.timeline import Timeline
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["access_identities", "reported_data_digests", "scheduling_result"]
 
 
-def scheduling_result(tl: Timeline) -> list[dict[str, Any]]:
+def scheduling_result(tl: Timeline) -> list[IncarnationPlacement]:
     """Per incarnation, in order: its rendezvous endpoint, world size, when it was ready
     (``ready_s``: seconds after the first incarnation started; ``ready_since_injection_s``:
     after the fault was injected, when one was), and each rank's node, host and pid."""
@@ -44,22 +45,26 @@ def scheduling_result(tl: Timeline) -> list[dict[str, Any]]:
             for e in sorted(inc.starts, key=lambda e: (int(e.get("rank", 0)), e.mono))
         ]
         out.append(
-            {
-                "incarnation": inc.index,
-                "master": inc.master,
-                "world_size": inc.world_size,
-                "ready_s": round(inc.ready_mono - origin, 3),
-                "ready_since_injection_s": (
-                    round(inc.ready_mono - t0, 3) if t0 is not None else None
-                ),
-                "nodes": inc.nodes,
-                "ranks": ranks,
-            }
+            IncarnationPlacement.model_validate(
+                plain(
+                    {
+                        "incarnation": inc.index,
+                        "master": inc.master,
+                        "world_size": inc.world_size,
+                        "ready_s": round(inc.ready_mono - origin, 3),
+                        "ready_since_injection_s": (
+                            round(inc.ready_mono - t0, 3) if t0 is not None else None
+                        ),
+                        "nodes": inc.nodes,
+                        "ranks": ranks,
+                    }
+                )
+            )
         )
     return out
 
 
-def access_identities(tl: Timeline) -> list[dict[str, Any]]:
+def access_identities(tl: Timeline) -> list[AccessIdentity]:
     """The distinct identities the replicas ran as: uid, user and the nodes they ran on."""
     seen: dict[tuple[Any, Any], set[str]] = {}
     for e in tl.of("probe", "run_start"):
@@ -67,7 +72,7 @@ def access_identities(tl: Timeline) -> list[dict[str, Any]]:
             continue
         seen.setdefault((e.get("uid"), e.get("user")), set()).add(str(e.get("node")))
     return [
-        {"uid": uid, "user": user, "nodes": sorted(nodes)}
+        AccessIdentity.model_validate(plain({"uid": uid, "user": user, "nodes": sorted(nodes)}))
         for (uid, user), nodes in sorted(seen.items(), key=lambda kv: str(kv[0]))
     ]
 

@@ -8,11 +8,10 @@ a change to the checks. What it produces is the machine contract of ``report.jso
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -42,23 +41,27 @@ from faultdrill.report.model import (
     EVIDENCE,
     Baseline,
     Conditions,
+    Dependencies,
+    Disruption,
     Dossier,
     Evidence,
     EvidenceSet,
     Expected,
-    FailingLayer,
     Failure,
     FaultRef,
+    Goodput,
+    IncarnationPlacement,
+    Inventory,
     Item,
-    Questions,
+    Message,
     RecordedPlan,
     Report,
     Skipped,
     Summary,
-    Times,
+    Trend,
+    message_of,
+    plain,
 )
-from faultdrill.report.model import Conclusion as ReportConclusion
-from faultdrill.report.model import Finding as ReportFinding
 from faultdrill.rundir import item_dir
 from faultdrill.timeline import Timeline
 
@@ -186,12 +189,12 @@ class ItemResult:
     operator_actions: list[dict[str, Any]]
     recovery: RecoveryClass
     recovery_why: str
-    conditions: dict[str, Any]
+    conditions: Conditions
     timeline: Timeline | None = field(default=None, repr=False)
     #: Round-3 accounting (``faultdrill.judge.goodput``, ``inventory``, ``disruption``).
-    goodput: dict[str, Any] = field(default_factory=dict)
-    inventory: dict[str, Any] = field(default_factory=dict)
-    disruption: dict[str, Any] | None = None
+    goodput: Goodput | None = None
+    inventory: Inventory | None = None
+    disruption: Disruption | None = None
     #: Why the harness aborted the item (a stop condition fired), or None.
     aborted: str | None = None
     #: What a buyer signs (issue 14): the conclusion level reached, the failing layer (None
@@ -199,9 +202,9 @@ class ItemResult:
     #: and which node got which rank per incarnation.
     conclusion: Conclusion | None = None
     layer: LayerResult | None = None
-    dependencies: dict[str, Any] = field(default_factory=dict)
-    trend: dict[str, Any] = field(default_factory=dict)
-    scheduling: list[dict[str, Any]] = field(default_factory=list)
+    dependencies: Dependencies = field(default_factory=Dependencies)
+    trend: Trend = field(default_factory=Trend)
+    scheduling: list[IncarnationPlacement] = field(default_factory=list)
     #: When the job ended failed: ``command``, ``exit_status``, ``signal``, ``node``,
     #: ``local_rank``, ``worker_failures``, ``error_tail`` (the failing worker's last output
     #: lines), ``log`` (relative to the run directory); see
@@ -271,25 +274,23 @@ class ItemResult:
         try:
             return self._item()
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(x) for x in first["loc"])
             events = rundir.events_dir(item_dir(Path(), self.kind, self.id))
-            raise RunDirError(
-                f"{events}: the events of item {self.id} give {where} a value report.json "
-                f"cannot hold ({first['msg']}); they were edited or damaged: restore them "
-                "from the run's bundle, or run the drill again"
-            ) from exc
+            raise _unfit(events, self.id, exc) from exc
 
     def _item(self) -> Item:
         it = self.item
         sections: dict[str, Any] = {}
-        if self.goodput:
+        if self.goodput is not None:
             sections["goodput"] = self.goodput
-        if self.inventory:
+        if self.inventory is not None:
             sections["inventory"] = self.inventory
         sections["disruption"] = self.disruption
         if self.timeline is not None:
-            sections.update(network_report(self.timeline))
+            net = network_report(self.timeline)
+            if net.network is not None:
+                sections["network"] = net.network
+            if net.placement is not None:
+                sections["placement"] = net.placement
         control: dict[str, Any] = {}
         if self.kind == "control":
             control = {
@@ -316,54 +317,34 @@ class ItemResult:
             recovery_class=self.recovery.value,
             recovery_class_why=self.recovery_why,
             outcome=self.outcome,
-            operator_actions=_plain(self.operator_actions),
-            questions=Questions.model_validate(_plain(self.answers.questions_json())),
-            times=Times.model_validate(_plain(self.answers.times_json())),
-            conditions=Conditions.model_validate(_plain(self.conditions)),
+            operator_actions=plain(self.operator_actions),
+            questions=self.answers.questions(),
+            times=self.answers.times(),
+            conditions=self.conditions,
             evidence=_evidence_set(self.evidence, with_expectation=False),
             expectation=_evidence(self.evidence["expectation"]),
-            **{k: _plain(v) for k, v in sections.items()},
+            **sections,
             **control,
-            conclusion=(
-                ReportConclusion.model_validate(_plain(self.conclusion.to_json()))
-                if self.conclusion is not None
-                else None
-            ),
-            layer=(
-                FailingLayer.model_validate(_plain(self.layer.to_json()))
-                if self.layer is not None
-                else None
-            ),
-            dependencies=_plain(self.dependencies),
-            trend=_plain(self.trend),
-            scheduling=_plain(self.scheduling),
-            failure=Failure.model_validate(_plain(self.failure)) if self.failure else None,
+            conclusion=self.conclusion.to_record() if self.conclusion is not None else None,
+            layer=self.layer.to_record() if self.layer is not None else None,
+            dependencies=self.dependencies.to_json(),
+            trend=self.trend.to_json(),
+            scheduling=self.scheduling,
+            failure=Failure.model_validate(plain(self.failure)) if self.failure else None,
             no_probe_events=self.no_probe_events,
-            **_field_messages(self, control),
-            log_evidence=_plain(self.log_evidence) if self.log_evidence is not None else None,
+            **({"field_messages": said} if (said := _field_messages(self, control)) else {}),
+            log_evidence=plain(self.log_evidence) if self.log_evidence is not None else None,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        """:meth:`to_item` as report.json data."""
-        return self.to_item().to_json()
 
-
-def _field_messages(result: ItemResult, control: dict[str, Any]) -> dict[str, Any]:
-    """``field_messages`` of an item: the messages behind its English fields."""
+def _field_messages(result: ItemResult, control: dict[str, Any]) -> dict[str, Message]:
+    """``field_messages`` of an item: the messages behind its English fields ({}: none)."""
     said = dict(result.said)
     if control.get("not_proven_why") is not None:
         why = result.said.get("aborted") or result.not_applied_message
         if why is not None:
             said["not_proven_why"] = why
-    if not said:
-        return {}
-    return {"field_messages": {k: m.to_json() for k, m in said.items()}}
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as report.json has always stored it: JSON types only, anything else (a
-    numpy scalar, a path) as its ``str``."""
-    return json.loads(json.dumps(value, default=str))
+    return {k: message_of(m) for k, m in said.items()}
 
 
 def _fault_ref(it: Scenario | Control | None) -> FaultRef | None:
@@ -373,12 +354,8 @@ def _fault_ref(it: Scenario | Control | None) -> FaultRef | None:
     return FaultRef(kind=it.fault.kind, target=it.fault.target_label(), spec=spec)
 
 
-def _finding(f: Finding) -> ReportFinding:
-    return ReportFinding.model_validate(_plain(f.to_json()))
-
-
 def _evidence(ev: EvidenceResult) -> Evidence:
-    return Evidence(verdict=ev.verdict.value, findings=[_finding(f) for f in ev.findings])
+    return ev.to_record()
 
 
 def _evidence_set(evidence: dict[str, EvidenceResult], *, with_expectation: bool) -> EvidenceSet:
@@ -386,23 +363,27 @@ def _evidence_set(evidence: dict[str, EvidenceResult], *, with_expectation: bool
     return EvidenceSet(**{c: _evidence(evidence[c]) for c in cats})
 
 
-def _conditions(plan: Plan, tl: Timeline) -> dict[str, Any]:
+def _conditions(plan: Plan, tl: Timeline) -> Conditions:
     start = tl.first("harness", "item_start")
     env = start.get("environment") if start else None
     res = plan.resources
-    return {
-        "platform": res.platform,
-        "isolation": res.isolation,
-        "nodes": res.nodes,
-        "procs_per_node": res.procs_per_node,
-        "world_sizes": sorted({i.world_size for i in tl.incarnations}),
-        "max_restarts": res.max_restarts,
-        "checkpoint_every_steps": plan.checkpoint.every_steps,
-        "timeouts": res.timeouts.model_dump(),
-        "sample_hz": plan.observation.sample_hz,
-        "environment": env or environment_facts(),
-        "note": "times are single observations under these conditions, not a service level",
-    }
+    return Conditions.model_validate(
+        plain(
+            {
+                "platform": res.platform,
+                "isolation": res.isolation,
+                "nodes": res.nodes,
+                "procs_per_node": res.procs_per_node,
+                "world_sizes": sorted({i.world_size for i in tl.incarnations}),
+                "max_restarts": res.max_restarts,
+                "checkpoint_every_steps": plan.checkpoint.every_steps,
+                "timeouts": res.timeouts.model_dump(),
+                "sample_hz": plan.observation.sample_hz,
+                "environment": env or environment_facts(),
+                "note": "times are single observations under these conditions, not a service level",
+            }
+        )
+    )
 
 
 #: Which evidence the events of each source feed (a source not named here: all of it).
@@ -617,10 +598,38 @@ def evaluate_item(
     baseline_verdict: Verdict | None = None,
     timeline: Timeline | None = None,
 ) -> ItemResult:
-    """Judge one recorded item (``timeline``: its events, if already loaded)."""
+    """Judge one recorded item (``timeline``: its events, if already loaded). RunDirError
+    when its recorded events give a value the report cannot hold."""
     if not rundir.events_dir(work).is_dir():
         raise RunDirError(f"{work}: no events/ directory; was this item run?")
     tl = timeline if timeline is not None else Timeline.load(rundir.events_dir(work))
+    try:
+        return _judge_item(plan, kind, item, tl, reference, baseline_verdict)
+    except ValidationError as exc:
+        item_id = "baseline" if item is None else item.id
+        raise _unfit(rundir.events_dir(work), item_id, exc) from exc
+
+
+def _unfit(events: Path, item_id: str, exc: ValidationError) -> RunDirError:
+    """The error for events that give a report field a value it cannot hold."""
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first["loc"])
+    return RunDirError(
+        f"{events}: the events of item {item_id} give {where} a value report.json "
+        f"cannot hold ({first['msg']}); they were edited or damaged: restore them "
+        "from the run's bundle, or run the drill again"
+    )
+
+
+def _judge_item(
+    plan: Plan,
+    kind: str,
+    item: Scenario | Control | None,
+    tl: Timeline,
+    reference: Reference | None,
+    baseline_verdict: Verdict | None,
+) -> ItemResult:
+    """:func:`evaluate_item` on the loaded timeline."""
     ctx = CheckContext(timeline=tl, plan=plan, item=item, reference=reference)
     plugins.load()
     evidence = run_checks(ctx)
@@ -656,6 +665,7 @@ def evaluate_item(
             _class_as_expected(item, cls, why, _unobservable_only(evidence, cls, confirm))
         )
     _aborted_is_retest(tl, evidence, item)
+    signed = _what_a_buyer_signs(ctx, evidence)
     result = ItemResult(
         id=item_id,
         kind=kind,
@@ -673,7 +683,10 @@ def evaluate_item(
         inventory=inventory_summary(tl),
         disruption=describe_disruption(tl, gloo_s=plan.resources.timeouts.gloo_s),
         aborted=aborted.text() if aborted is not None else None,
-        **_what_a_buyer_signs(ctx, evidence),
+        conclusion=signed.conclusion,
+        dependencies=signed.dependencies,
+        trend=signed.trend,
+        scheduling=signed.scheduling,
         failure=dict(failed.fields) if failed is not None else None,
         no_probe_events=no_probe is not None,
         said={"recovery_class_why": why, **({"aborted": aborted} if aborted is not None else {})},
@@ -684,23 +697,32 @@ def evaluate_item(
     return result
 
 
-def _what_a_buyer_signs(ctx: CheckContext, evidence: dict[str, EvidenceResult]) -> dict[str, Any]:
+class _Signed(NamedTuple):
+    """What a buyer signs of one item, but its failing layer."""
+
+    conclusion: Conclusion
+    dependencies: Dependencies
+    trend: Trend
+    scheduling: list[IncarnationPlacement]
+
+
+def _what_a_buyer_signs(ctx: CheckContext, evidence: dict[str, EvidenceResult]) -> _Signed:
     """The conclusion level, dependencies, trend after recovery and placement of one item
     (the failing layer needs its final verdict: :func:`evaluate_item` adds it)."""
     tl, plan = ctx.timeline, ctx.plan
-    return {
+    return _Signed(
         # what the job's log lines cannot show is no evidence: no level rests on it
-        "conclusion": conclude(tl, as_reached(evidence)),
-        "dependencies": recovery_dependencies(tl, plan, ctx.item),
-        "trend": trend_after_recovery(
+        conclusion=conclude(tl, as_reached(evidence)),
+        dependencies=recovery_dependencies(tl, plan, ctx.item),
+        trend=trend_after_recovery(
             tl,
             ctx.reference,
             plan.tolerance,
             window_steps=plan.observation.post_steps,
             bitwise=comparison_mode(ctx)[0] == "bitwise",
         ),
-        "scheduling": scheduling_result(tl),
-    }
+        scheduling=scheduling_result(tl),
+    )
 
 
 @dataclass
@@ -769,18 +791,18 @@ class RunResult:
                 verdict=base.verdict.value if base else "retest",
                 evidence=_evidence_set(base.evidence, with_expectation=True) if base else None,
                 dossier=dossier,
-                failure=Failure.model_validate(_plain(base.failure))
+                failure=Failure.model_validate(plain(base.failure))
                 if base is not None and base.failure
                 else None,
                 no_probe_events=base.no_probe_events if base is not None else False,
-                log_evidence=_plain(base.log_evidence)
+                log_evidence=plain(base.log_evidence)
                 if base is not None and base.log_evidence
                 else None,
             ),
             scenarios=[i.to_item() for i in self.items],
-            recovery_dependencies=_plain(
-                dependency_totals(self.plan, [(s.id, s.dependencies) for s in self.scenarios])
-            ),
+            recovery_dependencies=dependency_totals(
+                self.plan, [(s.id, s.dependencies) for s in self.scenarios]
+            ).to_json(),
             skipped=[Skipped.model_validate(s) for s in self.skipped],
             summary=Summary(
                 scenarios=len(self.scenarios),
@@ -799,10 +821,6 @@ class RunResult:
             ),
         )
 
-    def to_json(self) -> dict[str, Any]:
-        """:meth:`to_report` as report.json data."""
-        return self.to_report().to_json()
-
 
 def _recorded_dossier(run_dir: Path) -> Dossier | None:
     """The baseline's dossier as recorded (None: none was); RunDirError when it is not
@@ -812,7 +830,7 @@ def _recorded_dossier(run_dir: Path) -> Dossier | None:
     if raw is None:
         return None
     try:
-        return Dossier.model_validate(_plain(raw))
+        return Dossier.model_validate(plain(raw))
     except ValidationError as exc:
         raise RunDirError(
             f"{path}: not a dossier ({exc.error_count()} problem(s), first: "

@@ -33,13 +33,13 @@ report prints beside it, not a service level.
 from __future__ import annotations
 
 import statistics
-from typing import Any
 
 import numpy as np
 
 from faultdrill.checks.api import Msg
 from faultdrill.checks.progress import chain_note
 from faultdrill.events import Event
+from faultdrill.records import Goodput, message_of
 from faultdrill.timeline import Incarnation, Segment, Timeline
 
 __all__ = ["CATEGORIES", "account"]
@@ -82,13 +82,13 @@ def _window(tl: Timeline) -> tuple[float | None, float | None, str | None]:
     return start, end, state
 
 
-def account(tl: Timeline, *, checkpoint_every: int | None = None) -> dict[str, Any]:
+def account(tl: Timeline, *, checkpoint_every: int | None = None) -> Goodput:
     """The goodput breakdown of one item (seconds and shares of the total), with notes."""
     start, end, state = _window(tl)
     notes: list[Msg | str] = []
     if start is None or end is None or end <= start:
         why = Msg("goodput.why.no-window")
-        return {"available": False, "why": why.text(), "why_message": why.to_json()}
+        return Goodput(available=False, why=why.text(), why_message=message_of(why))
     total = end - start
     secs = dict.fromkeys(CATEGORIES, 0.0)
     chain, chain_notes = tl.committed_chain()
@@ -191,26 +191,25 @@ def _breakdown(
     secs: dict[str, float],
     notes: list[Msg | str],
     checkpoint_every: int | None,
-) -> dict[str, Any]:
+) -> Goodput:
     """The breakdown as :func:`account` returns it, from the seconds per category."""
-    out: dict[str, Any] = {
-        "available": True,
-        "total_s": round(total, 3),
-        "seconds": {k: round(v, 3) for k, v in secs.items()},
-        "shares": {k: round(v / total, 4) for k, v in secs.items()},
-        "goodput": round(secs["productive"] / total, 4),
-        "ml_goodput_names": ML_GOODPUT_NAMES,
-        "incarnations": len(tl.incarnations),
-        "committed_steps": sum(s.steps for s in chain),
-        "recomputed_steps": sum(s.steps for s in tl.recomputed(chain)) if chain else None,
-        "conditions": (
+    return Goodput(
+        available=True,
+        total_s=round(total, 3),
+        seconds={k: round(v, 3) for k, v in secs.items()},
+        shares={k: round(v / total, 4) for k, v in secs.items()},
+        goodput=round(secs["productive"] / total, 4),
+        ml_goodput_names=ML_GOODPUT_NAMES,
+        incarnations=len(tl.incarnations),
+        committed_steps=sum(s.steps for s in chain),
+        recomputed_steps=sum(s.steps for s in tl.recomputed(chain)) if chain else None,
+        conditions=(
             "measured on the lowest rank of each incarnation from platform job submission to "
             "the job's end state"
             + (f"; checkpoint every {checkpoint_every} steps" if checkpoint_every else "")
             + "; save/restore times as reported by the workload"
         ),
-        "notes": [n if isinstance(n, str) else n.text() for n in notes],
-        #: The notes as messages (a note the timeline wrote in words stays as written).
-        "note_messages": [n if isinstance(n, str) else n.to_json() for n in notes],
-    }
-    return out
+        notes=[n if isinstance(n, str) else n.text() for n in notes],
+        # the notes as messages (a note the timeline wrote in words stays as written)
+        note_messages=[n if isinstance(n, str) else message_of(n) for n in notes],
+    )

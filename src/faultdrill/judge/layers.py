@@ -32,12 +32,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from faultdrill.checks.api import EvidenceResult, Finding, Msg, Verdict
 from faultdrill.events import Event
 from faultdrill.judge.conclusion import event_ref
 from faultdrill.readings.analysis import END_KINDS, LOST_KINDS, injections
+from faultdrill.records import Clue as ClueRecord
+from faultdrill.records import EventRef, FailingLayer, plain
 
 if TYPE_CHECKING:
     from faultdrill.plan import Control, Scenario
@@ -72,7 +74,7 @@ class Clue:
     layer: Layer
     points: bool
     why: str
-    events: tuple[dict[str, Any], ...] = ()
+    events: tuple[EventRef, ...] = ()
     findings: tuple[str, ...] = ()
     said: Msg | None = None
 
@@ -83,21 +85,24 @@ class Clue:
         layer: Layer,
         points: bool,
         said: Msg,
-        events: tuple[dict[str, Any], ...] = (),
+        events: tuple[EventRef, ...] = (),
         findings: tuple[str, ...] = (),
     ) -> Clue:
         return cls(rule, layer, points, said.text(), events, findings, said)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "layer": self.layer.value,
-            "points": self.points,
-            "why": self.why,
-            "events": list(self.events),
-            "findings": list(self.findings),
-            **(self.said.to_json() if self.said is not None else {}),
-        }
+    def to_record(self) -> ClueRecord:
+        """This clue as report.json's :class:`~faultdrill.report.model.Clue`."""
+        return ClueRecord.model_validate(
+            {
+                "rule": self.rule,
+                "layer": self.layer.value,
+                "points": self.points,
+                "why": self.why,
+                "events": [e.to_json() for e in self.events],
+                "findings": list(self.findings),
+                **(plain(self.said.to_json()) if self.said is not None else {}),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,7 @@ class LayerContext:
             if f.verdict == Verdict.FAIL
         ]
 
-    def ref(self, ev: Event, *keys: str) -> dict[str, Any]:
+    def ref(self, ev: Event, *keys: str) -> EventRef:
         return event_ref(ev, self.t0, *keys)
 
     def after_fault(self, src: str, kind: str | None = None) -> list[Event]:
@@ -223,7 +228,7 @@ def checkpoint_load_refused_or_absent(ctx: LayerContext) -> Clue | None:
     t0 = ctx.t0
     tl = ctx.timeline
     bad = ctx.failed(*_LOAD_CHECKS)
-    refs: list[dict[str, Any]] = []
+    refs: list[EventRef] = []
     why: list[Msg | str] = _said(bad)
     expected = getattr(getattr(ctx.item, "expected", None), "resume", None)
     if t0 is not None and expected != "scratch":
@@ -446,7 +451,7 @@ def resumed_right_but_diverged(ctx: LayerContext) -> Clue | None:
     if not bad:
         return None
     tl = ctx.timeline
-    refs = []
+    refs: list[EventRef] = []
     new = tl.incarnation_after(t0) if t0 is not None else None
     if new is not None and new.load is not None:
         refs.append(ctx.ref(new.load, "rank", "id", "step", "verified"))
@@ -540,17 +545,21 @@ class LayerResult:
     ruled_out: tuple[Clue, ...] = field(default=())
     said: Msg | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "layer": self.layer.value,
-            "why": self.why,
-            **(self.said.to_json() if self.said is not None else {}),
-            "rule": self.clue.rule if self.clue is not None else None,
-            "events": list(self.clue.events) if self.clue is not None else [],
-            "findings": list(self.clue.findings) if self.clue is not None else [],
-            "also": [c.to_json() for c in self.also],
-            "ruled_out": [c.to_json() for c in self.ruled_out],
-        }
+    def to_record(self) -> FailingLayer:
+        """This result as report.json's :class:`~faultdrill.report.model.FailingLayer`."""
+        clue = self.clue
+        return FailingLayer.model_validate(
+            {
+                "layer": self.layer.value,
+                "why": self.why,
+                **(plain(self.said.to_json()) if self.said is not None else {}),
+                "rule": clue.rule if clue is not None else None,
+                "events": [e.to_json() for e in clue.events] if clue is not None else [],
+                "findings": list(clue.findings) if clue is not None else [],
+                "also": [c.to_record() for c in self.also],
+                "ruled_out": [c.to_record() for c in self.ruled_out],
+            }
+        )
 
 
 def failing_layer(

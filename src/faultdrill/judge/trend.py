@@ -25,6 +25,7 @@ from faultdrill.readings.reference import (
     evaluation_values,
     mean_loss_by_step,
 )
+from faultdrill.records import SeriesTrend, Trend, plain
 
 if TYPE_CHECKING:
     from faultdrill.plan.sections import Tolerance
@@ -76,31 +77,35 @@ def series_trend(
     base_steps: np.ndarray,
     base_values: np.ndarray,
     tol: Tolerance,
-) -> dict[str, Any]:
+) -> SeriesTrend:
     """Compare two per-step series over the steps both have: mean, last value and slope.
 
     ``within`` is True when the mean and the last value are within ``tol`` of the
     baseline's, None when no step is in common."""
     common, gi, bi = np.intersect1d(steps, base_steps, return_indices=True)
     if common.size == 0:
-        return {"steps": 0, "within": None, "why": "no step in common with the baseline"}
+        return SeriesTrend(steps=0, within=None, why="no step in common with the baseline")
     got, ref = values[gi], base_values[bi]
     mean, base_mean = float(got.mean()), float(ref.mean())
     last, base_last = float(got[-1]), float(ref[-1])
     within = _close(mean, base_mean, tol) and _close(last, base_last, tol)
-    return {
-        "steps": int(common.size),
-        "from_step": int(common[0]),
-        "to_step": int(common[-1]),
-        "mean": mean,
-        "baseline_mean": base_mean,
-        "mean_rel_diff": abs(mean - base_mean) / max(abs(base_mean), 1e-12),
-        "last": last,
-        "baseline_last": base_last,
-        "slope": _slope(common, got),
-        "baseline_slope": _slope(common, ref),
-        "within": within,
-    }
+    return SeriesTrend.model_validate(
+        plain(
+            {
+                "steps": int(common.size),
+                "from_step": int(common[0]),
+                "to_step": int(common[-1]),
+                "mean": mean,
+                "baseline_mean": base_mean,
+                "mean_rel_diff": abs(mean - base_mean) / max(abs(base_mean), 1e-12),
+                "last": last,
+                "baseline_last": base_last,
+                "slope": _slope(common, got),
+                "baseline_slope": _slope(common, ref),
+                "within": within,
+            }
+        )
+    )
 
 
 def trend_after_recovery(
@@ -110,7 +115,7 @@ def trend_after_recovery(
     *,
     window_steps: int = 0,
     bitwise: bool = False,
-) -> dict[str, Any]:
+) -> Trend:
     """The loss and held-out metric trend of committed progress after recovery, against the
     baseline's over the same steps.
 
@@ -139,7 +144,7 @@ def trend_after_recovery(
             why = Msg("trend.why.no-baseline")
             out["why"] = why.text()
             out["messages"]["why"] = why.to_json()
-        return out
+        return Trend.model_validate(plain(out))
     chain, _notes = tl.committed_chain()
     rows = tl.rows_in(chain)
     st = tl.steps
@@ -148,16 +153,18 @@ def trend_after_recovery(
     steps, loss = mean_loss_by_step(st.step[sel], st.loss[sel])
     b_steps, b_loss = reference.step_loss()
     out["window"] = {"from_step": start, "to_step": end, "steps_requested": window_steps or None}
-    out["loss"] = series_trend(steps, loss, b_steps, b_loss, tol)
+    out = plain(out)
+    out["loss"] = lost = series_trend(steps, loss, b_steps, b_loss, tol)
     mine = _series(evaluation_values(committed_evaluations(tl, chain)), start, end)
     theirs = _series(list(reference.evaluations.items()), start, end)
+    metrics: dict[str, SeriesTrend] = out["metrics"]
     for key in sorted(set(mine) & set(theirs)):
         (ms, mv), (bs, bv) = mine[key], theirs[key]
-        out["metrics"][key] = series_trend(ms, mv, bs, bv, tol)
-    verdicts = [out["loss"]["within"], *(m["within"] for m in out["metrics"].values())]
+        metrics[key] = series_trend(ms, mv, bs, bv, tol)
+    verdicts = [lost.within, *(m.within for m in metrics.values())]
     known = [v for v in verdicts if v is not None]
     out["drift"] = (not all(known)) if known else None
-    return out
+    return Trend.model_validate(out)
 
 
 def _series(

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from faultdrill.events import Event
+from faultdrill.records import Questions, ResumePoint, Times, When, plain
 from faultdrill.timeline import Incarnation, Timeline
 
 __all__ = [
@@ -103,7 +104,7 @@ class Answers:
     old_replica_note: str
     new_replicas_ready_at: float | None
     first_step_after_at: float | None
-    resumed_from: dict[str, Any] | None
+    resumed_from: ResumePoint | None
     old_incarnation: int | None
     new_incarnation: int | None
     recomputed_steps: int | None
@@ -128,37 +129,49 @@ class Answers:
     def ready_s(self) -> float | None:
         return _delta(self.injected_at, self.new_replicas_ready_at)
 
-    def when(self, mono: float | None) -> dict[str, Any] | None:
+    def when(self, mono: float | None) -> When | None:
         if mono is None:
             return None
         wall = dt.datetime.fromtimestamp(mono + self.offset, tz=dt.timezone.utc)
-        return {
-            "wall": wall.isoformat(timespec="milliseconds"),
-            "mono": round(mono, 4),
-            "since_injection_s": _delta(self.injected_at, mono),
-        }
+        return When.model_validate(
+            plain(
+                {
+                    "wall": wall.isoformat(timespec="milliseconds"),
+                    "mono": round(mono, 4),
+                    "since_injection_s": _delta(self.injected_at, mono),
+                }
+            )
+        )
 
-    def questions_json(self) -> dict[str, Any]:
-        return {
-            "worker_lost_at": self.when(self.worker_lost_at),
-            "worker_lost_by": self.worker_lost_by,
-            "worker_lost_source": self.worker_lost_source,
-            "old_replica_stopped_at": self.when(self.old_replica_stopped_at),
-            "old_replica_note": self.old_replica_note,
-            "new_replicas_ready_at": self.when(self.new_replicas_ready_at),
-            "resources_ready_at": self.when(self.resources_ready_at),
-            "first_step_after_at": self.when(self.first_step_after_at),
-            "resumed_from": self.resumed_from,
-            "note": self.note,
-        }
+    def questions(self) -> Questions:
+        """The four questions' answers as report.json's :class:`Questions`."""
+        return Questions.model_validate(
+            {
+                "worker_lost_at": self.when(self.worker_lost_at),
+                "worker_lost_by": self.worker_lost_by,
+                "worker_lost_source": self.worker_lost_source,
+                "old_replica_stopped_at": self.when(self.old_replica_stopped_at),
+                "old_replica_note": self.old_replica_note,
+                "new_replicas_ready_at": self.when(self.new_replicas_ready_at),
+                "resources_ready_at": self.when(self.resources_ready_at),
+                "first_step_after_at": self.when(self.first_step_after_at),
+                "resumed_from": self.resumed_from,
+                "note": self.note,
+            }
+        )
 
-    def times_json(self) -> dict[str, Any]:
-        return {
-            "detect_s": self.detect_s,
-            "recover_s": self.recover_s,
-            "ready_s": self.ready_s,
-            "recomputed_steps": self.recomputed_steps,
-        }
+    def times(self) -> Times:
+        """Detection, recovery and readiness times as report.json's :class:`Times`."""
+        return Times.model_validate(
+            plain(
+                {
+                    "detect_s": self.detect_s,
+                    "recover_s": self.recover_s,
+                    "ready_s": self.ready_s,
+                    "recomputed_steps": self.recomputed_steps,
+                }
+            )
+        )
 
 
 def _delta(a: float | None, b: float | None) -> float | None:
@@ -227,7 +240,7 @@ def answer_questions(tl: Timeline) -> Answers:
     )
 
 
-def _resumed_from(new: Incarnation | None) -> dict[str, Any] | None:
+def _resumed_from(new: Incarnation | None) -> ResumePoint | None:
     """Where the new incarnation resumed, as its load decision recorded it (a fresh start
     is step 0; None: no new incarnation, or it recorded no load decision)."""
     if new is None or new.load is None:
@@ -245,7 +258,7 @@ def _resumed_from(new: Incarnation | None) -> dict[str, Any] | None:
         resumed = {"checkpoint": None, "step": 0, "data_position": 0, "verified": None}
     if "handed_over" in ld.fields:
         resumed["handed_over"] = ld.get("handed_over")
-    return resumed
+    return ResumePoint.model_validate(plain(resumed))
 
 
 def _recomputed_steps(tl: Timeline, old: Incarnation | None, new: Incarnation | None) -> int | None:

@@ -21,8 +21,9 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from faultdrill.records import CheckpointRecord, Inventory, Pointer, plain
 from faultdrill.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -99,19 +100,33 @@ class _CheckpointHistory:
     damages: dict[str, list[tuple[float, str]]]
 
 
+class _Handling(TypedDict):
+    """Who loaded, refused and damaged one checkpoint (part of its record)."""
+
+    loaded_by: list[int]
+    rejected_by: list[dict[str, Any]]
+    damaged_by: str | None
+
+
+class _PointerState(TypedDict):
+    file: str
+    target: str | None
+    problem: str | None
+
+
 def take_inventory(
     tl: Timeline, ckpt_dir: Path, latest_file: str, keep: int
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[CheckpointRecord], Pointer]:
     """(one record per checkpoint, the latest pointer's state)."""
     saves = sorted(tl.of("probe", "ckpt_save"), key=lambda e: (int(e["step"]), e.mono))
     history = _checkpoint_history(tl)
     pointer = _latest_pointer(ckpt_dir, latest_file)
     records = _saved_records(tl, saves, ckpt_dir, keep, history, pointer["target"])
-    reported = {r["id"] for r in records}
+    reported = {r.id for r in records}
     records += _unreported_records(ckpt_dir, reported, history, pointer["target"])
-    if pointer["target"] and not any(r["latest"] and r["state"] != "unreported" for r in records):
+    if pointer["target"] and not any(r.latest and r.state != "unreported" for r in records):
         pointer["problem"] = f"{latest_file} names {pointer['target']!r}, which no save reported"
-    return records, pointer
+    return records, Pointer.model_validate(pointer)
 
 
 def _checkpoint_history(tl: Timeline) -> _CheckpointHistory:
@@ -136,7 +151,7 @@ def _checkpoint_history(tl: Timeline) -> _CheckpointHistory:
     return _CheckpointHistory(loads=loads, refusals=refusals, damages=damages)
 
 
-def _during(history: _CheckpointHistory, cid: str, lo: float, hi: float) -> dict[str, Any]:
+def _during(history: _CheckpointHistory, cid: str, lo: float, hi: float) -> _Handling:
     """Who loaded, refused and damaged checkpoint ``cid`` in ``[lo, hi)``: a checkpoint
     record's ``loaded_by``, ``rejected_by`` and ``damaged_by`` (the first damage)."""
     loaded: list[int] = []
@@ -162,10 +177,10 @@ def _saved_again_at(saves: list[Event]) -> dict[int, float]:
     return later
 
 
-def _latest_pointer(ckpt_dir: Path, latest_file: str) -> dict[str, Any]:
+def _latest_pointer(ckpt_dir: Path, latest_file: str) -> _PointerState:
     """The pointer's state: its ``file``, the ``target`` id it names (None when there is no
     pointer file configured, it is empty or unreadable) and a ``problem`` reading it."""
-    pointer: dict[str, Any] = {"file": latest_file, "target": None, "problem": None}
+    pointer: _PointerState = {"file": latest_file, "target": None, "problem": None}
     if latest_file:
         try:
             pointer["target"] = read_pointer(ckpt_dir / latest_file)
@@ -181,7 +196,7 @@ def _saved_records(
     keep: int,
     history: _CheckpointHistory,
     target: str | None,
-) -> list[dict[str, Any]]:
+) -> list[CheckpointRecord]:
     """One record per reported save, in ``saves`` order, with its state now."""
     newest_ids = [str(e["id"]) for e in saves][-keep:]
     later = _saved_again_at(saves)
@@ -225,7 +240,7 @@ def _saved_records(
             rec.update(state="pruned", verifies=None, reason="removed by the keep policy")
         else:
             rec.update(state="missing", verifies=False, reason=f"{path} is missing")
-        records.append(rec)
+        records.append(CheckpointRecord.model_validate(rec))
     return records
 
 
@@ -251,7 +266,7 @@ def _verify_present(rec: dict[str, Any], path: Path, uses_manifest: bool) -> Non
 
 def _unreported_records(
     ckpt_dir: Path, reported: set[str], history: _CheckpointHistory, target: str | None
-) -> list[dict[str, Any]]:
+) -> list[CheckpointRecord]:
     """Records for the checkpoint directories under ``ckpt_dir`` that no save reported,
     skipping hidden ones and empty ones without a manifest."""
     if not ckpt_dir.is_dir():
@@ -264,18 +279,20 @@ def _unreported_records(
         if ok_dir is None and not any(child.iterdir()):
             continue
         records.append(
-            {
-                "id": child.name,
-                "step": _step_in(child.name),
-                "path": str(child),
-                "state": "unreported",
-                "verifies": ok_dir,
-                "manifest_verifies": ok_dir,
-                "reason": "no save reported it" + (f"; {why}" if why else ""),
-                "written_by": None,
-                **_during(history, child.name, float("-inf"), float("inf")),
-                "latest": child.name == target,
-            }
+            CheckpointRecord.model_validate(
+                {
+                    "id": child.name,
+                    "step": _step_in(child.name),
+                    "path": str(child),
+                    "state": "unreported",
+                    "verifies": ok_dir,
+                    "manifest_verifies": ok_dir,
+                    "reason": "no save reported it" + (f"; {why}" if why else ""),
+                    "written_by": None,
+                    **_during(history, child.name, float("-inf"), float("inf")),
+                    "latest": child.name == target,
+                }
+            )
         )
     return records
 
@@ -283,35 +300,41 @@ def _unreported_records(
 _EVENT_KEYS = ("ts", "mono", "src", "kind", "task")
 
 
-def inventory_summary(tl: Timeline) -> dict[str, Any]:
+def inventory_summary(tl: Timeline) -> Inventory:
     """The recorded inventory of one item, for report.json: the pointer at the end, one
     record per checkpoint, the saves that failed, and the pointer as storage faults saw it.
     Read from events only, so a recorded run can be re-judged offline."""
     latest = tl.first("harness", "ckpt_latest")
-    return {
-        "taken": latest is not None,
-        "latest": {k: latest.get(k) for k in ("file", "target", "problem")} if latest else None,
-        "checkpoints": [
-            {k: v for k, v in e.to_json().items() if k not in _EVENT_KEYS}
-            for e in tl.of("harness", "ckpt_inventory")
-        ],
-        "failed_saves": [
+    return Inventory.model_validate(
+        plain(
             {
-                "step": e.get("step"),
-                "error": e.get("error"),
-                "errno": e.get("errno"),
-                "rank": e.get("rank"),
-                "duration_s": e.get("duration_s"),
+                "taken": latest is not None,
+                "latest": {k: latest.get(k) for k in ("file", "target", "problem")}
+                if latest
+                else None,
+                "checkpoints": [
+                    {k: v for k, v in e.to_json().items() if k not in _EVENT_KEYS}
+                    for e in tl.of("harness", "ckpt_inventory")
+                ],
+                "failed_saves": [
+                    {
+                        "step": e.get("step"),
+                        "error": e.get("error"),
+                        "errno": e.get("errno"),
+                        "rank": e.get("rank"),
+                        "duration_s": e.get("duration_s"),
+                    }
+                    for e in tl.of("probe", "ckpt_save_failed")
+                ],
+                "pointer_observed": [
+                    {
+                        "when": e.get("when"),
+                        "latest": e.get("latest"),
+                        "verifies": e.get("latest_verifies"),
+                        "problem": e.get("latest_problem"),
+                    }
+                    for e in tl.of("fault", "storage_observed")
+                ],
             }
-            for e in tl.of("probe", "ckpt_save_failed")
-        ],
-        "pointer_observed": [
-            {
-                "when": e.get("when"),
-                "latest": e.get("latest"),
-                "verifies": e.get("latest_verifies"),
-                "problem": e.get("latest_problem"),
-            }
-            for e in tl.of("fault", "storage_observed")
-        ],
-    }
+        )
+    )

@@ -12,6 +12,8 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
+from faultdrill.records import NetNode, NetRule, NetworkTrack, plain
+
 if TYPE_CHECKING:
     from faultdrill.events import Event
     from faultdrill.timeline import Timeline
@@ -29,7 +31,7 @@ _RULE_FIELDS = ("rule", "node", "fault", "rule_kind", "chain", "dev", "packets",
 _PHASES = ("before", "during", "after")
 
 
-def network_summary(tl: Timeline) -> dict[str, Any] | None:
+def network_summary(tl: Timeline) -> NetworkTrack | None:
     """Per node: round trips before/during/after the fault window, probes lost during it,
     bytes/packets/drops on its interface during it; and every rule's final counters.
     None when the run has no network track."""
@@ -42,19 +44,21 @@ def network_summary(tl: Timeline) -> dict[str, Any] | None:
         _node_row(node, [e for e in samples if e.get("node") == node], start, end) for node in nodes
     ]
     hz = tl.first("net", "net_track_started")
-    return {
-        "window": {
-            "from": "fault injected" if start is not None else None,
-            "to": to,
-            "seconds": round(end - start, 3) if start is not None and end is not None else None,
-        },
-        "hz": hz.get("hz") if hz else None,
-        "probe": hz.get("probe") if hz else None,
-        "nodes": out_nodes,
-        "rules": _rule_counters(tl),
-        "samples": len(samples),
-        "gaps": len(tl.of("net", "net_track_gap")),
-    }
+    return NetworkTrack.model_validate(
+        {
+            "window": {
+                "from": "fault injected" if start is not None else None,
+                "to": to,
+                "seconds": round(end - start, 3) if start is not None and end is not None else None,
+            },
+            "hz": plain(hz.get("hz")) if hz else None,
+            "probe": plain(hz.get("probe")) if hz else None,
+            "nodes": out_nodes,
+            "rules": _rule_counters(tl),
+            "samples": len(samples),
+            "gaps": len(tl.of("net", "net_track_gap")),
+        }
+    )
 
 
 def _fault_window(tl: Timeline) -> tuple[float | None, float | None, str]:
@@ -87,9 +91,7 @@ def _phase(e: Event, start: float | None, end: float | None) -> str:
     return "after"
 
 
-def _node_row(
-    node: str, mine: list[Event], start: float | None, end: float | None
-) -> dict[str, Any]:
+def _node_row(node: str, mine: list[Event], start: float | None, end: float | None) -> NetNode:
     """One node's row: median round trip and lost/sent probes per phase, and (with a fault)
     the bytes/packets/drops its interface counted between the last sample before the
     window and the last one in it."""
@@ -118,12 +120,12 @@ def _node_row(
                     int(b.get(f"{d}_{key}", 0) or 0) - int(a.get(f"{d}_{key}", 0) or 0)
                     for d in ("rx", "tx")
                 )
-    return row
+    return NetNode.model_validate(plain(row))
 
 
-def _rule_counters(tl: Timeline) -> list[dict[str, Any]]:
+def _rule_counters(tl: Timeline) -> list[NetRule]:
     """Each injected rule's last recorded counters (fields that are None left out)."""
     rules: dict[str, dict[str, Any]] = {}
     for e in tl.of("net", "rule_counters"):
         rules[str(e.get("rule"))] = {k: e.get(k) for k in _RULE_FIELDS if e.get(k) is not None}
-    return list(rules.values())
+    return [NetRule.model_validate(plain(r)) for r in rules.values()]

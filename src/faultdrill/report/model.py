@@ -42,51 +42,174 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
     JsonValue,
-    PrivateAttr,
-    SerializerFunctionWrapHandler,
     ValidationError,
-    ValidatorFunctionWrapHandler,
-    model_serializer,
-    model_validator,
 )
 
 from faultdrill import __version__, boundedjson, rundir
 from faultdrill.errors import RunDirError
+from faultdrill.records import (
+    EVIDENCE,
+    AccessIdentity,
+    ActionTotals,
+    AfterReturn,
+    CheckpointRecord,
+    CheckpointStorageUse,
+    ClassName,
+    Clue,
+    Conclusion,
+    Conditions,
+    DedicatedNetwork,
+    Dependencies,
+    DependencyOwner,
+    DependencyTotals,
+    Disruption,
+    Ending,
+    Environment,
+    EventRef,
+    Evidence,
+    EvidenceSet,
+    Expected,
+    FailedSave,
+    FailingLayer,
+    Failure,
+    FaultRef,
+    FaultWindow,
+    Finding,
+    Goodput,
+    IncarnationPlacement,
+    Inventory,
+    LayerName,
+    LevelName,
+    LevelProof,
+    Message,
+    NetNode,
+    NetRule,
+    NetWindow,
+    NetworkTrack,
+    NodeLoss,
+    Num,
+    OperatorAction,
+    OperatorStep,
+    OperatorUse,
+    Placement,
+    PlatformMoment,
+    Pointer,
+    PointerObservation,
+    Questions,
+    RankPlace,
+    Record,
+    Refusal,
+    RejectedSpareUse,
+    ReportedArtifact,
+    RestartBudget,
+    RestartInWindow,
+    RestartTotals,
+    ResumePoint,
+    SeriesTrend,
+    SparePlaced,
+    SpareRejected,
+    SpareTotals,
+    SpareUse,
+    StorageTotals,
+    Times,
+    Trend,
+    TrendMessages,
+    TrendWindow,
+    VerdictName,
+    VerifiedArtifact,
+    When,
+    WrittenBy,
+    message_of,
+    plain,
+)
 from faultdrill.safepath import read_bytes, read_named, write_file
 
 __all__ = [
+    "EVIDENCE",
     "SCHEMA_VERSION",
+    "AccessIdentity",
+    "ActionTotals",
+    "AfterReturn",
     "Baseline",
+    "CheckpointRecord",
+    "CheckpointStorageUse",
+    "ClassName",
+    "Clue",
+    "Conclusion",
     "Conditions",
+    "DedicatedNetwork",
+    "Dependencies",
+    "DependencyOwner",
+    "DependencyTotals",
     "Disruption",
     "Dossier",
+    "Ending",
     "Environment",
+    "EventRef",
     "Evidence",
     "EvidenceSet",
+    "Expected",
+    "FailedSave",
+    "FailingLayer",
+    "Failure",
     "FaultRef",
+    "FaultWindow",
     "Finding",
     "Goodput",
+    "IncarnationPlacement",
     "Inventory",
     "Item",
+    "LayerName",
+    "LevelName",
+    "LevelProof",
     "Message",
+    "NetNode",
+    "NetRule",
+    "NetWindow",
     "NetworkTrack",
+    "NodeLoss",
+    "Num",
+    "OperatorAction",
+    "OperatorStep",
+    "OperatorUse",
     "Placement",
+    "PlatformMoment",
+    "Pointer",
+    "PointerObservation",
     "Questions",
+    "RankPlace",
     "Record",
     "RecordedPlan",
+    "Refusal",
+    "RejectedSpareUse",
     "Report",
+    "ReportedArtifact",
+    "RestartBudget",
+    "RestartInWindow",
+    "RestartTotals",
     "ResumePoint",
+    "SeriesTrend",
     "Skipped",
+    "SparePlaced",
+    "SpareRejected",
+    "SpareTotals",
+    "SpareUse",
+    "StorageTotals",
     "Summary",
     "Times",
+    "Trend",
+    "TrendMessages",
+    "TrendWindow",
+    "VerdictName",
+    "VerifiedArtifact",
     "When",
+    "WrittenBy",
+    "message_of",
+    "plain",
     "read_report",
     "report_schema",
     "write_report",
@@ -94,59 +217,6 @@ __all__ = [
 
 #: The schema version this faultdrill writes and reads.
 SCHEMA_VERSION = 1
-
-VerdictName = Literal["pass", "retest", "fail"]
-ClassName = Literal[
-    "automatic", "manual-confirmation", "manual-restart", "unrecoverable", "not-determined"
-]
-LevelName = Literal["running-again", "valid-progress", "consistent-results"]
-LayerName = Literal[
-    "scheduling",
-    "control-plane",
-    "storage",
-    "framework",
-    "checkpoint",
-    "network",
-    "environment-preparation",
-    "undetermined",
-]
-#: Evidence categories of an item, in report order (``expectation`` is kept apart).
-EVIDENCE = ("progress", "resources", "results")
-#: A number as JSON has it: an integer stays an integer (``30``, not ``30.0``).
-Num = int | float
-
-
-class Record(BaseModel):
-    """A part of report.json: typed fields, unknown keys kept, written back as read."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
-    _keys: tuple[str, ...] = PrivateAttr(default=())
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _remember_keys(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        record = handler(data)
-        if isinstance(data, dict) and isinstance(record, Record):
-            record._keys = tuple(data)
-        return record
-
-    @model_serializer(mode="wrap")
-    def _as_recorded(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        if not self._keys:
-            return out
-        first = {k: out[k] for k in self._keys if k in out}
-        return first | {k: v for k, v in out.items() if k not in first}
-
-    def to_json(self) -> dict[str, Any]:
-        """This record as JSON data: the keys it was read with (or set with), in order."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
-
-    @property
-    def extra(self) -> dict[str, Any]:
-        """Keys this version does not define, as recorded."""
-        return dict(self.model_extra or {})
-
 
 # --- the plan as recorded ---------------------------------------------------------------
 
@@ -262,463 +332,6 @@ class RecordedPlan(Record):
         return [s.id for r in self.rounds for s in r.scenarios]
 
 
-# --- where and under which conditions ---------------------------------------------------
-
-
-class Environment(Record):
-    """The machine a run was recorded on (``environment_facts``)."""
-
-    faultdrill: str | None = None
-    python: str | None = None
-    host: str | None = None
-    kernel: str | None = None
-    machine: str | None = None
-    cpus: int | None = None
-    root: bool | None = None
-    torch: str | None = None
-
-
-class Conditions(Record):
-    """The conditions every measured time of an item was observed under."""
-
-    platform: str
-    isolation: str
-    nodes: int
-    procs_per_node: int
-    world_sizes: list[int]
-    max_restarts: int
-    checkpoint_every_steps: int
-    timeouts: dict[str, JsonValue]
-    sample_hz: Num
-    environment: Environment = Environment()
-    note: str = ""
-
-
-# --- findings and evidence ---------------------------------------------------------------
-
-
-class Finding(Record):
-    """One judgement of one check.
-
-    ``message`` is the English sentence the check wrote. ``message_id`` and ``params``
-    (optional; ``None``/empty for checks that do not set them yet) name that sentence and
-    its values, so that a translation can say it again in another language."""
-
-    check: str
-    verdict: VerdictName
-    message: str
-    data: dict[str, JsonValue] = {}
-    message_id: str | None = None
-    params: dict[str, JsonValue] = {}
-
-
-class Message(Record):
-    """A message by id, with the values it says (see :mod:`faultdrill.i18n`)."""
-
-    message_id: str
-    params: dict[str, JsonValue] = {}
-
-
-class Evidence(Record):
-    verdict: VerdictName
-    findings: list[Finding] = []
-
-    def not_passed(self) -> list[Finding]:
-        return [f for f in self.findings if f.verdict != "pass"]
-
-
-class EvidenceSet(Record):
-    """An item's evidence by category; the baseline's also holds its ``expectation``."""
-
-    progress: Evidence
-    resources: Evidence
-    results: Evidence
-    expectation: Evidence | None = None
-
-    def categories(self) -> list[tuple[str, Evidence]]:
-        """(category, evidence) of progress, resources, results."""
-        return [(c, getattr(self, c)) for c in EVIDENCE]
-
-
-# --- one drilled item ---------------------------------------------------------------------
-
-
-class FaultRef(Record):
-    kind: str
-    target: str
-    spec: dict[str, JsonValue] = {}
-
-    @property
-    def target_rank(self) -> int | None:
-        """The rank the fault targets, when it targets one."""
-        target = self.spec.get("target")
-        rank = target.get("rank") if isinstance(target, dict) else None
-        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
-
-
-class Expected(Record):
-    job: str
-    recovery: ClassName
-    resume: str
-    state: str = ""
-
-
-class OperatorStep(Record):
-    """One step of a manual recovery on the platform: its command and the permission it
-    needs (Platform.resubmit_steps)."""
-
-    command: str | None = None
-    permission: str | None = None
-
-
-class OperatorAction(Record):
-    action: str | None = None
-    operator: str | None = None
-    runbook: str | None = None
-    steps: list[OperatorStep] = []
-    at: str | None = None
-
-
-class When(Record):
-    wall: str
-    mono: Num | None = None
-    since_injection_s: Num | None = None
-
-
-class ResumePoint(Record):
-    """Where training continued: a checkpoint (``None``: from scratch), step, position."""
-
-    checkpoint: JsonValue = None
-    step: JsonValue = None
-    data_position: JsonValue = None
-    verified: bool | None = None
-
-    @property
-    def step_number(self) -> float | None:
-        """The step as a number, when it is one."""
-        step = self.step
-        if isinstance(step, bool) or not isinstance(step, (int, float)):
-            return None
-        return float(step)
-
-    def key(self) -> dict[str, JsonValue]:
-        """What must be the same for two runs to have resumed at the same point."""
-        return {
-            "checkpoint": self.checkpoint,
-            "step": self.step,
-            "data_position": self.data_position,
-        }
-
-
-class Questions(Record):
-    """The four questions of a drill: lost when, old stopped when, new ready when, from where."""
-
-    worker_lost_at: When | None = None
-    worker_lost_by: str = ""
-    old_replica_stopped_at: When | None = None
-    old_replica_note: str = ""
-    new_replicas_ready_at: When | None = None
-    first_step_after_at: When | None = None
-    resumed_from: ResumePoint | None = None
-    note: str = ""
-
-    def moments(self) -> list[tuple[int, When | None]]:
-        """(question number, when) of questions 1-3 and the first step after (4)."""
-        return [
-            (1, self.worker_lost_at),
-            (2, self.old_replica_stopped_at),
-            (3, self.new_replicas_ready_at),
-            (4, self.first_step_after_at),
-        ]
-
-
-class Times(Record):
-    detect_s: Num | None = None
-    recover_s: Num | None = None
-    ready_s: Num | None = None
-    recomputed_steps: int | None = None
-
-
-class Goodput(Record):
-    """Goodput accounting (:mod:`faultdrill.judge.goodput`); ``available`` False: ``why``."""
-
-    available: bool
-    why: str | None = None
-    total_s: Num = 0
-    seconds: dict[str, Num] = {}
-    shares: dict[str, Num] = {}
-    goodput: Num = 0
-    ml_goodput_names: dict[str, str] = {}
-    incarnations: int | None = None
-    committed_steps: int | None = None
-    recomputed_steps: int | None = None
-    conditions: str = ""
-    notes: list[str] = []
-    #: ``why`` and ``notes`` as messages (a note written in words: the text).
-    why_message: Message | None = None
-    note_messages: list[Message | str] = []
-
-
-class Pointer(Record):
-    file: JsonValue = None
-    target: JsonValue = None
-    problem: str | None = None
-
-
-class WrittenBy(Record):
-    rank: JsonValue = None
-    pid: JsonValue = None
-    inc: int | None = None
-
-
-class Refusal(Record):
-    inc: JsonValue = None
-    reason: JsonValue = None
-
-
-class CheckpointRecord(Record):
-    """One checkpoint of the inventory (:mod:`faultdrill.readings.inventory`)."""
-
-    id: str
-    step: JsonValue = None
-    path: str | None = None
-    sha256_recorded: str | None = None
-    sha256_now: str | None = None
-    size: int | None = None
-    data_position: JsonValue = None
-    written_by: WrittenBy | None = None
-    loaded_by: list[JsonValue] = []
-    rejected_by: list[Refusal] = []
-    damaged_by: str | None = None
-    latest: bool = False
-    state: str = ""
-    verifies: bool | None = None
-    manifest_verifies: bool | None = None
-    reason: str | None = None
-
-
-class FailedSave(Record):
-    step: JsonValue = None
-    error: JsonValue = None
-    errno: JsonValue = None
-    rank: JsonValue = None
-    duration_s: JsonValue = None
-
-
-class PointerObservation(Record):
-    when: JsonValue = None
-    latest: JsonValue = None
-    verifies: JsonValue = None
-    problem: JsonValue = None
-
-
-class Inventory(Record):
-    taken: bool = False
-    latest: Pointer | None = None
-    checkpoints: list[CheckpointRecord] = []
-    failed_saves: list[FailedSave] = []
-    pointer_observed: list[PointerObservation] = []
-
-
-class Ending(Record):
-    """How the first fault's disruption ended (:mod:`faultdrill.judge.disruption`)."""
-
-    kind: str
-    how: str = ""
-    phase: str | None = None
-    ended_by: str | None = None
-    first_symptom: str | None = None
-    first_symptom_at_s: Num | None = None
-    threshold_s: Num = 0
-    progress_stopped_at_s: Num | None = None
-    progress_resumed_at_s: Num | None = None
-    failure_noticed_at_s: Num | None = None
-    failure_noticed_by: str | None = None
-    stop_condition: JsonValue = None
-
-
-class RestartInWindow(Record):
-    probe_killed_at_s: Num | None = None
-    restart_began_at_s: Num | None = None
-    began_by: str | None = None
-    rendezvous_at_s: Num | None = None
-    rendezvous_during_fault: bool = False
-    summary: str = ""
-
-
-class PlatformMoment(Record):
-    at_s: Num | None = None
-    what: str = ""
-
-
-class AfterReturn(Record):
-    platform_events: list[PlatformMoment] = []
-    first_step_at_s: Num | None = None
-
-
-class FaultWindow(Record):
-    start_s: Num = 0
-    end_s: Num | None = None
-    steps_per_s_before: Num | None = None
-    steps_per_s_during: Num | None = None
-    training_affected: bool | None = None
-    restart: RestartInWindow | None = None
-    after_return: AfterReturn = AfterReturn()
-
-
-class Disruption(Record):
-    fault: JsonValue = None
-    injected_step: JsonValue = None
-    ending: Ending
-    window: FaultWindow | None = None
-
-
-class NetWindow(Record):
-    from_: str | None = Field(None, alias="from")
-    to: str | None = None
-    seconds: Num | None = None
-
-
-class NetNode(Record):
-    node: str
-    rtt_before_ms: Num | None = None
-    rtt_during_ms: Num | None = None
-    rtt_after_ms: Num | None = None
-    lost_before: str | None = None
-    lost_during: str | None = None
-    lost_after: str | None = None
-    bytes_during: int | None = None
-    packets_during: int | None = None
-    drop_during: int | None = None
-
-
-class NetRule(Record):
-    rule: JsonValue = None
-    node: JsonValue = None
-    fault: JsonValue = None
-    rule_kind: JsonValue = None
-    chain: JsonValue = None
-    dev: JsonValue = None
-    packets: JsonValue = None
-    bytes: JsonValue = None
-    dropped: JsonValue = None
-
-
-class NetworkTrack(Record):
-    """The network track's summary (:func:`faultdrill.readings.network.network_summary`)."""
-
-    window: NetWindow = NetWindow()
-    hz: JsonValue = None
-    probe: JsonValue = None
-    nodes: list[NetNode] = []
-    rules: list[NetRule] = []
-    samples: int = 0
-    gaps: int = 0
-
-
-class NodeLoss(Record):
-    node: JsonValue = None
-    reason: JsonValue = None
-    at_s: Num = 0
-
-
-class SparePlaced(Record):
-    node: JsonValue = None
-    replaces: JsonValue = None
-    at_s: Num = 0
-
-
-class SpareRejected(Record):
-    node: JsonValue = None
-    replaces: JsonValue = None
-    precondition: JsonValue = None
-    detail: JsonValue = None
-    category: JsonValue = None
-
-
-class Placement(Record):
-    """Where the job ran before the fault, where it resumed, spares placed or rejected."""
-
-    before: list[str] = []
-    resumed_on: list[str] | None = None
-    final: list[str] | None = None
-    world_size_before: int | None = None
-    world_size_after: int | None = None
-    lost: list[NodeLoss] = []
-    spares_placed: list[SparePlaced] = []
-    spares_rejected: list[SpareRejected] = []
-    no_spare: list[JsonValue] = []
-
-
-class LevelProof(Record):
-    """One conclusion level and what proves (or fails to prove) it."""
-
-    level: LevelName
-    proven: bool
-    verdict: VerdictName
-    why: str = ""
-    #: Names of the checks whose findings the level rests on.
-    findings: list[str] = []
-    #: Compact references to the events that show it (src, kind, mono, ...).
-    events: list[dict[str, JsonValue]] = []
-    #: ``why`` as a message (id and params), for reports in other languages.
-    message_id: str | None = None
-    params: dict[str, JsonValue] = {}
-
-
-class Conclusion(Record):
-    """The highest level the drill proved (None: not even running again), and each level's
-    proof: running again only proves the scheduler restarted the processes; valid progress
-    and consistent results are what a buyer needs (methodology: 三种结论)."""
-
-    level: LevelName | None = None
-    levels: list[LevelProof] = []
-    note: str = ""
-
-
-class Clue(Record):
-    """One rule's reading of the timeline: a layer it points at or rules out."""
-
-    rule: str
-    layer: LayerName
-    points: bool
-    why: str = ""
-    events: list[dict[str, JsonValue]] = []
-    findings: list[str] = []
-    message_id: str | None = None
-    params: dict[str, JsonValue] = {}
-
-
-class FailingLayer(Record):
-    """Where a recovery that did not pass failed: the layer, the rule that named it and the
-    events and findings behind it, and the other clues (also pointing, or ruled out)."""
-
-    layer: LayerName
-    why: str = ""
-    rule: str | None = None
-    events: list[dict[str, JsonValue]] = []
-    findings: list[str] = []
-    also: list[Clue] = []
-    ruled_out: list[Clue] = []
-    message_id: str | None = None
-    params: dict[str, JsonValue] = {}
-
-
-class Failure(Record):
-    """How a job that ended failed: the failing command, its exit, its last output lines."""
-
-    command: str | None = None
-    exit_status: int | None = None
-    signal: str | None = None
-    node: str | None = None
-    local_rank: int | None = None
-    #: How many worker failures the launcher logged.
-    worker_failures: int = 0
-    error_tail: list[str] = []
-    #: The launcher's log holding the rest, relative to the run directory.
-    log: str | None = None
-
-
 class Item(Record):
     """One drilled scenario or control (``control`` says which)."""
 
@@ -763,7 +376,7 @@ class Item(Record):
     #: Loss and evaluation trend after recovery vs the baseline's (where bitwise does not apply).
     trend: dict[str, JsonValue] = {}
     #: Which node got which rank, per incarnation.
-    scheduling: list[dict[str, JsonValue]] = []
+    scheduling: list[IncarnationPlacement] = []
     failure: Failure | None = None
     #: No rank reported anything: the script is not instrumented, or died first.
     no_probe_events: bool = False

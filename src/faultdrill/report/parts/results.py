@@ -10,7 +10,7 @@ from typing import Any
 from faultdrill.i18n import Translator
 from faultdrill.report import words
 from faultdrill.report.blocks import Badge, Code, Link, Para, Part, Row, Strong, Table, Text
-from faultdrill.report.model import Item
+from faultdrill.report.model import Item, RankPlace
 from faultdrill.report.parts.common import after_injection, as_map, finding_anchor, pick, value
 
 __all__ = ["RESULT_CHECKS", "evaluation_part", "scheduling_part", "trend_part"]
@@ -114,18 +114,11 @@ def trend_part(t: Translator, s: Item) -> Part | None:
     return Part("trend", t("part.trend"), blocks)
 
 
-def _ranks(t: Translator, ranks: Any) -> str:
-    if not isinstance(ranks, list):
+def _ranks(t: Translator, ranks: list[RankPlace] | None) -> str:
+    if ranks is None:
         return t("na")
     return t("list.sep").join(
-        t(
-            "sched.rank",
-            rank=r.get("rank"),
-            node=value(t, r.get("node")),
-            pid=value(t, r.get("pid")),
-        )
-        for r in ranks
-        if isinstance(r, Mapping)
+        t("sched.rank", rank=r.rank, node=value(t, r.node), pid=value(t, r.pid)) for r in ranks
     )
 
 
@@ -135,22 +128,22 @@ def scheduling_part(t: Translator, s: Item) -> Part | None:
         return None
     rows = []
     for inc in s.scheduling:
-        since = inc.get("ready_since_injection_s")
+        since = inc.ready_since_injection_s
         ready = (
             after_injection(t, since)
             if since is not None
-            else t("sched.after_start", v=float(inc.get("ready_s") or 0))  # type: ignore[arg-type]
+            else t("sched.after_start", v=float(inc.ready_s or 0))
         )
         rows.append(
             Row(
                 [
-                    str(inc.get("incarnation")),
+                    str(inc.incarnation),
                     ready,
-                    value(t, inc.get("world_size")),
-                    value(t, inc.get("master")),
-                    _ranks(t, inc.get("ranks")),
+                    value(t, inc.world_size),
+                    value(t, inc.master),
+                    _ranks(t, inc.ranks),
                 ],
-                data={"incarnation": str(inc.get("incarnation"))},
+                data={"incarnation": str(inc.incarnation)},
             )
         )
     head = [
