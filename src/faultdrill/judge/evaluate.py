@@ -22,7 +22,7 @@ from faultdrill.checks import CheckContext, EvidenceResult, Finding, Verdict, co
 from faultdrill.checks.api import Msg
 from faultdrill.checks.network import network_report
 from faultdrill.checks.results import comparison_mode
-from faultdrill.engine.item import environment_facts
+from faultdrill.environment import environment_facts
 from faultdrill.errors import RunDirError
 from faultdrill.joblogs.evidence import as_reached, log_evidence, not_observable
 from faultdrill.judge.analysis import Answers, answer_questions
