@@ -77,6 +77,7 @@ from faultdrill.timeline import Timeline
 from faultdrill.timeline.store import StepStoreWriter
 
 __all__ = [
+    "MOVES",
     "REFERENCE_WORKLOAD",
     "DrillInterrupted",
     "IllegalTransitionError",
