@@ -19,14 +19,16 @@ one :class:`ItemFacts`, which refuses any move the diagram does not draw::
                                      ├──> ENDED      the job ended by itself
                                      └──> STOPPED    a stop condition fired
 
-    every phase but CLEANED ──> INTERRUPTED   a signal (SIGINT/SIGTERM/SIGHUP)
-    every phase but CLEANED ──> CLEANED       the cleanup ran (terminal)
+    every phase but INTERRUPTED, CLEANED ──> INTERRUPTED   a signal (SIGINT/SIGTERM/SIGHUP)
+    every phase but CLEANED ──────────────> CLEANED       the cleanup ran (terminal)
 
 A job failed under ``recovery: resubmit`` is resubmitted once, a fact of its phase (an
 INJECTED fault is reverted first); a baseline has no fault and goes from WATCHING to its
 end. Where the harness's time went (bring-up, job, settle, post-window, sampling,
 teardown) is :mod:`faultdrill.engine.phases`'s, a separate axis: WATCHING to ENDED or
-STOPPED is its ``job`` phase.
+STOPPED is its ``job`` phase. A fault whose run needs a step of its own adds its phase to
+:class:`ItemPhase`, its row to :data:`MOVES` and its method to :class:`ItemFacts`, and is
+driven from :func:`_drive_fault`.
 
 Whatever happens (normal end, stop condition, exception, SIGINT/SIGTERM/SIGHUP), the
 ``finally`` path reverts the fault, stops the job (TERM, bounded wait, KILL), tears the
