@@ -375,7 +375,7 @@ def test_the_runs_copy_of_a_plan_file_swapped_for_a_fifo_is_refused(tmp_path: Pa
     os.mkfifo(fifo)
     code = (
         "import sys; from pathlib import Path\n"
-        "from faultdrill.engine.item import write_plan_copy\n"
+        "from faultdrill.engine.run import write_plan_copy\n"
         "from faultdrill.errors import DrillError\n"
         "from faultdrill.admit import load_plan\n"
         f"plan = load_plan({str(DEMO)!r})\n"

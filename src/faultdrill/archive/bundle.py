@@ -62,6 +62,7 @@ from faultdrill.archive.signing import (
     read_signature,
     sign_manifest,
 )
+from faultdrill.environment import environment_facts
 from faultdrill.errors import RunDirError
 from faultdrill.events import read_jsonl
 from faultdrill.i18n import LANGS, check_lang
@@ -352,8 +353,6 @@ def _manifest(
     with_checkpoints: bool,
     now: dt.datetime,
 ) -> dict[str, Any]:
-    from faultdrill.environment import environment_facts
-
     return {
         "format": FORMAT,
         "tool": {"name": "faultdrill", "version": __version__},

@@ -4,7 +4,31 @@ Running and judging are separate (as in Jepsen's run/analyze): :func:`execute_it
 launches the job, watches it, injects the fault at its trigger, enforces the stop
 conditions, and records everything as events under the item's directory; judging is
 :mod:`faultdrill.judge.evaluate`, which can be re-run offline on the recorded directory
-(``faultdrill check RUN_DIR``).
+(``faultdrill check RUN_DIR``). The whole plan (round discipline, the run directory, the
+baseline and judging) is :mod:`faultdrill.engine.run`'s; this module is given one item.
+
+What has happened to the item's job and fault is one :class:`ItemPhase`, held with the
+facts of each phase (when the fault was injected, reverted, when the job ended and how) in
+one :class:`ItemFacts`, which refuses any move the diagram does not draw::
+
+    OPENED ──> WATCHING ──> INJECTED ──> REVERTED
+                  │  │          │            │
+                  │  └──> INJECT_FAILED      │     (not retried: the item is judged retest)
+                  │           │              │
+                  └───────────┴──────┬───────┘     from any of these four:
+                                     ├──> ENDED      the job ended by itself
+                                     └──> STOPPED    a stop condition fired
+
+    every phase but INTERRUPTED, CLEANED ──> INTERRUPTED   a signal (SIGINT/SIGTERM/SIGHUP)
+    every phase but CLEANED ──────────────> CLEANED       the cleanup ran (terminal)
+
+A job failed under ``recovery: resubmit`` is resubmitted once, a fact of its phase (an
+INJECTED fault is reverted first); a baseline has no fault and goes from WATCHING to its
+end. Where the harness's time went (bring-up, job, settle, post-window, sampling,
+teardown) is :mod:`faultdrill.engine.phases`'s, a separate axis: WATCHING to ENDED or
+STOPPED is its ``job`` phase. A fault whose run needs a step of its own adds its phase to
+:class:`ItemPhase`, its row to :data:`MOVES` and its method to :class:`ItemFacts`, and is
+driven from :func:`_drive_fault`.
 
 Whatever happens (normal end, stop condition, exception, SIGINT/SIGTERM/SIGHUP), the
 ``finally`` path reverts the fault, stops the job (TERM, bounded wait, KILL), tears the
@@ -20,12 +44,11 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from types import FrameType
 from typing import Any
-
-import yaml
 
 from faultdrill import plugins, rundir
 from faultdrill.engine.failure import failure_facts
@@ -47,18 +70,21 @@ from faultdrill.plan import (
     Scenario,
     StopConditions,
 )
-from faultdrill.plan.source import MAX_BYTES
+from faultdrill.plan.sections import Recovery, Trigger
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import JobSpec, JobState, NetworkTrack, Platform
 from faultdrill.readings.inventory import take_inventory
 from faultdrill.rundir import ItemKind, item_dir
-from faultdrill.safepath import read_named, write_file
 from faultdrill.timeline import Timeline
 from faultdrill.timeline.store import StepStoreWriter
 
 __all__ = [
+    "MOVES",
     "REFERENCE_WORKLOAD",
     "DrillInterrupted",
+    "IllegalTransitionError",
+    "ItemFacts",
+    "ItemPhase",
     "Reporter",
     "execute_item",
     "signal_guard",
@@ -180,6 +206,158 @@ def build_job(plan: Plan, item: Scenario | Control | None, work: Path, run_id: s
     )
 
 
+# --- the item's phases -----------------------------------------------------------------
+
+
+class ItemPhase(str, Enum):
+    """What has happened to the item's job and fault (the module docstring draws the
+    moves between them)."""
+
+    OPENED = "opened"  # directory, sink, ledger, platform made; item_start recorded
+    WATCHING = "watching"  # the job submitted and watched; its fault (if any) not yet due
+    INJECTED = "injected"  # the fault is in effect
+    INJECT_FAILED = "inject-failed"  # injecting raised; not retried
+    REVERTED = "reverted"  # the fault reverted: its duration ran out, or before a resubmit
+    ENDED = "ended"  # the job ended by itself
+    STOPPED = "stopped"  # a stop condition ended the item
+    INTERRUPTED = "interrupted"  # a signal asked the harness to stop
+    CLEANED = "cleaned"  # the cleanup ran: nothing follows
+
+
+_P = ItemPhase
+_ENDS = {_P.ENDED, _P.STOPPED, _P.INTERRUPTED, _P.CLEANED}
+#: The moves :class:`ItemFacts` allows, from each phase.
+MOVES: dict[ItemPhase, frozenset[ItemPhase]] = {
+    _P.OPENED: frozenset({_P.WATCHING, _P.INTERRUPTED, _P.CLEANED}),
+    _P.WATCHING: frozenset({_P.INJECTED, _P.INJECT_FAILED, *_ENDS}),
+    _P.INJECTED: frozenset({_P.REVERTED, *_ENDS}),
+    _P.INJECT_FAILED: frozenset(_ENDS),
+    _P.REVERTED: frozenset(_ENDS),
+    _P.ENDED: frozenset({_P.INTERRUPTED, _P.CLEANED}),
+    _P.STOPPED: frozenset({_P.INTERRUPTED, _P.CLEANED}),
+    _P.INTERRUPTED: frozenset({_P.CLEANED}),
+    _P.CLEANED: frozenset(),
+}
+
+
+class IllegalTransitionError(RuntimeError):
+    """A move :data:`MOVES` does not allow: a defect of the engine, never of the input."""
+
+
+@dataclass
+class ItemFacts:
+    """One item's phase and the facts each phase added; times are monotonic seconds.
+
+    Every change goes through one of the methods named after the phase it enters, which
+    raise :class:`IllegalTransitionError` for a move :data:`MOVES` does not allow, and leave
+    the facts unchanged then. Facts are kept when a later phase follows (an item
+    interrupted during its settle still ended by itself)."""
+
+    phase: ItemPhase = ItemPhase.OPENED
+    #: When the watch began: the stop conditions count from it.
+    watch_started: float | None = None
+    #: The ``fault``/``injected`` event's time.
+    injected_at: float | None = None
+    #: When the fault's injection failed (it is not retried).
+    inject_failed_at: float | None = None
+    reverted_at: float | None = None
+    #: When the job, failed, was resubmitted (at most once).
+    resubmitted_at: float | None = None
+    #: The state the job ended in by itself, and when the watch saw it.
+    job_state: JobState | None = None
+    ended_at: float | None = None
+    #: The stop condition that ended the item (``max_wall_s``...), and when.
+    stop_condition: str | None = None
+    stopped_at: float | None = None
+    #: The signal that interrupted the item (``SIGINT``...).
+    signal: str | None = None
+    #: What the ``item_end`` event says: the job's end state, ``stopped: CONDITION``,
+    #: ``interrupted``, or ``unknown`` (the item raised before its end was known).
+    outcome: str = "unknown"
+    history: list[ItemPhase] = field(default_factory=lambda: [ItemPhase.OPENED])
+
+    def _enter(self, phase: ItemPhase) -> None:
+        if phase not in MOVES[self.phase]:
+            raise IllegalTransitionError(f"item phase {self.phase.value} -> {phase.value}")
+        self.phase = phase
+        self.history.append(phase)
+
+    def watching(self, at: float) -> None:
+        self._enter(_P.WATCHING)
+        self.watch_started = at
+
+    def injected(self, at: float) -> None:
+        self._enter(_P.INJECTED)
+        self.injected_at = at
+
+    def inject_failed(self, at: float) -> None:
+        self._enter(_P.INJECT_FAILED)
+        self.inject_failed_at = at
+
+    def reverted(self, at: float) -> None:
+        self._enter(_P.REVERTED)
+        self.reverted_at = at
+
+    def ended(self, state: JobState, at: float) -> None:
+        if not state.ended:
+            raise IllegalTransitionError(f"a job in state {state.value} has not ended")
+        self._enter(_P.ENDED)
+        self.job_state, self.ended_at, self.outcome = state, at, state.value
+
+    def stopped(self, condition: str, at: float) -> None:
+        self._enter(_P.STOPPED)
+        self.stop_condition, self.stopped_at = condition, at
+        self.outcome = f"stopped: {condition}"
+
+    def interrupted(self, signal_name: str) -> None:
+        self._enter(_P.INTERRUPTED)
+        self.signal, self.outcome = signal_name, "interrupted"
+
+    def cleaned(self) -> None:
+        self._enter(_P.CLEANED)
+
+    def resubmitted(self, at: float) -> None:
+        """The failed job resubmitted: once, while watching, with no fault in effect (the
+        caller reverts an injected one first). The phase does not change."""
+        if not self.may_resubmit:
+            raise IllegalTransitionError(f"resubmit in phase {self.phase.value}")
+        self.resubmitted_at = at
+
+    @property
+    def may_resubmit(self) -> bool:
+        watching = {_P.WATCHING, _P.INJECT_FAILED, _P.REVERTED}
+        return self.resubmitted_at is None and self.phase in watching
+
+    @property
+    def fault_due(self) -> bool:
+        """Whether a fault may be injected now (at its trigger): once, while watching."""
+        return self.phase is _P.WATCHING
+
+    def revert_due(self, duration_s: float | None, now: float) -> bool:
+        """Whether the fault in effect has run its ``duration_s`` (None: until the end)."""
+        return (
+            self.phase is _P.INJECTED
+            and duration_s is not None
+            and self.injected_at is not None
+            and now - self.injected_at >= duration_s
+        )
+
+    @property
+    def fault_tried(self) -> bool:
+        """Whether the fault's trigger was reached (injected, or its injection failed)."""
+        return self.injected_at is not None or self.inject_failed_at is not None
+
+    @property
+    def natural_end(self) -> bool:
+        """Whether the job ended by itself (then it is given its settle and post-window)."""
+        return self.job_state is not None
+
+    @property
+    def succeeded_at(self) -> float | None:
+        """When the watch saw the job end by itself successfully (None: it did not)."""
+        return self.ended_at if self.job_state is JobState.SUCCEEDED else None
+
+
 # --- one item --------------------------------------------------------------------------
 
 
@@ -197,56 +375,55 @@ def execute_item(
     normal end; no signal cuts the cleanup short. Raises DrillError when the platform could
     not even start; every other outcome is recorded as events.
     """
-    r = _open_item(plan, kind, item, run_dir)
+    run = _open_item(plan, kind, item, run_dir)
     pending: list[str] = []  # filled in place by the cleanup; a DrillInterrupted carries it
     guard = signal_guard()
-    phase = PhaseClock(r.sink)
     with guard:
         try:
             try:
-                _run_item(plan, kind, item, run_dir, r, phase, report)
+                _run_item(run, run_dir, report)
             except DrillInterrupted as exc:
-                r.outcome = "interrupted"
-                r.sink.emit("harness", "interrupted", signal=signal.Signals(exc.signum).name)
+                name = signal.Signals(exc.signum).name
+                run.facts.interrupted(name)
+                run.sink.emit("harness", "interrupted", signal=name)
                 exc.pending = pending
                 raise
             finally:
                 guard.cleaning = True  # from here on signals are noted, never raised
-                pending[:] = _finish(
-                    plan,
-                    r.fault,
-                    r.ctx,
-                    r.platform,
-                    r.sampler,
-                    r.watch,
-                    r.ledger,
-                    r.work,
-                    r.natural_end,
-                    phase,
-                    r.tail,
-                    r.succeeded_at,
-                )
+                pending[:] = _finish(run)
+                run.facts.cleaned()
         finally:
             if guard.late is not None:  # the job's outcome stands; the run stops after it
-                r.sink.emit(
+                run.sink.emit(
                     "harness",
                     "interrupted",
                     signal=signal.Signals(guard.late).name,
                     during="cleanup",
                 )
-            r.sink.emit("harness", "item_end", item=r.item_id, outcome=r.outcome)
-            r.sink.close()
+            run.sink.emit("harness", "item_end", item=run.item_id, outcome=run.facts.outcome)
+            run.sink.close()
     if guard.late is not None:
         raise DrillInterrupted(guard.late, pending)
-    return r.work
+    return run.work
+
+
+@dataclass(frozen=True)
+class _ArmedFault:
+    """A scenario's or control's fault with the trigger that makes it due."""
+
+    fault: Fault
+    trigger: Trigger
 
 
 @dataclass
-class _ItemParts:
-    """What :func:`execute_item` runs one item with, and what is known of its outcome so
-    far: ``outcome`` and ``natural_end`` are set as soon as the job's watch returns, so the
-    cleanup and the ``item_end`` event see them even when a later phase raised."""
+class _Item:
+    """What one item runs with (its plan entry, directory, sink, ledger, platform, fault,
+    samplers, log tail) and its :class:`ItemFacts`, which the cleanup and the ``item_end``
+    event read whatever phase raised."""
 
+    plan: Plan
+    kind: ItemKind
+    item: Scenario | Control | None
     item_id: str
     run_id: str
     work: Path
@@ -254,20 +431,17 @@ class _ItemParts:
     ledger: Ledger
     platform: Platform
     stop: StopConditions
-    fault: Fault | None
+    armed: _ArmedFault | None
+    recovery: Recovery | None
     ctx: FaultContext
     sampler: ProcessSampler
     watch: Watch
     tail: LogTail | None
-    outcome: str = "unknown"
-    natural_end: bool = False
-    #: When the watch saw the job end by itself successfully (None: it did not).
-    succeeded_at: float | None = None
+    clock: PhaseClock
+    facts: ItemFacts = field(default_factory=ItemFacts)
 
 
-def _open_item(
-    plan: Plan, kind: ItemKind, item: Scenario | Control | None, run_dir: Path
-) -> _ItemParts:
+def _open_item(plan: Plan, kind: ItemKind, item: Scenario | Control | None, run_dir: Path) -> _Item:
     """Make the item's directory, event sink, ledger (activated), platform, fault,
     samplers and log tail, and record ``item_start``. Raises DrillError when the directory
     already holds a drill."""
@@ -284,7 +458,6 @@ def _open_item(
     platform_cls = PLATFORMS[plan.resources.platform].variant_for(plan.resources)
     platform: Platform = platform_cls(plan.resources, work, ledger, sink)
     stop = plan.stop_for(item.stop) if item is not None else plan.stop
-    fault: Fault | None = make_fault(item.fault) if item is not None else None
     ctx = FaultContext(
         platform=platform,
         ledger=ledger,
@@ -309,7 +482,10 @@ def _open_item(
         environment=environment_facts(),
         stop=stop.model_dump(),
     )
-    return _ItemParts(
+    return _Item(
+        plan=plan,
+        kind=kind,
+        item=item,
         item_id=item_id,
         run_id=run_id,
         work=work,
@@ -317,11 +493,13 @@ def _open_item(
         ledger=ledger,
         platform=platform,
         stop=stop,
-        fault=fault,
+        armed=_ArmedFault(make_fault(item.fault), item.trigger) if item is not None else None,
+        recovery=item.recovery if isinstance(item, Scenario) else None,
         ctx=ctx,
         sampler=sampler,
         watch=watch,
         tail=tail,
+        clock=PhaseClock(sink),
     )
 
 
@@ -340,45 +518,34 @@ def _log_tail(plan: Plan, work: Path, sink: EventSink, platform: Platform) -> Lo
     )
 
 
-def _run_item(
-    plan: Plan,
-    kind: ItemKind,
-    item: Scenario | Control | None,
-    run_dir: Path,
-    r: _ItemParts,
-    phase: PhaseClock,
-    report: Reporter,
-) -> None:
+def _run_item(run: _Item, run_dir: Path, report: Reporter) -> None:
     """The item's phases up to its cleanup: bring-up, the job (watched until it ends or is
-    stopped; sets ``r.outcome`` and ``r.natural_end``), why it failed, and after a natural
-    end the settle and post-windows. The caller's ``finally`` cleans up."""
+    stopped), why it failed, and after a natural end the settle and post-windows. The
+    caller's ``finally`` cleans up."""
+    plan, phase = run.plan, run.clock
     with phase("bring-up"):
-        r.platform.prepare()
-        job = build_job(plan, item, r.work, r.run_id)
-        if r.fault is not None:
-            _prepare_fault(r.fault, r.ctx)
+        run.platform.prepare()
+        job = build_job(plan, run.item, run.work, run.run_id)
+        if run.armed is not None:
+            _prepare_fault(run.armed.fault, run.ctx)
     with phase("job"):
-        r.platform.submit(job)
-        r.sampler.start()
-        if r.tail is not None:
-            r.tail.start()
-        if isinstance(r.platform, NetworkTrack):
-            r.platform.start_network_track(plan.observation.net_hz)
-        r.outcome, r.natural_end = _watch_job(
-            plan, kind, item, r.fault, r.ctx, r.platform, r.stop, r.watch, report
-        )
-        if r.outcome == JobState.SUCCEEDED.value:
-            r.succeeded_at = time.monotonic()
-    if r.outcome == JobState.FAILED.value:  # say why, from the launcher's logs
+        run.platform.submit(job)
+        run.sampler.start()
+        if run.tail is not None:
+            run.tail.start()
+        if isinstance(run.platform, NetworkTrack):
+            run.platform.start_network_track(plan.observation.net_hz)
+        _watch_job(run, report)
+    if run.facts.job_state is JobState.FAILED:  # say why, from the launcher's logs
         with phase("sampling", part="why the job failed"):
-            facts = failure_facts(r.work, job.argv, run_dir.resolve())
-            r.sink.emit("harness", "job_failed", **facts)
-    if r.natural_end:
+            facts = failure_facts(run.work, job.argv, run_dir.resolve())
+            run.sink.emit("harness", "job_failed", **facts)
+    if run.facts.natural_end:
         with phase("settle"):
-            _settle(r.platform, r.sampler, r.sink, plan.observation.settle_s)
+            _settle(run.platform, run.sampler, run.sink, plan.observation.settle_s)
         if plan.observation.post_s > 0:
             with phase("post-window"):
-                _observe_after_end(plan.observation.post_s, r.platform, r.sampler, r.sink)
+                _observe_after_end(plan.observation.post_s, run.platform, run.sampler, run.sink)
 
 
 def _settle(platform: Platform, sampler: ProcessSampler, sink: EventSink, settle_s: float) -> None:
@@ -395,82 +562,81 @@ def _settle(platform: Platform, sampler: ProcessSampler, sink: EventSink, settle
     )
 
 
-def _watch_job(
-    plan: Plan,
-    kind: ItemKind,
-    item: Scenario | Control | None,
-    fault: Fault | None,
-    ctx: FaultContext,
-    platform: Platform,
-    stop: StopConditions,
-    watch: Watch,
-    report: Reporter,
-) -> tuple[str, bool]:
-    """Poll until the job ends or a stop condition fires. Returns (outcome, ended naturally)."""
-    sink = ctx.sink
+def _watch_job(run: _Item, report: Reporter) -> None:
+    """Poll until the job ends by itself (ENDED) or a stop condition fires (STOPPED),
+    injecting the fault at its trigger and reverting it after its duration on the way."""
+    facts = run.facts
     started = time.monotonic()
-    injected_at: float | None = None
-    reverted = False
-    resubmitted = False
-    item_id = item.id if item is not None else "baseline"
-    while True:
+    facts.watching(started)
+    while facts.phase not in (ItemPhase.ENDED, ItemPhase.STOPPED):
         time.sleep(POLL_S)
         now = time.monotonic()
-        watch.poll()
-        state = platform.poll()
-        if fault is not None and injected_at is None and watch.triggered(item.trigger, now):  # type: ignore[union-attr]
-            injected_at = _inject(fault, ctx, item, watch)  # type: ignore[arg-type]
-            if injected_at < 0:
-                injected_at = now  # failed: do not retry, the item is judged "retest"
-                reverted = True
-        duration = fault.spec.duration_s if fault is not None else None
-        if (
-            injected_at is not None
-            and not reverted
-            and duration is not None
-            and now - injected_at >= duration
-        ):
-            _revert(fault, ctx)  # type: ignore[arg-type]
-            reverted = True
+        run.watch.poll()
+        state = run.platform.poll()
+        if run.armed is not None:
+            _drive_fault(run, run.armed, now)
         report(
-            item_id,
-            f"{kind} {item_id}: step {watch.max_step}, job {state.value}"
-            + (", fault injected" if injected_at else ""),
+            run.item_id,
+            f"{run.kind} {run.item_id}: step {run.watch.max_step}, job {state.value}"
+            + (", fault injected" if facts.fault_tried else ""),
         )
         if state.ended:
-            recovery = getattr(item, "recovery", None)
-            if (
-                state == JobState.FAILED
-                and recovery is not None
-                and recovery.action == "resubmit"
-                and not resubmitted
-            ):
-                if injected_at is not None and not reverted:
-                    _revert(fault, ctx)  # type: ignore[arg-type]
-                    reverted = True
-                resubmitted = True
-                sink.emit(
-                    "harness",
-                    "operator_action",
-                    action="resubmit",
-                    operator=plan.responsibility.recovery_operator,
-                    runbook=recovery.runbook or "resubmit the job unchanged",
-                    steps=platform.resubmit_steps(),
-                    at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                )
-                platform.resubmit()
-                continue
-            return state.value, True
-        reason = stop_reason(watch, stop, started, now)
+            _job_ended(run, state)
+            continue
+        reason = stop_reason(run.watch, run.stop, started, now)
         if reason is not None:
-            sink.emit(
+            facts.stopped(reason[0], now)
+            run.sink.emit(
                 "harness",
                 "stop_condition",
                 condition=reason[0],
                 detail=reason[1],
-                last_step=watch.max_step,
+                last_step=run.watch.max_step,
             )
-            return f"stopped: {reason[0]}", False
+
+
+def _drive_fault(run: _Item, armed: _ArmedFault, now: float) -> None:
+    """Inject the fault when its trigger is reached (once: a failed injection is not
+    retried), and revert it once its duration has run."""
+    if run.facts.fault_due and run.watch.triggered(armed.trigger, now):
+        injected_at = _inject(armed, run.ctx, run.watch)
+        if injected_at is None:
+            run.facts.inject_failed(now)  # the item is judged "retest"
+        else:
+            run.facts.injected(injected_at)
+    if run.facts.revert_due(armed.fault.spec.duration_s, now):
+        _revert(armed.fault, run.ctx)
+        run.facts.reverted(now)
+
+
+def _job_ended(run: _Item, state: JobState) -> None:
+    """The job ended by itself: a failed job under ``recovery: resubmit`` is resubmitted
+    once (an injected fault reverted first, the operator's action recorded); any other
+    end is the item's ENDED."""
+    facts = run.facts
+    now = time.monotonic()
+    recovery = run.recovery
+    resubmit = recovery is not None and recovery.action == "resubmit"
+    if state is not JobState.FAILED or recovery is None or not resubmit:
+        facts.ended(state, now)
+        return
+    if facts.resubmitted_at is not None:  # once only: the second failure is its end
+        facts.ended(state, now)
+        return
+    if facts.phase is ItemPhase.INJECTED and run.armed is not None:
+        _revert(run.armed.fault, run.ctx)
+        facts.reverted(now)
+    facts.resubmitted(now)
+    run.sink.emit(
+        "harness",
+        "operator_action",
+        action="resubmit",
+        operator=run.plan.responsibility.recovery_operator,
+        runbook=recovery.runbook or "resubmit the job unchanged",
+        steps=run.platform.resubmit_steps(),
+        at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
+    run.platform.resubmit()
 
 
 def _observe_after_end(
@@ -503,22 +669,24 @@ def _prepare_fault(fault: Fault, ctx: FaultContext) -> None:
         ctx.sink.emit("fault", "prepared", fault=fault.spec.kind, **facts)
 
 
-def _inject(fault: Fault, ctx: FaultContext, item: Scenario | Control, watch: Watch) -> float:
-    spec = fault.spec
+def _inject(armed: _ArmedFault, ctx: FaultContext, watch: Watch) -> float | None:
+    """Inject the fault and record it; returns the ``injected`` event's time, or None when
+    the injection failed (recorded as ``inject_failed``)."""
+    spec = armed.fault.spec
     ctx.sink.emit(
         "fault",
         "inject_start",
         fault=spec.kind,
         target=spec.target_label(),
         spec=spec.model_dump(mode="json"),
-        trigger=item.trigger.describe(),
+        trigger=armed.trigger.describe(),
     )
     before = set(ctx.ledger.entries)
     try:
-        facts = fault.inject(ctx)
+        facts = armed.fault.inject(ctx)
     except FaultError as exc:
         ctx.sink.emit("fault", "inject_failed", fault=spec.kind, error=str(exc))
-        return -1.0
+        return None
     acted = _first_change_applied(ctx.ledger, before)
     ev = ctx.sink.emit(
         "fault",
@@ -556,20 +724,7 @@ def _revert(fault: Fault, ctx: FaultContext) -> None:
         ctx.sink.emit("fault", "revert_failed", fault=fault.spec.kind, error=str(exc))
 
 
-def _finish(
-    plan: Plan,
-    fault: Fault | None,
-    ctx: FaultContext,
-    platform: Platform,
-    sampler: ProcessSampler,
-    watch: Watch,
-    ledger: Ledger,
-    work: Path,
-    natural_end: bool,
-    phase: PhaseClock,
-    tail: LogTail | None = None,
-    succeeded_at: float | None = None,
-) -> list[str]:
+def _finish(run: _Item) -> list[str]:
     """The cleanup path: runs on every exit, with signals noted and ignored (the caller
     sets ``signal_guard.cleaning``). Every step is attempted even if an earlier one raised:
     whatever a step raises is recorded in the ``harness``/``cleanup`` event's ``problems``
@@ -584,15 +739,16 @@ def _finish(
             detail = str(exc) if isinstance(exc, DrillError) else f"{type(exc).__name__}: {exc}"
             problems.append(f"{what}: {detail}")
 
-    sink = ctx.sink
+    platform, ledger, phase, armed = run.platform, run.ledger, run.clock, run.armed
     with phase("teardown", part="revert the fault, stop the job"):
-        if fault is not None:
-            attempt("revert the fault", lambda: fault.revert(ctx))
+        if armed is not None:
+            attempt("revert the fault", lambda: armed.fault.revert(run.ctx))
         attempt("stop the job", lambda: platform.stop(reason="end of drill"))
     with phase("sampling"):
+        tail = run.tail
         if tail is not None:  # before the inventory: it hashes what the last lines saved
-            attempt("read the job's last log lines", lambda: tail.stop(succeeded_at))
-        _close_observation(plan, platform, sampler, watch, work, natural_end, attempt)
+            attempt("read the job's last log lines", lambda: tail.stop(run.facts.succeeded_at))
+        _close_observation(run, attempt)
     with phase("teardown", part="release the platform, replay the ledger"):
         attempt("tear the platform down", platform.teardown)
 
@@ -607,24 +763,17 @@ def _finish(
             problems.append(f"{len(pending)} ledger entries not reverted; run `faultdrill cleanup`")
         else:
             attempt("drop the ledger's index entry", ledger.deactivate)
-    sink.emit("harness", "cleanup", problems=problems, ledger_pending=len(pending))
+    run.sink.emit("harness", "cleanup", problems=problems, ledger_pending=len(pending))
     return pending
 
 
-def _close_observation(
-    plan: Plan,
-    platform: Platform,
-    sampler: ProcessSampler,
-    watch: Watch,
-    work: Path,
-    natural_end: bool,
-    attempt: Callable[[str, Callable[[], object]], None],
-) -> None:
+def _close_observation(run: _Item, attempt: Callable[[str, Callable[[], object]], None]) -> None:
     """The closing observations: the snapshot after a stop, the last sample, the rest of
     the probe files into the step store, the checkpoint inventory and the exported
     artefacts hashed again."""
-    sink = sampler.sink
-    if not natural_end and sampler.running:
+    sink, sampler, platform, work = run.sink, run.sampler, run.platform, run.work
+    ckpt = run.plan.checkpoint
+    if not run.facts.natural_end and sampler.running:
         attempt(
             "final process snapshot",
             lambda: sink.emit(
@@ -634,13 +783,11 @@ def _close_observation(
             ),
         )
     attempt("stop the sampler", sampler.stop)
-    attempt("close the step store", watch.close)
+    attempt("close the step store", run.watch.close)
 
     def inventory() -> None:
         tl = Timeline.load(rundir.events_dir(work))
-        records, pointer = take_inventory(
-            tl, work / plan.checkpoint.dir, plan.checkpoint.latest_file, plan.checkpoint.keep
-        )
+        records, pointer = take_inventory(tl, work / ckpt.dir, ckpt.latest_file, ckpt.keep)
         sink.emit("harness", "ckpt_latest", **pointer.to_json())
         for rec in records:
             sink.emit("harness", "ckpt_inventory", **rec.to_json())
@@ -649,17 +796,3 @@ def _close_observation(
             sink.emit("harness", "artifact_verified", **art.to_json())
 
     attempt("checkpoint inventory failed", inventory)
-
-
-def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    as_json = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
-    write_file(run_dir / "plan.json", as_json, within=run_dir)
-    # the file as the user wrote it, read again: opened as load_plan opens it (a FIFO put
-    # in its place since is refused, not waited on), bounded the same way
-    text = (
-        read_named(source, limit=MAX_BYTES).decode("utf-8-sig", errors="replace")
-        if source
-        else yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False)
-    )
-    write_file(run_dir / rundir.PLAN, text, within=run_dir)

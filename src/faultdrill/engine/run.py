@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import yaml
+
 from faultdrill import plugins, rundir
 from faultdrill.checks import Verdict
 from faultdrill.engine.dossier import (
@@ -21,23 +23,43 @@ from faultdrill.engine.dossier import (
     resource_extras,
     snapshot_record,
 )
-from faultdrill.engine.item import (
-    Reporter,
-    execute_item,
-    write_plan_copy,
-)
+from faultdrill.engine.item import Reporter, execute_item
 from faultdrill.engine.phases import record_phase
 from faultdrill.environment import environment_facts
 from faultdrill.errors import DrillError
 from faultdrill.judge.evaluate import ItemResult, RunResult, evaluate_item
 from faultdrill.plan import Control, Plan, Scenario
+from faultdrill.plan.source import MAX_BYTES
 from faultdrill.platforms import PLATFORMS
 from faultdrill.readings.reference import Reference
 from faultdrill.report import write_reports
 from faultdrill.rundir import ItemKind
+from faultdrill.safepath import read_named, write_file
 from faultdrill.timeline import Timeline
 
-__all__ = ["Progress", "host_problem", "machine_problems", "run_plan", "write_dossier"]
+__all__ = [
+    "Progress",
+    "host_problem",
+    "machine_problems",
+    "run_plan",
+    "write_dossier",
+    "write_plan_copy",
+]
+
+
+def write_plan_copy(plan: Plan, source: Path | None, run_dir: Path) -> None:
+    """The plan as admitted (``plan.json``) and as its author wrote it, into the run."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    as_json = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
+    write_file(run_dir / "plan.json", as_json, within=run_dir)
+    # the file as the user wrote it, read again: opened as load_plan opens it (a FIFO put
+    # in its place since is refused, not waited on), bounded the same way
+    text = (
+        read_named(source, limit=MAX_BYTES).decode("utf-8-sig", errors="replace")
+        if source
+        else yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False)
+    )
+    write_file(run_dir / rundir.PLAN, text, within=run_dir)
 
 
 def write_dossier(
