@@ -23,6 +23,7 @@ FAULT_MODULES = (
     "faultdrill.faults.network",
     "faultdrill.faults.node",
     "faultdrill.faults.storage",
+    "faultdrill.faults.data",
     "faultdrill.faults.checkpoint",
     "faultdrill.faults.control_plane",
     "faultdrill.faults.harness",
@@ -36,6 +37,7 @@ CHECK_MODULES = (
     "faultdrill.checks.results",
     "faultdrill.checks.network",
     "faultdrill.checks.storage",
+    "faultdrill.checks.data",
 )
 
 #: Every platform, and the modules whose ledger undo functions ``cleanup`` needs (none of

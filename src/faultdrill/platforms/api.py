@@ -119,6 +119,10 @@ class Ability(str, Enum):
     STORAGE_FULL = "storage-full"
     #: The checkpoint directory's server stops answering (hang) or fails (EIO).
     STORAGE_UNREACHABLE = "storage-unreachable"
+    #: The job's data directory (the item's own, read by the workload's file-backed
+    #: dataset) is served through a FUSE mirror whose server hangs or fails (EIO)
+    #: (``StorageActions`` on the data directory).
+    DATA_OUTAGE = "data-outage"
     #: The harness can read and damage the job's checkpoint files (``ReachesCheckpoints``).
     CHECKPOINT_FILES = "checkpoint-files"
     #: Per-node interface counters and round trips can be sampled (``NetworkTrack``).

@@ -172,6 +172,12 @@ class KubernetesPlatform(Platform):
 
     @classmethod
     def why_not(cls, ability: Ability, resources: Resources) -> str:
+        if ability is Ability.DATA_OUTAGE:
+            return (
+                "data-outage is drilled on platform local and on the embedded Slurm cluster "
+                "(resources.slurm.embedded: true), where the data directory is this host's; "
+                "run the scenario there"
+            )
         return f"{ability.value} {_NEEDS_MACHINES}"
 
     @classmethod

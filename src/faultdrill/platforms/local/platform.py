@@ -119,6 +119,7 @@ _ALWAYS = frozenset(
         Ability.STORAGE_READ_ONLY,
         Ability.STORAGE_FULL,
         Ability.STORAGE_UNREACHABLE,
+        Ability.DATA_OUTAGE,
         Ability.CHECKPOINT_FILES,
         Ability.REPLICA_COPY,
     }
@@ -195,7 +196,7 @@ class LocalPlatform(HostStorage, Platform):
     def machine_lacks(cls, abilities: frozenset[Ability]) -> dict[Ability, str]:
         out: dict[Ability, str] = {}
         for ability in sorted(abilities, key=str):
-            if ability is Ability.STORAGE_UNREACHABLE:
+            if ability in (Ability.STORAGE_UNREACHABLE, Ability.DATA_OUTAGE):
                 missing = fuse_missing()
                 if missing:
                     out[ability] = "; ".join(missing)

@@ -214,6 +214,11 @@ class RayPlatform(HostStorage, Platform):
             )
         if ability is Ability.CONTROL_PLANE_STOP and settings_of(resources).is_embedded:
             return _NO_HEAD_RESTART
+        if ability is Ability.DATA_OUTAGE:
+            return (
+                "data-outage is drilled on platform local and on the embedded Slurm cluster "
+                "(the Ray Train workload reads no data files yet); run the scenario there"
+            )
         return (
             "faultdrill owns no node, link, control plane or mount of a Ray cluster given by "
             "address; use the embedded cluster (remove resources.ray.address, isolation: netns)"

@@ -23,6 +23,7 @@ control-plane-outage  slurmctld SIGSTOPped (pause), its namespace's link cut (cu
                       stopped with SIGTERM and started again by the undo (stop)
 storage-outage        the checkpoint directory, as on the local platform (the job runs in
                       the harness's mount namespace: ``HostStorage``)
+data-outage           the item's data directory, through the same FUSE mirror (``HostStorage``)
 corrupt-checkpoint    the checkpoint files, from this machine
 ====================  =======================================================================
 """
@@ -96,10 +97,10 @@ class EmbeddedSlurmPlatform(HostStorage, SlurmPlatform):
         if why is not None:
             return dict.fromkeys(abilities, f"the embedded Slurm cluster: {why}")
         out: dict[Ability, str] = {}
-        if Ability.STORAGE_UNREACHABLE in abilities:
-            missing = fuse_missing()
+        for needs_fuse in (Ability.STORAGE_UNREACHABLE, Ability.DATA_OUTAGE):
+            missing = fuse_missing() if needs_fuse in abilities else []
             if missing:
-                out[Ability.STORAGE_UNREACHABLE] = "; ".join(missing)
+                out[needs_fuse] = "; ".join(missing)
         return out
 
     # --- the contract -------------------------------------------------------------------
