@@ -75,8 +75,12 @@ def test_a_ray_section_on_another_platform_is_refused() -> None:
 
 def test_the_embedded_cluster_does_every_fault_family_with_its_own_head() -> None:
     res = Resources(platform="ray", isolation="netns")
-    assert RayPlatform.abilities_for(res) == frozenset(Ability) - {Ability.REPLICA_COPY}
+    assert RayPlatform.abilities_for(res) == frozenset(Ability) - {
+        Ability.REPLICA_COPY,
+        Ability.DATA_OUTAGE,
+    }
     assert "actors started by Ray" in RayPlatform.why_not(Ability.REPLICA_COPY, res)
+    assert "platform local" in RayPlatform.why_not(Ability.DATA_OUTAGE, res)
     parse_plan(ray_plan())  # the demo's faults, drain and control-plane stop included
 
 

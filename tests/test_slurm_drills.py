@@ -1,7 +1,8 @@
 """Slurm, for real: every fault family drilled on the embedded Slurm cluster by one
 ``faultdrill run`` of the example plan (``examples/slurm.yaml``: kill-worker, node-down with
 requeue, node-drain) plus a link fault, a slurmctld outage, a storage outage and a damaged
-checkpoint. Each test asserts the evidence and that the four questions were answered from
+checkpoint, a data outage (the samples read from files) and the example's harness controls.
+Each test asserts the evidence and that the four questions were answered from
 what Slurm decided (``platform`` events with ``source: slurmctld``).
 
 One run of eight items (baseline + seven scenarios), about 4 minutes on an idle 2-core
@@ -58,6 +59,13 @@ _EXTRA = {
             "expected": {"resume": "no-restart"},
         },
         {
+            "id": "data-error",
+            "title": "every read of the job's data fails (EIO) for 3 s",
+            "fault": {"kind": "data-outage", "mode": "error", "for_s": 3},
+            "trigger": {"at_step": 7},
+            "expected": {"resume": "no-restart"},
+        },
+        {
             "id": "checkpoint-bit-flip",
             "title": "bits flipped in the step-10 checkpoint, then a worker dies",
             "fault": {"kind": "corrupt-checkpoint", "damage": "flip-bytes"},
@@ -70,6 +78,8 @@ _EXTRA = {
 
 def default_plan() -> dict[str, Any]:
     raw = example_raw()
+    # the samples are read from files (same ids and numbers), so a data outage can hit them
+    raw["task"]["workload"]["data_files"] = True
     raw["rounds"][0]["scenarios"] += _EXTRA[1]
     raw["rounds"].append({"round": 3, "name": "controller and storage", "scenarios": _EXTRA[3]})
     return shrunk(raw)
@@ -209,6 +219,27 @@ def test_a_damaged_checkpoint_is_refused_after_the_restart(report: dict[str, Any
     ]
     assert loads[-1]["rejected"] and loads[-1]["rejected"][0]["id"].endswith("10"), loads
     one_allocation(report, "checkpoint-bit-flip")
+
+
+def test_the_harness_controls_are_caught(report: dict[str, Any]) -> None:
+    """The example plan's ``controls: {harness: all}``: each planted defect is caught by
+    its check on the embedded Slurm cluster."""
+    got = {c["id"]: (c["expected_check"], c["caught"]) for c in report["controls"]}
+    assert got == {
+        "ctl-rollback-latest": ("progress.resume-point", True),
+        "ctl-hide-checkpoints": ("progress.no-restart-from-zero", True),
+        "ctl-stale-copy": ("resources.no-stale-replica", True),
+    }, got
+
+
+def test_a_data_outage_is_retried_and_no_sample_is_lost(report: dict[str, Any]) -> None:
+    s = scenario(report, "data-error")
+    assert s["verdict"] == "pass", explain(s)
+    found = {
+        f["check"]: f for ev in [*s["evidence"].values(), s["expectation"]] for f in ev["findings"]
+    }
+    assert "retried its reads" in found["progress.data-outage"]["message"]
+    assert found["progress.sample-ledger"]["verdict"] == "pass"
 
 
 def test_nothing_is_left_behind(report: dict[str, Any]) -> None:

@@ -51,6 +51,12 @@ def test_the_example_plan_is_valid_and_embedded() -> None:
     plan = parse_plan(example_raw(), source="slurm.yaml")
     assert plan.resources.slurm is not None and plan.resources.slurm.embedded
     assert PLATFORMS["slurm"].variant_for(plan.resources) is EmbeddedSlurmPlatform
+    # the harness controls, every one (the drill test proves each is caught)
+    assert [(c.id, c.expected_check) for c in plan.controls] == [
+        ("ctl-rollback-latest", "progress.resume-point"),
+        ("ctl-hide-checkpoints", "progress.no-restart-from-zero"),
+        ("ctl-stale-copy", "resources.no-stale-replica"),
+    ]
 
 
 @pytest.mark.parametrize(

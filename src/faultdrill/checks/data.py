@@ -18,6 +18,9 @@ from faultdrill.events import Event
 
 P, R, F = Verdict.PASS, Verdict.RETEST, Verdict.FAIL
 NAME = "progress.data-outage"
+#: The ``injected`` event is written once the outage is in place (the mirror acknowledged
+#: it), so the job's first failed read may come this much before it.
+_APPLY_S = 2.0
 
 
 def _window(ctx: CheckContext, inj: Event) -> tuple[float, float]:
@@ -35,7 +38,7 @@ def _how(ctx: CheckContext, t0: float, t1: float) -> Msg:
     restarted = [i for i in tl.incarnations if i.starts and i.started_mono > t0]
     if restarted:
         return Msg("progress.data-outage.how.restarted", inc=restarted[0].index)
-    failed = [e for e in tl.of("probe", "data_read_failed") if t0 <= e.mono <= t1 + 1.0]
+    failed = [e for e in tl.of("probe", "data_read_failed") if t0 - _APPLY_S <= e.mono <= t1 + 1.0]
     if failed:
         recovered = tl.of("probe", "data_read_recovered")
         waited = max((float(e.get("waited_s") or 0.0) for e in recovered), default=0.0)
@@ -54,7 +57,7 @@ def data_outage(ctx: CheckContext) -> list[Finding]:
         return [ctx.finding(NAME, P, Msg("progress.data-outage.not-outage"))]
     t0, t1 = _window(ctx, inj)
     mono = tl.steps.mono
-    skipped = [e for e in tl.of("probe", "data_read_skipped") if e.mono >= t0]
+    skipped = tl.of("probe", "data_read_skipped")  # whenever: skipped data is lost data
     if skipped:
         positions = sorted({int(e.get("position", -1)) for e in skipped})
         return [

@@ -205,7 +205,7 @@ def make_loader(
         dataset_of(cfg, corpus, on_read),
         batch_sampler=batches,
         num_workers=cfg.loader_workers,
-        multiprocessing_context=cfg.loader_start,
-        persistent_workers=cfg.loader_persistent,
+        multiprocessing_context=cfg.loader_start if cfg.loader_workers else None,
+        persistent_workers=cfg.loader_persistent and cfg.loader_workers > 0,
         generator=torch.Generator(),
     )
