@@ -27,6 +27,8 @@ from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources
 from faultdrill.platforms.api import Ability
 from faultdrill.platforms.fake import FakePlatform
+from faultdrill.platforms.kubernetes.platform import KubernetesPlatform
+from faultdrill.platforms.kubernetes.testplatform import TEST_CLUSTER_ABILITIES
 from faultdrill.platforms.local.platform import LocalPlatform
 from faultdrill.workloads import _loader, lm
 from faultdrill.workloads.lm_config import ConfigError, config_from_dict
@@ -110,6 +112,9 @@ def test_ray_refuses_it_at_validation_naming_where_it_runs(tmp_path: Path) -> No
 def test_abilities() -> None:
     assert Ability.DATA_OUTAGE in LocalPlatform.abilities_for(Resources())
     assert Ability.DATA_OUTAGE in FakePlatform.abilities_for(Resources())
+    assert Ability.DATA_OUTAGE not in TEST_CLUSTER_ABILITIES
+    why = KubernetesPlatform.why_not(Ability.DATA_OUTAGE, Resources())
+    assert "platform local" in why and "slurm.embedded: true" in why
 
 
 # --- the workload's config and file-backed dataset -----------------------------------------
