@@ -133,6 +133,10 @@ SITES: dict[str, tuple[str, dict[str, Any] | None]] = {
         "rounds.2.scenarios.2.fault",
         {"kind": "storage-slow", "latency_ms": 100, "for_s": 2},
     ),
+    "DataOutageSpec": (
+        "rounds.2.scenarios.2.fault",
+        {"kind": "data-outage", "mode": "error", "for_s": 2},
+    ),
     "CorruptCheckpointSpec": ("rounds.2.scenarios.3.fault", None),
     "RollbackLatestSpec": ("controls.0.fault", {"kind": "rollback-latest"}),
     "LogPatterns": ("logs", {"step": r"step (?P<step>\d+)"}),

@@ -284,6 +284,7 @@ EVERY_CHECK = [
     "progress.checkpoint-verified",
     "progress.completed",
     "progress.damaged-checkpoint-refused",
+    "progress.data-outage",
     "progress.failed-save-not-published",
     "progress.hang-detected",
     "progress.no-jump",

@@ -26,6 +26,7 @@ from faultdrill.faults.storage import StorageOutageSpec, StorageSlowSpec
 from faultdrill.faults.straggler import SlowWorkerSpec
 from faultdrill.ledger import Ledger
 from faultdrill.plan import Resources
+from faultdrill.plan.faults import DataOutageSpec
 from faultdrill.platforms import PLATFORMS
 from faultdrill.platforms.api import Ability, Change
 from faultdrill.platforms.fake import FakePlatform
@@ -61,6 +62,7 @@ CASES: list[tuple[FaultSpec, list[str]]] = [
         ["storage_prepare", "storage_unreachable"],
     ),
     (StorageSlowSpec(latency_ms=200, for_s=1), ["storage_prepare", "storage_slow"]),
+    (DataOutageSpec(mode="error", for_s=1), ["storage_prepare", "storage_unreachable"]),
     (CorruptCheckpointSpec(damage="truncate"), ["rank_replica", "signal_replica"]),
     (RollbackLatestSpec(), ["rank_replica", "signal_replica"]),
     (HideCheckpointsSpec(), ["rank_replica", "signal_replica"]),
@@ -86,6 +88,7 @@ def _fake(tmp_path: Path, platform: type[FakePlatform] = FakePlatform) -> FaultC
     (ckpt / "step-000010").mkdir(parents=True)
     (ckpt / "step-000010" / "state.pt").write_bytes(b"x" * 64)
     (ckpt / "latest").write_text("step-000010\n")
+    (item / "data").mkdir()
     ledger = Ledger(tmp_path / "ledger.jsonl", run_id="t-fake")
     sink = EventSink(tmp_path / "events", "t")
     res = Resources(platform="fake", nodes=2, spares=1)
@@ -96,6 +99,7 @@ def _fake(tmp_path: Path, platform: type[FakePlatform] = FakePlatform) -> FaultC
         scenario_id="s",
         ckpt_dir=ckpt,
         item_dir=item,
+        data_dir=item / "data",
     )
 
 

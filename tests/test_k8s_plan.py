@@ -45,6 +45,11 @@ def test_the_example_plan_is_valid_and_chooses_the_test_cluster() -> None:
     assert Path(k8s.manifest) == (EXAMPLES / "kubernetes-job.yaml").resolve()
     cls = PLATFORMS["kubernetes"].variant_for(plan.resources)
     assert cls is TestClusterPlatform
+    # the harness controls the test cluster can host (no replica-copy: no stale-copy)
+    assert [(c.id, c.expected_check) for c in plan.controls] == [
+        ("ctl-rollback-latest", "progress.resume-point"),
+        ("ctl-hide-checkpoints", "progress.no-restart-from-zero"),
+    ]
 
 
 def test_a_kubernetes_plan_without_its_section_says_how_to_add_it() -> None:

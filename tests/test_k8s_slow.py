@@ -104,6 +104,7 @@ def test_the_example_plan_passes(tmp_path: Path) -> None:
         kill_task(task)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "2/2 pass" in done.stdout
+    assert "controls caught: 2/2" in done.stdout  # rollback-latest, hide-checkpoints
     assert k8s_leftovers(out, task) == []
 
 

@@ -80,8 +80,10 @@ def test_the_embedded_cluster_does_every_fault_family_with_its_own_head() -> Non
         Ability.REPLICA_COPY,
         Ability.HANG_RANK,
         Ability.OOM_RANK,
+        Ability.DATA_OUTAGE,
     }
     assert "actors started by Ray" in RayPlatform.why_not(Ability.REPLICA_COPY, res)
+    assert "platform local" in RayPlatform.why_not(Ability.DATA_OUTAGE, res)
     parse_plan(ray_plan())  # the demo's faults, drain and control-plane stop included
 
 

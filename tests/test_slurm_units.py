@@ -51,6 +51,12 @@ def test_the_example_plan_is_valid_and_embedded() -> None:
     plan = parse_plan(example_raw(), source="slurm.yaml")
     assert plan.resources.slurm is not None and plan.resources.slurm.embedded
     assert PLATFORMS["slurm"].variant_for(plan.resources) is EmbeddedSlurmPlatform
+    # the harness controls, every one (the drill test proves each is caught)
+    assert [(c.id, c.expected_check) for c in plan.controls] == [
+        ("ctl-rollback-latest", "progress.resume-point"),
+        ("ctl-hide-checkpoints", "progress.no-restart-from-zero"),
+        ("ctl-stale-copy", "resources.no-stale-replica"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -108,7 +114,9 @@ def test_a_slurm_section_on_another_platform_is_refused() -> None:
 
 def test_a_real_cluster_refuses_node_level_faults_at_validation() -> None:
     raw = plan_with({"shared_dir": "/nfs/drills"}, spares=0, isolation="none")
-    problem, node_down = problems(raw)  # every refused fault is said, each at its field
+    problem, node_down, *controls = problems(raw)  # every refused fault is said, at its field
+    assert [where for where, _ in controls] == [f"controls[{i}].fault.kind" for i in range(3)]
+    assert all("needs abilit" in why and "signal-rank" in why for _, why in controls)
     assert node_down[0] == "rounds[1].scenarios[0].fault.kind"
     assert "fault 'node-down' needs ability node-down" in node_down[1]
     assert problem[1].startswith(
@@ -118,6 +126,7 @@ def test_a_real_cluster_refuses_node_level_faults_at_validation() -> None:
     assert "set resources.slurm.embedded: true" in problem[1]
     raw["rounds"] = [raw["rounds"][1]]
     raw["rounds"][0]["scenarios"] = raw["rounds"][0]["scenarios"][1:]  # node-drain only
+    raw["controls"] = []
     assert parse_plan(raw).scenarios()[0].fault.kind == "node-drain"
 
 

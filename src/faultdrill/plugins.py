@@ -25,6 +25,7 @@ FAULT_MODULES = (
     "faultdrill.faults.network",
     "faultdrill.faults.node",
     "faultdrill.faults.storage",
+    "faultdrill.faults.data",
     "faultdrill.faults.checkpoint",
     "faultdrill.faults.control_plane",
     "faultdrill.faults.harness",
@@ -40,6 +41,7 @@ CHECK_MODULES = (
     "faultdrill.checks.network",
     "faultdrill.checks.storage",
     "faultdrill.checks.straggler",
+    "faultdrill.checks.data",
 )
 
 #: Every platform, and the modules whose ledger undo functions ``cleanup`` needs (none of

@@ -39,6 +39,7 @@ __all__ = [
     "REPORT_JSON",
     "REPORT_MD",
     "ItemKind",
+    "data_dir",
     "dossier_path",
     "events_dir",
     "item_dir",
@@ -87,6 +88,12 @@ def items(run_dir: Path) -> Iterator[tuple[ItemKind, str, Path]]:
 def events_dir(item: Path) -> Path:
     """The item's event files (``*.jsonl``) and step store."""
     return item / EVENTS
+
+
+def data_dir(item: Path) -> Path:
+    """The item's data files (the reference workload's file-backed dataset, written by the
+    job at its first start; what a ``data-outage`` makes unreadable)."""
+    return item / "data"
 
 
 def logs_dir(item: Path) -> Path:

@@ -149,7 +149,10 @@ class signal_guard:  # noqa: N801  (used as a context manager, reads as a statem
 def _workload_config(
     plan: Plan, item: Scenario | Control | None, ckpt_dir: Path, work: Path
 ) -> dict[str, Any]:
-    cfg = plan.workload_config(item, str(ckpt_dir))  # the same config the plan validated
+    # the same config the plan validated
+    cfg = plan.workload_config(item, str(ckpt_dir), str(rundir.data_dir(work)))
+    if "data_dir" in cfg:
+        rundir.data_dir(work).mkdir(parents=True, exist_ok=True)
     if plan.task.entrypoint.module == REFERENCE_WORKLOAD:
         # The exported final model, outside the checkpoint directory that faults damage.
         cfg.setdefault("export_path", str(work / "export" / "model.pt"))
@@ -466,6 +469,7 @@ def _open_item(plan: Plan, kind: ItemKind, item: Scenario | Control | None, run_
         ckpt_dir=work / plan.checkpoint.dir,
         latest_file=plan.checkpoint.latest_file,
         item_dir=work,  # refuses a checkpoint dir outside the item's directory
+        data_dir=rundir.data_dir(work),
     )
     ledger.activate()
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)

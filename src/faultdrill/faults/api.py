@@ -69,11 +69,16 @@ class FaultContext:
     latest_file: str = "latest"
     #: The item's own directory (the run's ``baseline``, ``scenarios/ID``...), when known.
     item_dir: Path | None = None
+    #: The item's data directory (the reference workload's data files), when known.
+    data_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        if self.ckpt_dir is not None and self.item_dir is not None:
+        if self.item_dir is not None:
             self.item_dir = self.item_dir.resolve()
-            self.ckpt_dir = self.checked_ckpt_dir()
+            if self.ckpt_dir is not None:
+                self.ckpt_dir = self.checked_ckpt_dir()
+            if self.data_dir is not None:
+                self.data_dir = self.checked_data_dir()
 
     def checked_ckpt_dir(self) -> Path:
         """``ckpt_dir`` resolved now, refused (FaultError) unless it is strictly below
@@ -81,14 +86,32 @@ class FaultContext:
         the directory with a symlink since."""
         if self.ckpt_dir is None:
             raise FaultError("the drill did not say where the checkpoints are")
-        resolved = self.ckpt_dir.resolve()
+        return self._contained(
+            self.ckpt_dir,
+            "checkpoint directory",
+            "set checkpoint.dir to a plain relative name such as 'ckpt'",
+        )
+
+    def checked_data_dir(self) -> Path:
+        """``data_dir`` resolved now, refused (FaultError) unless it is strictly below
+        ``item_dir`` (a data outage mounts over it: never a host path). Called again right
+        before acting, as :meth:`checked_ckpt_dir`."""
+        if self.data_dir is None:
+            raise FaultError("the drill did not say where the job's data files are")
+        return self._contained(
+            self.data_dir,
+            "data directory",
+            "the data directory is the item's own 'data'; do not replace it with a link",
+        )
+
+    def _contained(self, path: Path, what: str, fix: str) -> Path:
+        resolved = path.resolve()
         if self.item_dir is not None:
             base = self.item_dir.resolve()
             if resolved == base or not resolved.is_relative_to(base):
                 raise FaultError(
-                    f"checkpoint directory {self.ckpt_dir} resolves to {resolved}, which is not "
-                    f"inside the item's directory {base}; faults act only on the run's own "
-                    "files (set checkpoint.dir to a plain relative name such as 'ckpt')"
+                    f"{what} {path} resolves to {resolved}, which is not inside the item's "
+                    f"directory {base}; faults act only on the run's own files ({fix})"
                 )
         return resolved
 

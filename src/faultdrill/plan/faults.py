@@ -425,6 +425,26 @@ class StorageSlowSpec(FaultSpec):
         return self.for_s
 
 
+# --- from faults/data.py --------------------------------------------------------
+
+
+class DataOutageSpec(FaultSpec):
+    kind: Literal["data-outage"] = "data-outage"
+    mode: Literal["error", "hang"] = Field(
+        description="error: every read of the data directory fails with EIO (a soft mount "
+        "whose server is gone); hang: every read blocks until the outage ends (an NFS hard "
+        "mount whose server is down)"
+    )
+    for_s: float = Field(gt=0, le=600, description="how long the data stays unreadable")
+
+    def target_label(self) -> str:
+        return "the job's data directory"
+
+    @property
+    def duration_s(self) -> float | None:
+        return self.for_s
+
+
 # --- from faults/checkpoint.py --------------------------------------------------
 
 Damage = Literal["flip-bytes", "truncate", "remove-manifest", "latest-to-missing"]
@@ -620,6 +640,7 @@ FAULT_SPECS: tuple[type[FaultSpec], ...] = (
     NodeDrainSpec,
     StorageOutageSpec,
     StorageSlowSpec,
+    DataOutageSpec,
 )
 
 #: The fault kinds a plan may name (``kind`` of each spec).

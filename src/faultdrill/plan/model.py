@@ -162,13 +162,19 @@ class Plan(Frozen):
         paths.update({id(c): f"controls[{i}]" for i, c in enumerate(self.controls)})
         return paths
 
-    def workload_config(self, item: Scenario | Control | None, ckpt_dir: str) -> dict[str, Any]:
+    def workload_config(
+        self, item: Scenario | Control | None, ckpt_dir: str, data_dir: str = "<data_dir>"
+    ) -> dict[str, Any]:
         """The workload config an item runs with (``{workload_config}``): ``task.workload``,
         a control's ``workload`` over it, and for the reference workload the plan's
-        checkpoint policy, gloo timeout (unless a control sets its own) and seed."""
+        checkpoint policy, gloo timeout (unless a control sets its own) and seed, and
+        ``data_dir`` (the item's own) when the config asks for file-backed data
+        (``data_files: true``)."""
         cfg = dict(self.task.workload)
         if isinstance(item, Control):
             cfg.update(item.workload)
+        if self.task.entrypoint.module == REFERENCE_WORKLOAD and cfg.get("data_files") is True:
+            cfg["data_dir"] = data_dir
         if self.task.entrypoint.module == REFERENCE_WORKLOAD:
             cfg.update(
                 ckpt_dir=ckpt_dir,

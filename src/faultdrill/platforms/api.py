@@ -133,6 +133,10 @@ class Ability(str, Enum):
     STORAGE_UNREACHABLE = "storage-unreachable"
     #: The checkpoint directory's server answers, each request late (``StorageActions``).
     STORAGE_SLOW = "storage-slow"
+    #: The job's data directory (the item's own, read by the workload's file-backed
+    #: dataset) is served through a FUSE mirror whose server hangs or fails (EIO)
+    #: (``StorageActions`` on the data directory).
+    DATA_OUTAGE = "data-outage"
     #: The harness can read and damage the job's checkpoint files (``ReachesCheckpoints``).
     CHECKPOINT_FILES = "checkpoint-files"
     #: Per-node interface counters and round trips can be sampled (``NetworkTrack``).

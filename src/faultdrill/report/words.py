@@ -352,6 +352,6 @@ def permissions(report: Report, t: Translator) -> str:
         extra.append("iptables/tc")
     if any(k.startswith("node") for k in kinds):
         extra.append("cgroup freezer")
-    if any(k.startswith(("storage", "corrupt")) for k in kinds):
+    if any(k.startswith(("storage", "corrupt", "data")) for k in kinds):
         extra.append("mounts")
     return t("perm.root", extra="".join(", " + e for e in extra))

@@ -19,7 +19,8 @@ Contract
   (in ``run_start``) is the sha256 of the canonical JSON (sorted keys, no spaces) of the
   fields in :data:`DIGEST_FIELDS`: those that decide the numbers a correct run computes.
   ``ckpt_dir``, ``ckpt_every``, ``ckpt_keep``, ``gloo_timeout_s``, ``step_sleep_s``,
-  ``save_error``, ``export_path`` and ``bad_mode`` are left out, so a drill and its baseline
+  ``save_error``, ``export_path``, ``data_files``, ``data_dir``, ``data_retry_s`` and
+  ``bad_mode`` are left out, so a drill and its baseline
   share a digest.
 * **Data**: a synthetic corpus of ``dataset_size`` token sequences drawn from a sparse
   random Markov chain (each token has two possible successors), so the loss falls from
@@ -55,6 +56,13 @@ Contract
   after the save, so no rank runs ahead of a save that fails. A save that fails with
   ``OSError`` is logged and skipped (``save_error="skip"``) or raised (``"crash"``).
 
+* **Data files** (``data_files: true``; faultdrill sets ``data_dir`` to the item's own
+  ``data`` directory): rank 0 writes the training sequences into shard files there at the
+  start (kept by a restart) and the job reads every sample from its file through a
+  DataLoader (see ``_loader``): the same ids, batches and losses as without. A failed read
+  is retried for ``data_retry_s`` s (``data_read_failed`` / ``data_read_recovered``
+  events), then the job crashes.
+
 Known-bad modes (``bad_mode``), negative controls that break recovery on restart:
 
 =============================  ==============================================================
@@ -68,6 +76,8 @@ publish-before-durable         moves ``latest`` before ``state.pt`` is written a
 stale-eval-model               after a restore, evaluates a copy of the model as loaded, not
                                the model being trained (training and export stay correct)
 handover-stale                 Ray Train only (``lm_ray``): Ray is handed the previous checkpoint
+skip-unreadable-shard          ``data_files`` only: a sample whose read fails is replaced by the
+                               next readable one of the stream (``data_read_skipped``)
 =============================  ==============================================================
 
 ``stale-replica`` starts its replica at most once per ``ckpt_dir`` (it claims the marker
@@ -106,7 +116,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from faultdrill.probe import ENV_EVENTS_DIR, Probe, probe_from_env
 from faultdrill.workloads import _ckpt
-from faultdrill.workloads._loader import StepBatches, make_loader
+from faultdrill.workloads._loader import StepBatches, make_loader, write_shards
 from faultdrill.workloads.lm_config import (  # the config part needs no torch: plans use it
     BAD_MODES,
     DIGEST_FIELDS,
@@ -470,14 +480,16 @@ class _Job:
         resume point to the last: read here, or fetched by DataLoader workers (a loader
         iterated once per data epoch, as real jobs do)."""
         cfg = self.cfg
-        if cfg.loader_workers == 0:
+        if cfg.loader_workers == 0 and not cfg.data_files:
             for step in range(self.step + 1, cfg.steps + 1):
                 lo = self.position + self.rank * self.per_rank  # train() advances position
                 ids = range(lo, lo + self.per_rank)
                 yield (step, list(ids), *self.corpus.batch(ids))
             return
         plan = StepBatches(cfg.global_batch, self.rank, self.per_rank)
-        loader = make_loader(cfg, self.corpus, plan)
+        # in-process reads report their failures; a worker's would write from another process
+        on_read = self._data_read if cfg.loader_workers == 0 else None
+        loader = make_loader(cfg, self.corpus, plan, on_read)
         epoch_steps = max(1, cfg.dataset_size // cfg.global_batch)
         step, position = self.step + 1, self.position
         while step <= cfg.steps:
@@ -487,6 +499,19 @@ class _Job:
                 yield step, positions.tolist(), inputs, targets
                 step += 1
             position += (last - plan.first + 1) * cfg.global_batch
+
+    def _data_read(self, what: str, facts: dict[str, Any]) -> None:
+        self.probe.emit(what, step=self.step + 1, **facts)
+        print(f"{PROG}: {what}: {facts}", file=sys.stderr, flush=True)
+
+    def write_data_files(self) -> None:
+        """``data_files``: rank 0 writes the shard files the job will read (once per data
+        directory: a restarted job keeps them); every rank waits for them."""
+        if self.rank == 0:
+            os.makedirs(self.cfg.data_dir, exist_ok=True)
+            written = write_shards(self.corpus.samples, self.cfg.data_dir)
+            self.probe.emit("data_files", path=self.cfg.data_dir, shards_written=written)
+        dist.barrier()
 
     def train(self, ddp: nn.Module) -> None:
         cfg = self.cfg
@@ -687,6 +712,8 @@ def train_on_group(
             data_digest=job.corpus.digest(),
             **run_start_extra,
         )
+        if cfg.data_files:
+            job.write_data_files()
         job.resume()
         if cfg.bad_mode == "stale-replica" and restart_count == 0 and rank == world - 1:
             job.start_stale_replica()  # once per checkpoint dir, see there

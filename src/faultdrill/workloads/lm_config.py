@@ -41,6 +41,7 @@ BAD_MODES = (
     "publish-before-durable",
     "stale-eval-model",
     "handover-stale",
+    "skip-unreadable-shard",
 )
 #: Known-bad modes that only mean something under Ray Train (``workloads.lm_ray``): a
 #: platform that hands checkpoints over. ``handover-stale``: rank 0 hands Ray the previous
@@ -83,6 +84,9 @@ class LMConfig:
     loader_start: str = "fork"
     loader_persistent: bool = True
     export_path: str = ""
+    data_files: bool = False
+    data_dir: str = ""
+    data_retry_s: float = 60.0
 
 
 DIGEST_FIELDS = (
@@ -138,7 +142,13 @@ _MAX_INT = {
     "ckpt_keep": 1000,
     "loader_workers": 256,
 }
-_MAX_FLOAT = {"dropout": 1.0, "lr": 10.0, "gloo_timeout_s": 86_400.0, "step_sleep_s": 3600.0}
+_MAX_FLOAT = {
+    "dropout": 1.0,
+    "lr": 10.0,
+    "gloo_timeout_s": 86_400.0,
+    "step_sleep_s": 3600.0,
+    "data_retry_s": 3600.0,
+}
 _short = reprlib.Repr()
 _short.maxstring = _short.maxother = 200
 
@@ -195,6 +205,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
         )
     if values.get("step_sleep_s", 0.0) < 0:
         raise fail("step_sleep_s", "must be >= 0", values["step_sleep_s"])
+    _check_data_files(values, fail)
     if "save_error" in values and values["save_error"] not in SAVE_ERRORS:
         raise fail("save_error", f"must be one of {', '.join(SAVE_ERRORS)}", values["save_error"])
     if "loader_start" in values and values["loader_start"] not in LOADER_STARTS:
@@ -207,6 +218,24 @@ def config_from_dict(raw: Any, source: str = "<config>") -> LMConfig:
     if cfg.d_model % cfg.n_heads:
         raise fail("n_heads", f"must divide d_model {cfg.d_model}", cfg.n_heads)
     return cfg
+
+
+def _check_data_files(values: dict[str, Any], fail: Any) -> None:
+    """The file-backed dataset's fields: a directory when on, a retry budget >= 0."""
+    data_dir = values.get("data_dir", "")
+    if not isinstance(data_dir, str):
+        raise fail("data_dir", "must be a string (a directory path)", data_dir)
+    if values.get("data_files") and not data_dir:
+        raise fail(
+            "data_dir",
+            "must name a directory when data_files is true (faultdrill sets it to the "
+            "item's own data directory)",
+            data_dir,
+        )
+    if values.get("data_retry_s", 0.0) < 0:
+        raise fail("data_retry_s", "must be >= 0", values["data_retry_s"])
+    if values.get("bad_mode") == "skip-unreadable-shard" and not values.get("data_files"):
+        raise fail("bad_mode", "skip-unreadable-shard needs data_files: true", values["bad_mode"])
 
 
 def load_config(path: str | os.PathLike[str]) -> LMConfig:

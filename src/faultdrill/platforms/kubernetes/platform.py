@@ -193,6 +193,12 @@ class KubernetesPlatform(Platform):
                 "limit of their own, so no pod can be OOMKilled; drill oom-worker on the "
                 "local platform or the embedded Slurm cluster"
             )
+        if ability is Ability.DATA_OUTAGE:
+            return (
+                "data-outage is drilled on platform local and on the embedded Slurm cluster "
+                "(resources.slurm.embedded: true), where the data directory is this host's; "
+                "run the scenario there"
+            )
         return f"{ability.value} {_NEEDS_MACHINES}"
 
     @classmethod

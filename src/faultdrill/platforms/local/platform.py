@@ -129,6 +129,7 @@ _ALWAYS = frozenset(
         Ability.STORAGE_FULL,
         Ability.STORAGE_UNREACHABLE,
         Ability.STORAGE_SLOW,
+        Ability.DATA_OUTAGE,
         Ability.CHECKPOINT_FILES,
         Ability.REPLICA_COPY,
     }
@@ -205,7 +206,7 @@ class LocalPlatform(ProcessReplicas, HostStorage, HostMemoryCaps, Platform):
     def machine_lacks(cls, abilities: frozenset[Ability]) -> dict[Ability, str]:
         out: dict[Ability, str] = {}
         for ability in sorted(abilities, key=str):
-            if ability in (Ability.STORAGE_UNREACHABLE, Ability.STORAGE_SLOW):
+            if ability in (Ability.STORAGE_UNREACHABLE, Ability.STORAGE_SLOW, Ability.DATA_OUTAGE):
                 missing = fuse_missing()
                 if missing:
                     out[ability] = "; ".join(missing)

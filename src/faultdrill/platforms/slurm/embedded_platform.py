@@ -28,6 +28,7 @@ control-plane-outage  slurmctld SIGSTOPped (pause), its namespace's link cut (cu
                       stopped with SIGTERM and started again by the undo (stop)
 storage-outage        the checkpoint directory, as on the local platform (the job runs in
                       the harness's mount namespace: ``HostStorage``)
+data-outage           the item's data directory, through the same FUSE mirror (``HostStorage``)
 corrupt-checkpoint    the checkpoint files, from this machine
 ====================  =======================================================================
 """
@@ -110,7 +111,7 @@ class EmbeddedSlurmPlatform(ProcessReplicas, NodeLinks, HostStorage, HostMemoryC
             return dict.fromkeys(abilities, f"the embedded Slurm cluster: {why}")
         out: dict[Ability, str] = {}
         missing = fuse_missing()
-        for needs_fuse in (Ability.STORAGE_UNREACHABLE, Ability.STORAGE_SLOW):
+        for needs_fuse in (Ability.STORAGE_UNREACHABLE, Ability.STORAGE_SLOW, Ability.DATA_OUTAGE):
             if needs_fuse in abilities and missing:
                 out[needs_fuse] = "; ".join(missing)
         missing_cpu = cpu_controller_missing()
