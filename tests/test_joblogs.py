@@ -378,7 +378,7 @@ def test_the_report_data_says_what_came_from_logs_and_what_they_cannot_decide(
     )
     evidence = run_checks(ctx)
     not_observable(counted, evidence)
-    data = log_evidence(counted, timeline, evidence)
+    data = log_evidence(counted, timeline, evidence).to_json()
     assert (data["stamp_bound_s"], data["unit"]) == (0.06, "step")
     assert data["from_logs"] == {"run_start": 4, "step": 10}
     assert data["from_probe"]["ckpt_load"] == 2

@@ -58,12 +58,14 @@ __all__ = [
     "LayerName",
     "LevelName",
     "LevelProof",
+    "LogEvidence",
     "Message",
     "NetNode",
     "NetRule",
     "NetWindow",
     "NetworkTrack",
     "NodeLoss",
+    "NotObservable",
     "Num",
     "OperatorAction",
     "OperatorStep",
@@ -92,6 +94,7 @@ __all__ = [
     "Trend",
     "TrendMessages",
     "TrendWindow",
+    "Undecided",
     "VerdictName",
     "VerifiedArtifact",
     "When",
@@ -214,6 +217,43 @@ def plain(value: Any) -> Any:
     """``value`` as report.json has always stored it: JSON types only, anything else (a
     numpy scalar, a path) as its ``str``."""
     return json.loads(json.dumps(value, default=str))
+
+
+# --- a job read from its logs ------------------------------------------------------------
+
+
+class NotObservable(Record):
+    """A check the plan's log patterns leave without evidence, and why."""
+
+    check: str
+    why: str
+    verdict: str | None = None
+    why_message: dict[str, JsonValue] = {}
+    to_be_verified: bool = False
+
+
+class Undecided(Record):
+    """A progress, resources or results finding that stayed a retest."""
+
+    check: str
+    message: str
+    message_id: str | None = None
+    params: dict[str, JsonValue] = {}
+
+
+class LogEvidence(Record):
+    """What of an item's evidence came from the job's own log lines
+    (:func:`faultdrill.judge.log_evidence.log_evidence`)."""
+
+    source: str
+    unit: str
+    stamped: str
+    stamp_bound_s: JsonValue = None
+    from_logs: dict[str, int] = {}
+    from_probe: dict[str, int] = {}
+    read: dict[str, JsonValue] = {}
+    not_observable: list[NotObservable] = []
+    undecided: list[Undecided] = []
 
 
 def message_of(said: Any) -> Message:

@@ -690,7 +690,9 @@ def _judge_item(
         failure=dict(failed.fields) if failed is not None else None,
         no_probe_events=no_probe is not None,
         said={"recovery_class_why": why, **({"aborted": aborted} if aborted is not None else {})},
-        log_evidence=None if plan.logs is None else log_evidence(plan.logs, tl, evidence),
+        log_evidence=(
+            None if plan.logs is None else log_evidence(plan.logs, tl, evidence).to_json()
+        ),
     )
     if result.verdict != Verdict.PASS:
         result.layer = failing_layer(tl, evidence, item)

@@ -7,9 +7,10 @@ summary) and the findings, so ``faultdrill check`` says the same offline.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from faultdrill.i18n import Msg
+from faultdrill.records import LogEvidence, plain
 
 if TYPE_CHECKING:
     from faultdrill.checks import EvidenceResult
@@ -80,7 +81,7 @@ def not_observable(patterns: LogPatterns, evidence: dict[str, EvidenceResult]) -
 
 def log_evidence(
     patterns: LogPatterns, tl: Timeline, evidence: dict[str, EvidenceResult]
-) -> dict[str, Any]:
+) -> LogEvidence:
     """The ``log_evidence`` entry of one item in ``report.json``:
 
     * ``unit``: what one step is, in the job's words (``logs.unit``: ``epoch``);
@@ -108,7 +109,7 @@ def log_evidence(
         from_probe["step"] += len(tl.steps) - log_steps
     verdicts = {f.check: f.verdict.value for e in evidence.values() for f in e.findings}
     tbv = {f.check for e in evidence.values() for f in e.findings if f.data.get("not_observable")}
-    return {
+    raw = {
         "source": "the job's own log lines (plan: logs)",
         "unit": patterns.unit,
         "stamped": "each event when the harness read its line; the line carries no time "
@@ -135,6 +136,7 @@ def log_evidence(
             if f.verdict.value == "retest"
         ],
     }
+    return LogEvidence.model_validate(plain(raw))
 
 
 def as_reached(evidence: dict[str, EvidenceResult]) -> dict[str, EvidenceResult]:
