@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from faultdrill.admit import load_plan
-from faultdrill.engine.item import _inject
+from faultdrill.engine.item import _ArmedFault, _inject
 from faultdrill.engine.samplers import ProcessSampler
 from faultdrill.engine.watch import Watch
 from faultdrill.errors import FaultError
@@ -218,11 +218,11 @@ def one_round(root: Path) -> dict[str, float]:
         watch.poll()
         os.kill = timed_kill
         try:
-            injected = _inject(make_fault(item.fault), ctx, item, watch)
+            injected = _inject(_ArmedFault(make_fault(item.fault), item.trigger), ctx, watch)
         finally:
             os.kill = real_kill
         returned = time.monotonic()
-        if injected < 0:
+        if injected is None:
             failed = [e.get("error") for e in Timeline.load(events).of("fault", "inject_failed")]
             raise RuntimeError(f"the kill-worker fault was not injected: {failed}")
         old[1].wait(timeout=30)
