@@ -101,7 +101,7 @@ def test_a_job_without_probe_events_is_said_to_be_uninstrumented(
     ]
     assert all(f.verdict is not F for ev in res.evidence.values() for f in ev.findings)
     assert res.recovery is RecoveryClass.NOT_DETERMINED
-    assert res.to_json()["no_probe_events"] is True
+    assert res.to_item().to_json()["no_probe_events"] is True
 
 
 def test_a_failed_job_carries_its_failure_into_the_result(tmp_path: Path, plan: Plan) -> None:
