@@ -79,13 +79,17 @@ def default_raw() -> dict[str, Any]:
     # any partition shorter than that timeout.
     raw = _base("ray-default", gcs_ft="redis", reconnect_s=180)
     at15 = {"at_step": 15}
+    # After the first checkpoint is saved *and* Ray registered it (the controller holds it
+    # once every rank reported, at its next poll): a fault at a fixed step could land in
+    # between on a busy machine, and Ray would rightly resume from scratch.
+    registered1 = {"after_checkpoint": 1}
     raw["rounds"] = [
         {
             "round": 1,
             "name": "process, storage",
             "continue_on_failure": True,
             "scenarios": [
-                _sc("kill-worker", {"kind": "kill-worker", "target": {"rank": 1}}, at15),
+                _sc("kill-worker", {"kind": "kill-worker", "target": {"rank": 1}}, registered1),
                 _sc(
                     "storage-ro",
                     {"kind": "storage-outage", "mode": "read-only", "for_s": 1.5},
@@ -99,7 +103,7 @@ def default_raw() -> dict[str, Any]:
             "name": "node, network, checkpoint",
             "continue_on_failure": True,
             "scenarios": [
-                _sc("node-down", {"kind": "node-down", "target": N2}, at15),
+                _sc("node-down", {"kind": "node-down", "target": N2}, registered1),
                 _sc(
                     "partition",
                     {"kind": "partition", "target": N2, "for_s": 150},
@@ -111,7 +115,7 @@ def default_raw() -> dict[str, Any]:
                 _sc(
                     "corrupt",
                     {"kind": "corrupt-checkpoint", "damage": "flip-bytes"},
-                    {"at_step": 25},
+                    {"after_checkpoint": 2},
                 ),
             ],
         },
@@ -141,13 +145,14 @@ def slow_raw() -> dict[str, Any]:
     evidence family; GCS in memory (no fault tolerance)."""
     raw = _base("ray-slow", gcs_ft="none", reconnect_s=60)
     at15 = {"at_step": 15}
+    registered1 = {"after_checkpoint": 1}  # saved and registered by Ray (see default_raw)
     raw["rounds"] = [
         {
             "round": 1,
             "name": "the rest",
             "continue_on_failure": True,
             "scenarios": [
-                _sc("drain", {"kind": "node-drain", "target": N2}, at15),
+                _sc("drain", {"kind": "node-drain", "target": N2}, registered1),
                 _sc(
                     "loss",
                     {"kind": "link-loss", "target": N2, "percent": 30, "for_s": 3},
@@ -184,7 +189,9 @@ def slow_raw() -> dict[str, Any]:
             "title": "Ray is handed the previous checkpoint: a retry restores the wrong one",
             "workload": {"bad_mode": "handover-stale"},
             "fault": kill1,
-            "trigger": {"at_step": 25},
+            # Ray's first registration is step 20's (step 10 is reported without a
+            # checkpoint in this mode), naming step-000010's directory
+            "trigger": registered1,
             "expected_check": "progress.resume-point",
         },
         {
@@ -201,7 +208,7 @@ def slow_raw() -> dict[str, Any]:
             "title": "optimizer and LR schedule not restored after the restart",
             "workload": {"bad_mode": "optimizer-not-restored"},
             "fault": kill1,
-            "trigger": {"at_step": 15},
+            "trigger": registered1,
             "expected_check": "results.loss-matches-baseline",
         },
     ]

@@ -67,3 +67,39 @@ def test_the_probe_imports_without_torch_or_numpy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "Probe"
+
+
+def test_after_checkpoint_waits_for_the_platforms_commit_where_it_commits(
+    tmp_path: Path,
+) -> None:
+    """On Ray Train a save is one Ray resumes from only once its controller registered it:
+    "after checkpoint 1" waits for that too (a torn last line is not yet counted)."""
+    from faultdrill.events import EventSink
+    from faultdrill.plan import Trigger
+
+    probe = Probe(tmp_path, rank=0, task_id="t")
+    probe.run_start(world_size=1)
+    probe.step(1, 2.0, range(1, 2))
+    probe.checkpoint_saved(ckpt_id="step-1", step=1, path="p", sha256="0" * 64, data_position=1)
+    probe.close()
+    first = Trigger(after_checkpoint=1)
+    plain = Watch(tmp_path)
+    plain.poll()
+    assert plain.saves == 1 and plain.triggered(first, now=0.0)
+    ray = Watch(tmp_path, commits_from=("ray-controller", "ray_checkpoint_registered"))
+    ray.poll()
+    assert not ray.triggered(first, now=0.0)
+    with open(tmp_path / "ray-controller.jsonl", "w") as f:
+        f.write('{"kind": "ray_checkpoint_registered", "step": 1')  # torn: not yet
+    ray.poll()
+    assert ray.commits == 0 and not ray.triggered(first, now=0.0)
+    sink = EventSink(tmp_path, "t")
+    sink.emit("platform", "ray_worker_group_started", stream="ray-other")
+    sink.emit("platform", "ray_checkpoint_registered", stream="ray-controller2", step=1)
+    ray.poll()
+    assert ray.commits == 0  # another stream, or another kind, is no commit
+    (tmp_path / "ray-controller.jsonl").unlink()
+    sink.emit("platform", "ray_checkpoint_registered", stream="ray-controller", step=1)
+    sink.close()
+    ray.poll()
+    assert ray.commits == 1 and ray.triggered(first, now=0.0)

@@ -35,9 +35,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SHAPES", "SOURCES", "Event", "EventSink", "malformed", "read_jsonl", "read_objects"]
+__all__ = [
+    "CHECKPOINT_COMMIT_KINDS",
+    "SHAPES",
+    "SOURCES",
+    "Event",
+    "EventSink",
+    "malformed",
+    "read_jsonl",
+    "read_objects",
+]
 
 SOURCES = ("probe", "platform", "fault", "sampler", "net", "harness")
+#: Platform events that commit a checkpoint: the platform resumes only from a checkpoint
+#: it recorded so (``step``: the step it was reported at; ``id``: the directory's name).
+CHECKPOINT_COMMIT_KINDS = frozenset({"ray_checkpoint_registered"})
 _RESERVED = frozenset({"ts", "mono", "src", "kind", "task"})
 
 #: The fields the timeline and the judge rely on, by (source, kind): name -> type, where

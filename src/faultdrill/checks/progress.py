@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
-from faultdrill.events import Event
+from faultdrill.events import CHECKPOINT_COMMIT_KINDS, Event
 from faultdrill.intervals import describe, length, merge, overlaps, subtract
 from faultdrill.timeline import Incarnation, Segment, Timeline
 
@@ -49,6 +49,36 @@ def newest_valid_before(tl: Timeline, mono: float) -> tuple[str | None, int]:
     """The newest checkpoint saved before ``mono`` that is not known to be invalid."""
     bad = invalid_checkpoints(tl, mono)
     saves = [e for e in tl.of("probe", "ckpt_save") if e.mono < mono and str(e["id"]) not in bad]
+    if not saves:
+        return None, 0
+    best = max(saves, key=lambda e: (int(e["step"]), e.mono))
+    return str(best["id"]), int(best["step"])
+
+
+def newest_committed_before(tl: Timeline, mono: float) -> tuple[str | None, int] | None:
+    """On a platform that commits checkpoints (:data:`~faultdrill.events.CHECKPOINT_COMMIT_KINDS`
+    on its timeline, e.g. Ray Train's report), the newest valid checkpoint it had committed
+    before ``mono``: a save counts once the platform recorded a commit at its step. ``None``
+    when the timeline holds no commit at all (the platform resumes from any completed save).
+
+    Matching by step, not by the directory named: a platform handed the wrong directory at
+    a step (the known-bad "stale hand-over") still committed that step's checkpoint."""
+    commits = [e for k in sorted(CHECKPOINT_COMMIT_KINDS) for e in tl.of("platform", k)]
+    if not commits:
+        return None
+    steps: set[int] = set()
+    for e in commits:
+        if e.mono < mono:
+            try:
+                steps.add(int(e["step"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+    bad = invalid_checkpoints(tl, mono)
+    saves = [
+        e
+        for e in tl.of("probe", "ckpt_save")
+        if e.mono < mono and str(e["id"]) not in bad and int(e["step"]) in steps
+    ]
     if not saves:
         return None, 0
     best = max(saves, key=lambda e: (int(e["step"]), e.mono))
@@ -156,6 +186,24 @@ def _resumed_where(ctx: CheckContext, name: str, inc: Incarnation, ld: Event) ->
             inc=inc.index,
             step=got_step,
         )
+    committed = newest_committed_before(tl, inc.started_mono)
+    if got_step < want_step and committed is not None and committed[1] == got_step:
+        return ctx.finding(
+            name,
+            P,
+            Msg(
+                "progress.resume-point.newest-committed",
+                inc=inc.index,
+                ckpt=scratch_or(got_id),
+                step=got_step,
+                valid=want_id,
+                valid_step=want_step,
+                lost=want_step - got_step,
+            ),
+            inc=inc.index,
+            step=got_step,
+            uncommitted=want_step,
+        )
     if got_step < want_step:
         return ctx.finding(
             name,
@@ -212,9 +260,16 @@ def no_restart_from_zero(ctx: CheckContext) -> list[Finding]:
     if not tl.incarnations:
         return [ctx.finding(name, R, Msg("progress.no-replica"))]
     out = []
+    uncommitted = 0  # restarts from zero before the platform had committed a checkpoint
     for inc in restarts:
         from_scratch = inc.resume_step == 0 or inc.first_step == 1
         want_id, want_step = newest_valid_before(tl, inc.started_mono)
+        committed = newest_committed_before(tl, inc.started_mono)
+        if committed is not None and committed[0] is None:
+            # the platform had committed no checkpoint yet: scratch is all it could resume
+            # from (progress.resume-point says which save it had not committed)
+            uncommitted += from_scratch and want_id is not None
+            continue
         if from_scratch and want_id is not None:
             out.append(
                 ctx.finding(
@@ -235,7 +290,12 @@ def no_restart_from_zero(ctx: CheckContext) -> list[Finding]:
             ctx.finding(
                 name,
                 P,
-                Msg("progress.no-restart-from-zero.none", restarts=len(restarts)),
+                Msg(
+                    "progress.no-restart-from-zero.none-committed"
+                    if uncommitted
+                    else "progress.no-restart-from-zero.none",
+                    restarts=len(restarts),
+                ),
             )
         )
     return out

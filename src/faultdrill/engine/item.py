@@ -474,7 +474,11 @@ def _open_item(plan: Plan, kind: ItemKind, item: Scenario | Control | None, run_
     ledger.activate()
     sampler = ProcessSampler(platform, sink, plan.observation.sample_hz)
     # the probe files, tailed while the job runs, into the columnar step store
-    watch = Watch(rundir.events_dir(work), StepStoreWriter(rundir.events_dir(work)))
+    watch = Watch(
+        rundir.events_dir(work),
+        StepStoreWriter(rundir.events_dir(work)),
+        commits_from=platform.checkpoint_commits,
+    )
     tail = _log_tail(plan, work, sink, platform)
     sink.emit(
         "harness",

@@ -43,7 +43,11 @@ class Watch:
     last_progress_mono: float | None = None
     nonfinite: str | None = None
     ranks_seen: set[int] = field(default_factory=set)
+    #: (stream, kind) of the platform's checkpoint commits (``Platform.checkpoint_commits``)
+    commits_from: tuple[str, str] | None = None
+    commits: int = 0
     _synced: float = 0.0
+    _commit_offset: int = 0
 
     def poll(self) -> None:
         # joblog-*: probe events the harness read from a job's log lines (faultdrill.joblogs)
@@ -72,10 +76,32 @@ class Watch:
                 self._see(ev)
             if chunk.steps is not None:
                 self._steps(chunk.steps, data)
+        self._read_commits()
         now = time.monotonic()
         if self.store is not None and now - self._synced >= _SYNC_S:
             self._synced = now
             self.store.sync()
+
+    def _read_commits(self) -> None:
+        """Count the platform's checkpoint commits (a small file: read whole lines)."""
+        if self.commits_from is None:
+            return
+        stream, kind = self.commits_from
+        try:
+            with open(self.events_dir / f"{stream}.jsonl", "rb") as f:
+                f.seek(self._commit_offset)
+                data = f.read(_READ_MAX)
+        except OSError:
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self._commit_offset += end + 1
+        for line in data[: end + 1].splitlines():
+            with contextlib.suppress(ValueError):
+                ev = json.loads(line)
+                if isinstance(ev, dict) and ev.get("kind") == kind:
+                    self.commits += 1
 
     def close(self) -> None:
         """Read what is left and close the store (idempotent)."""
@@ -109,7 +135,8 @@ class Watch:
         if trig.at_step is not None:
             return self.max_step >= trig.at_step
         if trig.after_checkpoint is not None:
-            return self.saves >= trig.after_checkpoint
+            k = trig.after_checkpoint
+            return self.saves >= k and (self.commits_from is None or self.commits >= k)
         assert trig.after_s is not None
         return self.first_step_mono is not None and now - self.first_step_mono >= trig.after_s
 

@@ -769,7 +769,11 @@ class Trigger(Frozen):
 
     at_step: int | None = Field(None, ge=1, le=MAX_STEP)
     after_checkpoint: int | None = Field(
-        None, ge=1, le=MAX_STEP, description="after the K-th checkpoint save"
+        None,
+        ge=1,
+        le=MAX_STEP,
+        description="after the K-th checkpoint save (on a platform that commits "
+        "checkpoints, e.g. Ray Train, after its K-th commit too)",
     )
     after_s: float | None = Field(None, ge=0, le=DAY_S, description="seconds after the first step")
 

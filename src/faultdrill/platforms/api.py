@@ -212,6 +212,12 @@ class Platform(ABC):
     #: The replicas are processes of this host (their pids and start times are this
     #: host's ``/proc``): the sampler then follows their exits by event.
     host_processes: ClassVar[bool] = False
+    #: The events file (``<stream>.jsonl``) and kind of the platform event that commits a
+    #: checkpoint (the platform resumes only from checkpoints it recorded so, e.g. Ray
+    #: Train's report); ``None``: every completed save is one it can resume from. A
+    #: trigger "after checkpoint K" then waits for the K-th commit too, so that a drill
+    #: tests the hand-over, not the race between a save and its commit.
+    checkpoint_commits: ClassVar[tuple[str, str] | None] = None
 
     def __init__(self, resources: Resources, work_dir: Path, ledger: Ledger, sink: EventSink):
         self.resources = resources

@@ -203,6 +203,7 @@ class RayPlatform(ProcessReplicas, NodeLinks, HostStorage, Platform):
     worker_noun = "Ray Train worker"
 
     name = "ray"
+    checkpoint_commits = ("ray-controller", "ray_checkpoint_registered")
 
     def __init__(
         self, resources: Resources, work_dir: Path, ledger: Ledger, sink: EventSink
