@@ -12,7 +12,10 @@ Measures, in one run on this machine (see ``bench/README.md``), each against its
 (d) loading a run from its columnar step store and every registered check, from 256 to
     4,096 ranks x 10,000 steps (41 M step events, plus a 41 M-event baseline), each size
     written by one fresh process and measured by another (``bench.checks_scale``); and
-    what loading JSON lines and writing the store cost per million events.
+    what loading JSON lines and writing the store cost per million events;
+(e) the per-rank questions of a 16,384-rank x 10,000-step drill (164 M step events) out of
+    core, by each candidate engine in a fresh process (``bench.engines``): the measured
+    comparison that chose the engine for fleet-sized drills.
 
 Prints a table with every target, its measured value, the previous run's value (from
 ``--previous``, by default the results file this run replaces) and the ratio now /
@@ -44,10 +47,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, str(ROOT))
 
+from bench import engines  # noqa: E402
 from bench.load_cost import load_cost  # noqa: E402
 from bench.probe_cost import probe_step_cost, reference_step_time  # noqa: E402
 from bench.readme import render  # noqa: E402
 from bench.targets import (  # noqa: E402
+    ENGINE_TARGET_BYTES,
     PROBE_TARGET_US,
     SCALE_TARGET_BYTES,
     SCALE_TARGET_S,
@@ -169,6 +174,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "meets_target": biggest["judge_cpu_s"] <= SCALE_TARGET_S
         and biggest["peak_rss_bytes"] <= SCALE_TARGET_BYTES,
     }
+    # (e) the out-of-core engine for fleet-sized drills, chosen by measurement
+    out["engines"] = {
+        **engines.compare(args.engine_ranks, args.engine_steps, block=args.engine_block),
+        "chosen": engines.CHOSEN,
+        "target_s": SCALE_TARGET_S,
+        "target_peak_rss_bytes": ENGINE_TARGET_BYTES,
+    }
     # loading JSON lines, and the store's cost, separately
     out["load"] = {
         "sizes": [load_cost(args.load_ranks, n // args.load_ranks) for n in args.load_events]
@@ -176,6 +188,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out["load_average_at_end"] = os.getloadavg()
     out["total_wall_s"] = round(time.perf_counter() - t0, 1)
     return out
+
+
+def engines_table(eng: dict[str, Any] | None) -> list[str]:
+    """(e): each engine's wall, CPU and peak RSS on the same data, or why it gave none."""
+    if eng is None:
+        return ["", "(e) out-of-core engines: not in this results file"]
+    lines = [
+        "",
+        f"(e) per-rank questions out of core, {eng['ranks']:,} ranks x {eng['steps']:,} steps "
+        f"({eng['rows'] / 1e6:.1f} M step events; written in {eng['write_s']:.0f} s), "
+        "fresh process per engine",
+        f"  {'engine':16s} {'wall s':>7s} {'CPU s':>6s} {'peak RSS':>9s}  answer",
+    ]
+    for r in eng["engines"]:
+        if "error" in r:
+            lines.append(f"  {r['engine']:16s} {'-':>7s} {'-':>6s} {'-':>9s}  {r['error']}")
+            continue
+        lines.append(
+            f"  {r['engine']:16s} {r['wall_s']:7.2f} {r['cpu_s']:6.2f} "
+            f"{r['peak_rss_bytes'] / GIB:7.2f}Gi  stragglers {r['stragglers']}, "
+            f"{r['bad_advances']} bad advance(s), digest {r['digest']}"
+        )
+    return lines
 
 
 def table(res: dict[str, Any]) -> str:
@@ -242,6 +277,7 @@ def table(res: dict[str, Any]) -> str:
             f"{s['cpu_s_per_million_step_events']:7.3f} {s['peak_rss_bytes'] / GIB:7.2f}Gi "
             f"{s['growth_events']:8.2f} {s['growth_cpu'] or 0:6.2f}"
         )
+    lines += engines_table(res.get("engines"))
     lines += ["", "loading JSON lines, and writing the step store (fresh process; not targets)"]
     for ld in res["load"]["sizes"]:
         lines.append(
@@ -309,6 +345,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "load_events": [200],
             "overhead_only": "",
             "overhead_steps": 12,
+            "engine_ranks": 8,
+            "engine_steps": 40,
+            "engine_block": 4,
         }
     else:
         defaults = {
@@ -324,6 +363,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "load_events": [250_000, 1_000_000],
             "overhead_only": "kill-worker",
             "overhead_steps": None,
+            "engine_ranks": 16_384,
+            "engine_steps": 10_000,
+            "engine_block": 256,
         }
     for key, value in defaults.items():
         if getattr(args, key, None) is None:

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from bench import run as bench_run
 from bench.checks_scale import Drill, measure, synthetic
+from bench.engines import ENGINES
 from bench.readme import render
 from bench.targets import compare
 
@@ -77,8 +78,16 @@ def test_quick_run_measures_everything_and_writes_results(
     (load,) = res["load"]["sizes"]
     assert load["step_events"] == 200 and load["other_events"] == 2
     assert load["store_write_s"] >= 0 and load["store_load_s"] >= 0
+    # (e) every engine answered the tiny drill, alike and as built in (a straggler, a jump)
+    eng = res["engines"]
+    assert [r["engine"] for r in eng["engines"]] == list(ENGINES) and eng["chosen"] in ENGINES
+    answers = {(r["digest"], tuple(r["stragglers"]), r["bad_advances"]) for r in eng["engines"]}
+    assert len(answers) == 1 and next(iter(answers))[1:] == ((3,), 1)
+    assert all(r["processes"] == 2 * eng["ranks"] for r in eng["engines"])
     rows = bench_run.targets(res)
-    assert [t.met for t in rows].count(None) == 1  # only the overhead: not run
+    # not measured: the overhead (--no-drill) and every check out of core (not built yet)
+    unmeasured = [t.what for t in rows if t.met is None]
+    assert len(unmeasured) == 2 and unmeasured[1].startswith("every check out of core")
     assert all((t.value is None) == (t.met is None) for t in rows)
     # Against the committed full run: the probe row compares (same measure), the sizes
     # that differ do not; the table says both.
@@ -86,8 +95,11 @@ def test_quick_run_measures_everything_and_writes_results(
     assert f"targets (previous: {previous} of " in printed and "now/prev" in printed
     compared = {c.now.what: c for c in compare(res, json.loads(previous.read_text()))}
     probe = compared["probe: Probe.step, 64 ids, worst shape (CPU)"]
-    assert probe.now.value is not None and probe.previous == 39.45
-    assert probe.ratio == pytest.approx(probe.now.value / 39.45)
+    before = max(
+        v["median_cpu_us"] for v in json.loads(previous.read_text())["probe"]["shapes"].values()
+    )
+    assert probe.now.value is not None and probe.previous == before
+    assert probe.ratio == pytest.approx(probe.now.value / before)
     scale = [c for w, c in compared.items() if w.startswith("load + every check")]
     assert len(scale) == 2 and all(c.previous is None and c.ratio is None for c in scale)
 
@@ -97,10 +109,11 @@ def test_previous_results_are_compared_row_by_row_and_a_bad_file_is_said(
 ) -> None:
     res = json.loads((ROOT / "bench" / "results.json").read_text())
     faster = json.loads(json.dumps(res))
-    faster["scale"]["sizes"][-1]["judge_cpu_s"] = 16.38  # half of 32.76
+    was = res["scale"]["sizes"][-1]["judge_cpu_s"]
+    faster["scale"]["sizes"][-1]["judge_cpu_s"] = was / 2
     rows = {c.now.what: c for c in compare(faster, res)}
     cpu = next(c for w, c in rows.items() if w.endswith(": CPU"))
-    assert (cpu.now.value, cpu.previous, cpu.ratio) == (16.38, 32.76, 0.5)
+    assert (cpu.now.value, cpu.previous, cpu.ratio) == (was / 2, was, 0.5)
     assert all(c.ratio == 1.0 for w, c in rows.items() if not w.endswith(": CPU"))
     assert all(c.previous is None for c in compare(res, None))
     bad = tmp_path / "results.json"
