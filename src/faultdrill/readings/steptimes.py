@@ -9,7 +9,6 @@ per-rank step figures (a hang's blocked time per rank).
 
 from __future__ import annotations
 
-import itertools
 import statistics
 from dataclasses import dataclass
 
@@ -56,22 +55,30 @@ class RankStepTimes:
 
 def rank_step_times(tl: Timeline, start: float, end: float) -> list[RankStepTimes]:
     """Each rank's step times before ``start``, from ``start`` to ``end``, and after
-    ``end`` (monotonic seconds of the timeline), ranks in order."""
+    ``end`` (monotonic seconds of the timeline), ranks in order.
+
+    One sort of the step rows by (rank, pid, time), not a pass per rank: the cost grows
+    with the rows, not with ranks x rows (a fleet-sized drill has tens of thousands)."""
     st = tl.steps
     if not len(st):
         return []
     mono = np.asarray(st.mono, dtype=float)
-    rank = np.asarray(st.rank)
-    pid = np.asarray(st.pid)
+    rank = np.asarray(st.rank, dtype=np.int64)
+    pid = np.asarray(st.pid, dtype=np.int64)
+    order = np.lexsort((mono, pid, rank))
+    mono, rank, pid = mono[order], rank[order], pid[order]
+    same = (rank[1:] == rank[:-1]) & (pid[1:] == pid[:-1])  # a step time, not a start-up
+    gap = (mono[1:] - mono[:-1])[same]
+    ended, owner = mono[1:][same], rank[1:][same]
+    phase = np.where(ended < start, 0, np.where(ended <= end, 1, 2))
+    ranks = np.unique(rank)
+    # rows of each rank are contiguous after the sort: split the gaps at the rank changes
+    cuts = np.searchsorted(owner, ranks[1:])
     out = []
-    for r in sorted({int(x) for x in rank}):
-        phases: dict[str, list[float]] = {p: [] for p in PHASES}
-        for p in sorted({int(x) for x in pid[rank == r]}):
-            ends = np.sort(mono[(rank == r) & (pid == p)])
-            for prev, cur in itertools.pairwise(ends):
-                phase = "before" if cur < start else "during" if cur <= end else "after"
-                phases[phase].append(float(cur - prev))
-        out.append(RankStepTimes(r, *(tuple(phases[p]) for p in PHASES)))
+    for r, gaps, phases in zip(ranks, np.split(gap, cuts), np.split(phase, cuts), strict=True):
+        out.append(
+            RankStepTimes(int(r), *(tuple(float(g) for g in gaps[phases == i]) for i in range(3)))
+        )
     return out
 
 
