@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.events import Event
 from faultdrill.readings.analysis import injections
@@ -312,17 +314,23 @@ def _first_symptom(tl: Timeline, t0: float) -> Event | None:
 
 def blocked_per_rank(tl: Timeline, t0: float) -> dict[int, float | None]:
     """Per rank: seconds from its last step before ``t0`` to its first step after it (None:
-    it made no step after ``t0``). Ranks that made no step before ``t0`` are left out."""
+    it made no step after ``t0``). Ranks that made no step before ``t0`` are left out.
+    One pass over the step rows (not one per rank: a fleet has tens of thousands)."""
     st = tl.steps
-    out: dict[int, float | None] = {}
-    for rank in sorted({int(r) for r in st.rank}):
-        monos = [float(m) for m, r in zip(st.mono, st.rank, strict=True) if int(r) == rank]
-        before = [m for m in monos if m < t0]
-        if not before:
-            continue
-        after = [m for m in monos if m >= t0]
-        out[rank] = round(min(after) - max(before), 3) if after else None
-    return out
+    mono = np.asarray(st.mono, dtype=float)
+    rank = np.asarray(st.rank, dtype=np.int64)
+    ranks = np.unique(rank)
+    at = np.searchsorted(ranks, rank)
+    before = mono < t0
+    last = np.full(ranks.size, -np.inf)
+    np.maximum.at(last, at[before], mono[before])
+    first = np.full(ranks.size, np.inf)
+    np.minimum.at(first, at[~before], mono[~before])
+    return {
+        int(r): round(float(f - b), 3) if np.isfinite(f) else None
+        for r, b, f in zip(ranks, last, first, strict=True)
+        if np.isfinite(b)
+    }
 
 
 def _blocked_text(blocked: dict[int, float | None]) -> Msg:

@@ -25,7 +25,12 @@ from faultdrill.report.parts.accounting import (
 from faultdrill.report.parts.dossier import dossier_parts
 from faultdrill.report.parts.joblog import log_evidence_part
 from faultdrill.report.parts.recovery import dependencies_part, ownership_part, totals_part
-from faultdrill.report.parts.results import evaluation_part, scheduling_part, trend_part
+from faultdrill.report.parts.results import (
+    evaluation_part,
+    rank_times_part,
+    scheduling_part,
+    trend_part,
+)
 from faultdrill.report.parts.verdict import (
     conclusion_part,
     failure_part,
@@ -84,6 +89,7 @@ def item_parts(t: Translator, s: Item, report: Report) -> list[Part]:
         trend_part(t, s),
         dependencies_part(t, s),
         scheduling_part(t, s),
+        rank_times_part(t, s),
         disruption_part(t, s.disruption),
         goodput_part(t, s.goodput, every),
         inventory_part(t, s.inventory),

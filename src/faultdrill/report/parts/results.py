@@ -1,6 +1,7 @@
 """The parts about what the recovered job computed and where it ran: held-out evaluation
 and the exported artefact (their checks; the HTML plots the values), the trend after
-recovery against the baseline's, and which node got which rank per incarnation."""
+recovery against the baseline's, which node got which rank per incarnation, and each
+rank's step times around a straggler or a hang."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from faultdrill.report.blocks import Badge, Code, Link, Para, Part, Row, Strong,
 from faultdrill.report.model import Item, RankPlace
 from faultdrill.report.parts.common import after_injection, as_map, finding_anchor, pick, value
 
-__all__ = ["RESULT_CHECKS", "evaluation_part", "scheduling_part", "trend_part"]
+__all__ = [
+    "RESULT_CHECKS",
+    "evaluation_part",
+    "rank_times_part",
+    "scheduling_part",
+    "trend_part",
+]
 
 #: The result checks beyond the training loss: held-out evaluation and the exported file.
 RESULT_CHECKS = ("results.evaluation-matches-baseline", "results.artifact-intact")
@@ -154,3 +161,65 @@ def scheduling_part(t: Translator, s: Item) -> Part | None:
         t("col.ranks"),
     ]
     return Part("scheduling", t("part.scheduling"), [Table(head, rows, cls="scheduling")])
+
+
+def _seconds(t: Translator, v: Any) -> str:
+    return t("seconds", v=float(v)) if isinstance(v, int | float) else t("na")
+
+
+def _straggler_rows(t: Translator, data: Mapping[str, Any]) -> list[Row]:
+    rows = []
+    for rank, medians in _by_rank(as_map(data.get("ranks"))):
+        said = medians if isinstance(medians, list) else []  # a report is untrusted input
+        before, during, after = [*said, None, None, None][:3]
+        slow = (
+            t("rank_times.slowdown", x=during / before)
+            if isinstance(before, int | float) and before and isinstance(during, int | float)
+            else t("na")
+        )
+        cells = [str(rank), _seconds(t, before), _seconds(t, during), _seconds(t, after), slow]
+        rows.append(Row(cells, data={"rank": str(rank)}))
+    return rows
+
+
+def _by_rank(m: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """A finding's per-rank map in rank order (a key that is not a number last)."""
+    return sorted(
+        m.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0, kv[0])
+    )
+
+
+def _hang_rows(t: Translator, data: Mapping[str, Any]) -> list[Row]:
+    rows = []
+    for rank, blocked in _by_rank(as_map(data.get("blocked_s"))):
+        said = _seconds(t, blocked) if blocked is not None else t("rank_times.never")
+        rows.append(Row([str(rank), said], data={"rank": str(rank)}))
+    return rows
+
+
+def rank_times_part(t: Translator, s: Item) -> Part | None:
+    """Each rank's step times around the fault, from the finding that measured them: the
+    median before, during and after a slow-worker's throttle (and the slowdown), or how
+    long each rank was blocked by a hang-worker. None for every other item."""
+    for f in s.evidence.progress.findings:
+        if f.check == "progress.straggler-tolerated" and as_map(f.data).get("ranks"):
+            head = [
+                t("col.rank"),
+                t("col.step_before"),
+                t("col.step_during"),
+                t("col.step_after"),
+                t("col.slowdown"),
+            ]
+            window = f.data.get("window_s")
+            intro = t(
+                "rank_times.straggler",
+                window=float(window) if isinstance(window, int | float) else 0.0,
+            )
+            table = Table(head, _straggler_rows(t, f.data), cls="rank-times")
+            return Part("rank-times", t("part.rank_times"), [Para(intro, cls="note"), table])
+        if f.check == "progress.hang-detected" and as_map(f.data).get("blocked_s"):
+            head = [t("col.rank"), t("col.blocked")]
+            intro = t("rank_times.hang")
+            table = Table(head, _hang_rows(t, f.data), cls="rank-times")
+            return Part("rank-times", t("part.rank_times"), [Para(intro, cls="note"), table])
+    return None
