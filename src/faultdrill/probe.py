@@ -303,9 +303,16 @@ class Probe:
             flags = STEP_TAG | (value is None)
             try:
                 record = STEP_RECORD.pack(
-                    self._mono(), self.rank, self.pid, step, value or 0.0, len(ranges), flags,
-                    start, end,
-                )  # fmt: skip
+                    self._mono(),
+                    self.rank,
+                    self.pid,
+                    step,
+                    value or 0.0,
+                    len(ranges),
+                    flags,
+                    start,
+                    end,
+                )
             except struct.error:  # not an int64 step or ids: as a JSON line, judged there
                 pass
             else:

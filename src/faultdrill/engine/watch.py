@@ -22,7 +22,7 @@ import numpy as np
 from faultdrill.plan import StopConditions, Trigger
 from faultdrill.timeline.stepfile import GLOB as STEP_FILES
 from faultdrill.timeline.stepfile import RECORD, first_nonfinite, header_of
-from faultdrill.timeline.store import StepStoreWriter, parse_chunk
+from faultdrill.timeline.store import StepStoreWriter, parse_chunk, parse_step_records
 
 __all__ = ["Watch", "stop_reason"]
 
@@ -75,14 +75,17 @@ class Watch:
                 continue
             data = data[:whole]
             self.offsets[path] = off + whole
+            records = self._records(path, data, off)
             if self.store is not None:
                 chunk = self.store.add(path.name, data, off)
+            elif records is not None:
+                chunk = parse_step_records(records)
             else:
                 chunk = parse_chunk(data)
             for ev in chunk.records:
                 self._see(ev)
             if chunk.steps is not None:
-                self._steps(chunk.steps, data, self._records(path, data, off))
+                self._steps(chunk.steps, data, records)
         self._read_commits()
         now = time.monotonic()
         if self.store is not None and now - self._synced >= _SYNC_S:

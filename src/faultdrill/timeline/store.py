@@ -73,6 +73,7 @@ __all__ = [
     "Chunk",
     "StepStoreWriter",
     "parse_chunk",
+    "parse_step_records",
     "read_store",
     "write_table",
 ]
@@ -158,10 +159,16 @@ def _binary_chunk(src: _Source, data: bytes) -> Chunk:
         if header is None:
             raise ValueError("a step file's header is not complete")
         src.task, body = header.task, body[header.size :]
+    return parse_step_records(body, src.task)
+
+
+def parse_step_records(body: bytes | memoryview, task: str = "") -> Chunk:
+    """What whole records of a binary step file hold; ValueError if ``body`` is not whole
+    records."""
     if len(body) % RECORD.itemsize:
         raise ValueError("not whole step records")
     cols, bad = decode(body)
-    return Chunk([], [], cols if cols[0].shape[0] else None, bad, src.task, "probe")
+    return Chunk([], [], cols if cols[0].shape[0] else None, bad, task, "probe")
 
 
 @dataclass
