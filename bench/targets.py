@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 __all__ = [
+    "EVENTS_RATE_TARGET",
     "OVERHEAD_TARGET_S",
     "PRECISION_TARGET_MS",
     "PROBE_TARGET_US",
@@ -22,6 +23,8 @@ PRECISION_TARGET_MS = 10.0
 OVERHEAD_TARGET_S = 2.0
 SCALE_TARGET_S = 60.0
 SCALE_TARGET_BYTES = 4 * 1024**3
+#: Step events per CPU second of one core, loading and writing the step store.
+EVENTS_RATE_TARGET = 1_000_000
 GIB = 1024**3
 
 
@@ -110,6 +113,34 @@ def targets(res: dict[str, Any]) -> list[Target]:
             "GiB",
         ),
     ]
+    return rows + _rate_rows(res)
+
+
+def _rate_rows(res: dict[str, Any]) -> list[Target]:
+    """Loading step events, and writing the step store, from binary step records (the
+    largest load size), against :data:`EVENTS_RATE_TARGET`; not measured in results of
+    versions before binary records."""
+    sizes = (res.get("load") or {}).get("sizes") or [{}]
+    rates = sizes[-1].get("rates")
+    events = sizes[-1].get("step_events", 0)
+    target = f">= {EVENTS_RATE_TARGET / 1e6:g} M events/s/core"
+    rows = []
+    for key, what in (("load", "load"), ("store_write", "step store write")):
+        value = (
+            None
+            if rates is None
+            else rates[key].get(f"{'' if key == 'load' else 'from '}binary records")
+        )
+        rows.append(
+            Target(
+                f"{what}, binary step records, {events / 1e6:.2f} M events",
+                target,
+                "-" if value is None else f"{value / 1e6:.2f} M events/s (one core)",
+                None if value is None else value >= EVENTS_RATE_TARGET,
+                None if value is None else value / 1e6,
+                "M events/s",
+            )
+        )
     return rows
 
 
