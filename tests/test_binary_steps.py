@@ -5,6 +5,7 @@ foreign step files are counted, never raised on, and never trusted past their ha
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 import faultdrill.probe as probe_mod
+from faultdrill.archive.bundle import make_bundle, verify_bundle
 from faultdrill.cli import main
 from faultdrill.engine.watch import Watch
 from faultdrill.probe import STEP_RECORD, STEP_TAG, Probe, step_file_header
@@ -311,3 +313,15 @@ def test_a_recorded_run_rejudges_the_same_with_binary_steps(tmp_path: Path) -> N
     assert [(s.id, s.verdict) for s in read_report(as_binary).scenarios] == [
         (s.id, s.verdict) for s in read_report(as_json).scenarios
     ]
+    # the bundle carries the step files, and a changed byte in one fails verification
+    archive, _manifest = make_bundle(as_binary, tmp_path / "run.bundle.tar.gz")
+    assert verify_bundle(archive).ok
+    name = "scenarios/kill-worker/events/probe-rank1.steps"
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(archive, "r:gz") as tin, tarfile.open(bad, "w:gz") as tout:
+        for m in tin:
+            data = tin.extractfile(m).read() if m.isfile() else None  # type: ignore[union-attr]
+            if data is not None and m.name.endswith("/" + name):
+                data = data[:-9] + bytes([data[-9] ^ 1]) + data[-8:]  # the last range's end
+            tout.addfile(m, io.BytesIO(data) if data is not None else None)
+    assert verify_bundle(bad).modified == [name]
