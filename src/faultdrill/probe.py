@@ -48,18 +48,18 @@ Contract
 
 * The cost per ``step`` call is one ``json.dumps`` and one ``write``; sample ids given as
   a list are folded into ranges first. See ``docs/probe.md`` and ``bench/``.
-* Binary steps (``FAULTDRILL_STEP_FORMAT=binary``, which the local platform sets, or
-  ``Probe(..., binary_steps=True)``): a step with at most one sample range is appended as
-  one fixed-size record to ``<events dir>/probe-rank<R>.steps`` instead (one ``struct.pack``
-  and one ``write``; read back with numpy, no per-line parsing); any other step, and every
-  other event, stays a JSON line. The file starts with :data:`STEP_FILE_MAGIC`, the
-  format version, the record size, the rank and the task id (:func:`step_file_header`);
-  then records of :data:`STEP_RECORD` (little-endian ``mono`` f8, ``rank`` i4, ``pid`` i4,
-  ``step`` i8, ``loss`` f8, ``count`` i4 (ranges: 0 or 1), ``flags`` i4 (
-  :data:`STEP_TAG` in the high 16 bits; bit 0: no loss reported), ``start`` i8, ``end``
-  i8). A record torn by a kill is completed with zeros by the next process on that rank
-  (its tag is then wrong: readers count it as a bad record, as they do a torn line that
-  a later line terminated).
+* Binary steps (``FAULTDRILL_STEP_FORMAT=binary``, e.g. in a plan's ``task.env`` on the
+  local platforms, whose events dir is the harness's; or ``Probe(..., binary_steps=True)``):
+  a step with at most one sample range is appended as one fixed-size record to
+  ``<events dir>/probe-rank<R>.steps`` instead (one ``struct.pack`` and one ``write``; read
+  back with numpy, no per-line parsing); any other step, and every other event, stays a
+  JSON line. The file starts with :data:`STEP_FILE_MAGIC`, the format version, the record
+  size, the rank and the task id (:func:`step_file_header`); then records of
+  :data:`STEP_RECORD` (little-endian ``mono`` f8, ``rank`` i4, ``pid`` i4, ``step`` i8,
+  ``loss`` f8, ``count`` i4 (ranges: 0 or 1), ``flags`` i4 (:data:`STEP_TAG` in the high
+  16 bits; bit 0: no loss reported), ``start`` i8, ``end`` i8). A record torn by a kill is
+  completed with zeros by the next process on that rank (its tag is then wrong: readers
+  count it as a bad record, as they do a torn line that a later line terminated).
 """
 
 from __future__ import annotations

@@ -290,9 +290,6 @@ class LocalPlatform(ProcessReplicas, HostStorage, HostMemoryCaps, Platform):
         env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
         tmp = self.scratch_dir(node)
         env.update(job.env)
-        # Steps as binary records (faultdrill.probe): the events dir is this host's, where
-        # the harness reads them; a plan's task env may still say "json".
-        env.setdefault("FAULTDRILL_STEP_FORMAT", "binary")
         env.update(
             {
                 "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
