@@ -93,6 +93,13 @@ measured.
 **Loading JSON lines** (`bench/load_cost.py`; not a target). Probe files written by the
 real probe, loaded by `Timeline.load` in a fresh process; and what writing the columnar
 step store costs (the harness does it while the job runs) and loading from it saves.
+
+**Events per second per core** (`bench/load_cost.py`; target >= 1,000,000 for binary step
+records, load and store write). The same steps written as binary step records
+(`Probe(binary_steps=True)`, `probe-rank<R>.steps`) and loaded, and stored, the same way;
+beside them the JSON step lines decoded into the same columns by the faultdrill reader,
+the standard library's `json`, `orjson` and `msgspec` (into dicts and into a typed
+`Struct`), where installed. Rates are step events per CPU second (children's included).
 """
 
 
@@ -251,6 +258,26 @@ def _load(res: dict[str, Any]) -> list[str]:
             f"{_f(ld['store_write_s_per_million_events'])} | "
             f"{_f(ld['store_load_s_per_million_events'], 3)} |"
         )
+    return [*lines, "", *_rates(res)]
+
+
+def _rates(res: dict[str, Any]) -> list[str]:
+    """Every way of loading and storing the largest size's steps, in events/s/core."""
+    ld = res["load"]["sizes"][-1]
+    if "rates" not in ld:
+        return []
+    lines = [
+        f"**Events per second per core**, {ld['step_events']:,} step events (target >= "
+        "1,000,000 for binary records)",
+        "",
+        "| what | how | events/s/core |",
+        "|---|---|---:|",
+    ]
+    for what, key in (("load", "load"), ("store write", "store_write")):
+        for name, rate in ld["rates"][key].items():
+            lines.append(
+                f"| {what} | {name} | {'not installed' if rate is None else f'{rate:,.0f}'} |"
+            )
     return [*lines, ""]
 
 

@@ -53,6 +53,7 @@ from bench.probe_cost import probe_step_cost, reference_step_time  # noqa: E402
 from bench.readme import render  # noqa: E402
 from bench.targets import (  # noqa: E402
     ENGINE_TARGET_BYTES,
+    EVENTS_RATE_TARGET,
     PROBE_TARGET_US,
     SCALE_TARGET_BYTES,
     SCALE_TARGET_S,
@@ -287,8 +288,21 @@ def table(res: dict[str, Any]) -> str:
             f"{ld['store_write_s_per_million_events']:.2f} s/M (by the harness, while the job "
             f"runs); loading from it {ld['store_load_s_per_million_events']:.3f} s/M"
         )
+        lines += _rate_lines(ld)
     lines.append(f"\ntotal {res['total_wall_s']} s")
     return "\n".join(lines)
+
+
+def _rate_lines(ld: dict[str, Any]) -> list[str]:
+    """Step events per CPU second of one core, every way of loading them side by side."""
+    if "rates" not in ld:
+        return []
+    lines = [f"    events/s/core (target >= {EVENTS_RATE_TARGET:,d}):"]
+    for what, rates in (("load", ld["rates"]["load"]), ("store write", ld["rates"]["store_write"])):
+        for name, rate in rates.items():
+            shown = "not installed" if rate is None else f"{rate:>12,.0f}"
+            lines.append(f"      {what:11s} {name:32s} {shown}")
+    return lines
 
 
 def targets_table(res: dict[str, Any], previous: dict[str, Any] | None, source: str) -> str:

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "ENGINE_TARGET_BYTES",
+    "EVENTS_RATE_TARGET",
     "OVERHEAD_TARGET_S",
     "PRECISION_TARGET_MS",
     "PROBE_TARGET_US",
@@ -25,6 +26,8 @@ SCALE_TARGET_S = 60.0
 SCALE_TARGET_BYTES = 4 * 1024**3
 #: issue 24: a 16,384-rank drill on one machine in <= 60 s and <= 8 GiB
 ENGINE_TARGET_BYTES = 8 * 1024**3
+#: Step events per CPU second of one core, loading and writing the step store.
+EVENTS_RATE_TARGET = 1_000_000
 GIB = 1024**3
 
 
@@ -113,7 +116,7 @@ def targets(res: dict[str, Any]) -> list[Target]:
             "GiB",
         ),
     ]
-    return rows + _engine_rows(res.get("engines"))
+    return rows + _rate_rows(res) + _engine_rows(res.get("engines"))
 
 
 def _engine_rows(eng: dict[str, Any] | None) -> list[Target]:
@@ -144,6 +147,34 @@ def _engine_rows(eng: dict[str, Any] | None) -> list[Target]:
             "s",
         ),
     ]
+
+
+def _rate_rows(res: dict[str, Any]) -> list[Target]:
+    """Loading step events, and writing the step store, from binary step records (the
+    largest load size), against :data:`EVENTS_RATE_TARGET`; not measured in results of
+    versions before binary records."""
+    sizes = (res.get("load") or {}).get("sizes") or [{}]
+    rates = sizes[-1].get("rates")
+    events = sizes[-1].get("step_events", 0)
+    target = f">= {EVENTS_RATE_TARGET / 1e6:g} M events/s/core"
+    rows = []
+    for key, what in (("load", "load"), ("store_write", "step store write")):
+        value = (
+            None
+            if rates is None
+            else rates[key].get(f"{'' if key == 'load' else 'from '}binary records")
+        )
+        rows.append(
+            Target(
+                f"{what}, binary step records, {events / 1e6:.2f} M events",
+                target,
+                "-" if value is None else f"{value / 1e6:.2f} M events/s (one core)",
+                None if value is None else value >= EVENTS_RATE_TARGET,
+                None if value is None else value / 1e6,
+                "M events/s",
+            )
+        )
+    return rows
 
 
 def compare(res: dict[str, Any], previous: dict[str, Any] | None) -> list[Compared]:

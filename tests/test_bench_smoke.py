@@ -102,6 +102,10 @@ def test_quick_run_measures_everything_and_writes_results(
     assert probe.ratio == pytest.approx(probe.now.value / before)
     scale = [c for w, c in compared.items() if w.startswith("load + every check")]
     assert len(scale) == 2 and all(c.previous is None and c.ratio is None for c in scale)
+    # the binary step rates: the quick size differs from the full run's, so no ratio
+    rates = [c for w, c in compared.items() if "binary step records" in w]
+    assert len(rates) == 2 and all(c.now.value and c.previous is None for c in rates)
+    assert "msgspec (Struct)" in printed and "binary records" in printed
 
 
 def test_previous_results_are_compared_row_by_row_and_a_bad_file_is_said(

@@ -48,6 +48,18 @@ Contract
 
 * The cost per ``step`` call is one ``json.dumps`` and one ``write``; sample ids given as
   a list are folded into ranges first. See ``docs/probe.md`` and ``bench/``.
+* Binary steps (``FAULTDRILL_STEP_FORMAT=binary``, e.g. in a plan's ``task.env`` on the
+  local platforms, whose events dir is the harness's; or ``Probe(..., binary_steps=True)``):
+  a step with at most one sample range is appended as one fixed-size record to
+  ``<events dir>/probe-rank<R>.steps`` instead (one ``struct.pack`` and one ``write``; read
+  back with numpy, no per-line parsing); any other step, and every other event, stays a
+  JSON line. The file starts with :data:`STEP_FILE_MAGIC`, the format version, the record
+  size, the rank and the task id (:func:`step_file_header`); then records of
+  :data:`STEP_RECORD` (little-endian ``mono`` f8, ``rank`` i4, ``pid`` i4, ``step`` i8,
+  ``loss`` f8, ``count`` i4 (ranges: 0 or 1), ``flags`` i4 (:data:`STEP_TAG` in the high
+  16 bits; bit 0: no loss reported), ``start`` i8, ``end`` i8). A record torn by a kill is
+  completed with zeros by the next process on that rank (its tag is then wrong: readers
+  count it as a bad record, as they do a torn line that a later line terminated).
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ import json
 import math
 import os
 import socket
+import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -64,6 +77,11 @@ __all__ = [
     "ENV_CLOCK_OFFSET",
     "ENV_EVENTS_DIR",
     "ENV_PID_PER_HOST",
+    "ENV_STEP_FORMAT",
+    "STEP_FILE_MAGIC",
+    "STEP_FILE_VERSION",
+    "STEP_RECORD",
+    "STEP_TAG",
     "Probe",
     "SampleIds",
     "clock_offset",
@@ -71,6 +89,7 @@ __all__ = [
     "mono_clock",
     "own_pid",
     "probe_from_env",
+    "step_file_header",
 ]
 
 ENV_EVENTS_DIR = "FAULTDRILL_EVENTS_DIR"
@@ -81,12 +100,33 @@ ENV_CLOCK_OFFSET = "FAULTDRILL_CLOCK_OFFSET"
 #: Set by a platform whose replicas have pid namespaces of their own (containers: every pod
 #: numbers its processes from 1): ``pid`` then also carries the host name (:func:`own_pid`).
 ENV_PID_PER_HOST = "FAULTDRILL_PID_PER_HOST"
+#: ``binary``: step events go to the rank's binary step file (see the module docstring).
+ENV_STEP_FORMAT = "FAULTDRILL_STEP_FORMAT"
 ENV_TASK_ID = "FAULTDRILL_TASK_ID"
 ENV_NODE = "FAULTDRILL_NODE"
 ENV_SCHED_JOB = "FAULTDRILL_SCHED_JOB_ID"
 ENV_SCHED_INCARNATION = "FAULTDRILL_SCHED_INCARNATION"
 
 SampleIds = Sequence[int] | Sequence[Sequence[int]] | range
+
+STEP_FILE_MAGIC = b"FDSTEPS\n"
+STEP_FILE_VERSION = 1
+#: One step: mono, rank, pid, step, loss, count, flags, start, end (56 bytes).
+STEP_RECORD = struct.Struct("<diiqdiiqq")
+#: The high 16 bits of every record's flags ("FD"): a zero-filled torn record lacks them.
+STEP_TAG = 0x46440000
+#: The header before the task id: magic, version, record size, rank, task id's bytes.
+_STEP_HEAD = struct.Struct("<8sIIiI")
+#: The longest task id a step file's header holds (bytes of UTF-8).
+MAX_STEP_TASK = 4096
+
+
+def step_file_header(rank: int, task_id: str) -> bytes:
+    """The header of a binary step file: :data:`_STEP_HEAD`, then the task id in UTF-8,
+    zero-padded to a multiple of 8 bytes (records start there)."""
+    task = task_id.encode()[:MAX_STEP_TASK]
+    head = _STEP_HEAD.pack(STEP_FILE_MAGIC, STEP_FILE_VERSION, STEP_RECORD.size, rank, len(task))
+    return head + task + b"\0" * (-len(task) % 8)
 
 
 def clock_offset() -> float | None:
@@ -159,11 +199,15 @@ class Probe:
         *,
         rank: int = 0,
         task_id: str = "",
+        binary_steps: bool | None = None,
     ) -> None:
+        """``binary_steps``: write steps to the binary step file (None: as
+        :data:`ENV_STEP_FORMAT` says)."""
         self.rank = rank
         self.task_id = task_id
         self.pid = own_pid()
         self._fd: int | None = None
+        self._steps_fd: int | None = None
         self._mono = mono_clock()
         if events_dir is None:
             return
@@ -171,6 +215,12 @@ class Probe:
         path = os.path.join(os.fspath(events_dir), f"probe-rank{rank}.jsonl")
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._terminate_torn_line(path)
+        if binary_steps is None:
+            binary_steps = os.environ.get(ENV_STEP_FORMAT) == "binary"
+        if binary_steps:
+            self._steps_fd = _open_step_file(
+                os.path.join(os.fspath(events_dir), f"probe-rank{rank}.steps"), rank, task_id
+            )
         # The prefix of every line is fixed per process: build it once.
         head = json.dumps({"src": "probe", "task": task_id, "rank": rank, "pid": self.pid})
         self._head = head[:-1]
@@ -247,7 +297,28 @@ class Probe:
         """
         ids = samples if isinstance(samples, (range, list, tuple)) else list(samples)
         value = None if loss is None else float(loss)
-        self.emit("step", step=step, loss=value, samples=fold_ranges(ids))  # type: ignore[arg-type]
+        ranges = fold_ranges(ids)  # type: ignore[arg-type]
+        if self._steps_fd is not None and len(ranges) <= 1:
+            start, end = ranges[0] if ranges else (0, 0)
+            flags = STEP_TAG | (value is None)
+            try:
+                record = STEP_RECORD.pack(
+                    self._mono(),
+                    self.rank,
+                    self.pid,
+                    step,
+                    value or 0.0,
+                    len(ranges),
+                    flags,
+                    start,
+                    end,
+                )
+            except struct.error:  # not an int64 step or ids: as a JSON line, judged there
+                pass
+            else:
+                os.write(self._steps_fd, record)
+                return
+        self.emit("step", step=step, loss=value, samples=ranges)
 
     def checkpoint_saved(
         self,
@@ -386,6 +457,39 @@ class Probe:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._steps_fd is not None:
+            os.close(self._steps_fd)
+            self._steps_fd = None
+
+
+def _open_step_file(path: str, rank: int, task_id: str) -> int | None:
+    """The rank's binary step file opened for appending: its header written if it is new,
+    a torn last record completed with zeros; None (steps stay JSON lines) if the file
+    holds something else (another rank's header, another format, a torn header)."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    size = os.fstat(fd).st_size
+    header = step_file_header(rank, task_id)
+    if size == 0:
+        os.write(fd, header)
+        return fd
+    head = os.pread(fd, _STEP_HEAD.size, 0)
+    if len(head) < _STEP_HEAD.size:
+        os.close(fd)
+        return None
+    magic, version, record, owner, task_len = _STEP_HEAD.unpack(head)
+    start = _STEP_HEAD.size + task_len + (-task_len % 8)
+    if (magic, version, record, owner) != (
+        STEP_FILE_MAGIC,
+        STEP_FILE_VERSION,
+        STEP_RECORD.size,
+        rank,
+    ) or size < start:
+        os.close(fd)
+        return None
+    torn = (size - start) % record
+    if torn:
+        os.write(fd, b"\0" * (record - torn))
+    return fd
 
 
 def _identity() -> dict[str, Any]:

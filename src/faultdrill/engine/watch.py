@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from faultdrill.plan import StopConditions, Trigger
-from faultdrill.timeline.store import StepStoreWriter, parse_chunk
+from faultdrill.timeline.stepfile import GLOB as STEP_FILES
+from faultdrill.timeline.stepfile import RECORD, first_nonfinite, header_of
+from faultdrill.timeline.store import StepStoreWriter, parse_chunk, parse_step_records
 
 __all__ = ["Watch", "stop_reason"]
 
@@ -29,10 +31,11 @@ __all__ = ["Watch", "stop_reason"]
 class Watch:
     """What the engine knows of the job's progress, from tailing the probe files.
 
-    With a ``store``, every complete line read is also appended to the columnar step store
-    (:mod:`faultdrill.timeline.store`): the harness reads each line once, while the job
-    runs, and the timeline loads from columns afterwards. :meth:`close` catches up and
-    writes the store's manifest."""
+        The probe's binary step files (``probe-rank<R>.steps``) are tailed the same way, a whole
+    record at a time. With a ``store``, every complete line (or record) read is also appended to the columnar step store
+        (:mod:`faultdrill.timeline.store`): the harness reads each line once, while the job
+        runs, and the timeline loads from columns afterwards. :meth:`close` catches up and
+        writes the store's manifest."""
 
     events_dir: Path
     store: StepStoreWriter | None = None
@@ -48,39 +51,70 @@ class Watch:
     commits: int = 0
     _synced: float = 0.0
     _commit_offset: int = 0
+    _step_headers: dict[Path, int] = field(default_factory=dict)  # step file -> header bytes
 
     def poll(self) -> None:
         # joblog-*: probe events the harness read from a job's log lines (faultdrill.joblogs)
         paths = [
             *sorted(self.events_dir.glob("probe-rank*.jsonl")),
             *sorted(self.events_dir.glob("joblog-*.jsonl")),
+            *sorted(self.events_dir.glob(STEP_FILES)),
         ]
         for path in paths:
             off = self.offsets.get(path, 0)
+            if off < 0:
+                continue  # a step file that is not one: the reader counts it as bad
             try:
                 with open(path, "rb") as f:
                     f.seek(off)
                     data = f.read(_READ_MAX)
             except OSError:
                 continue
-            end = data.rfind(b"\n")
-            if end < 0:
+            whole = self._whole(path, data, off)
+            if whole <= 0:
                 continue
-            data = data[: end + 1]
-            self.offsets[path] = off + end + 1
+            data = data[:whole]
+            self.offsets[path] = off + whole
+            records = self._records(path, data, off)
             if self.store is not None:
                 chunk = self.store.add(path.name, data, off)
+            elif records is not None:
+                chunk = parse_step_records(records)
             else:
                 chunk = parse_chunk(data)
             for ev in chunk.records:
                 self._see(ev)
             if chunk.steps is not None:
-                self._steps(chunk.steps, data)
+                self._steps(chunk.steps, data, records)
         self._read_commits()
         now = time.monotonic()
         if self.store is not None and now - self._synced >= _SYNC_S:
             self._synced = now
             self.store.sync()
+
+    def _whole(self, path: Path, data: bytes, off: int) -> int:
+        """How many bytes of ``data`` (read from byte ``off`` of ``path``) are whole: lines,
+        or a binary step file's header and records. -1 marks a step file that is not one."""
+        if not path.name.endswith(".steps"):
+            return data.rfind(b"\n") + 1
+        head = 0
+        if off == 0:
+            try:
+                header = header_of(data)
+            except ValueError:
+                self.offsets[path] = -1
+                return -1
+            if header is None:
+                return 0
+            head = header.size
+            self._step_headers[path] = head
+        return head + (len(data) - head) // RECORD.itemsize * RECORD.itemsize
+
+    def _records(self, path: Path, data: bytes, off: int) -> memoryview | None:
+        """The records of ``data`` if ``path`` is a binary step file (None: JSON lines)."""
+        if not path.name.endswith(".steps"):
+            return None
+        return memoryview(data)[self._step_headers.get(path, 0) if off == 0 else 0 :]
 
     def _read_commits(self) -> None:
         """Count the platform's checkpoint commits (a small file: read whole lines)."""
@@ -113,7 +147,7 @@ class Watch:
             store, self.store = self.store, None
             store.close()
 
-    def _steps(self, cols: list[np.ndarray], data: bytes) -> None:
+    def _steps(self, cols: list[np.ndarray], data: bytes, records: memoryview | None) -> None:
         mono, _rank, _pid, step, loss = cols[:5]
         if self.first_step_mono is None:
             self.first_step_mono = float(mono[0])
@@ -121,7 +155,7 @@ class Watch:
         self.last_progress_mono = max(self.last_progress_mono or -math.inf, float(mono.max()))
         # NaN in the column: no loss reported; +-inf: a reported NaN or infinity
         if self.nonfinite is None and bool(np.isinf(loss).any()):
-            self.nonfinite = _first_nonfinite(data)
+            self.nonfinite = _first_nonfinite(data) if records is None else first_nonfinite(records)
 
     def _see(self, ev: dict[str, Any]) -> None:
         kind = ev.get("kind")

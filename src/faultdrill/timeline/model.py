@@ -38,6 +38,7 @@ import numpy as np
 from faultdrill.events import Event
 from faultdrill.lineage import promote_announced
 from faultdrill.timeline.reader import _Part, _read_files, _read_in_parallel, _StepColumns
+from faultdrill.timeline.stepfile import GLOB as STEP_FILES
 from faultdrill.timeline.steps import I4, I8, StepTable
 from faultdrill.timeline.store import read_store
 
@@ -194,7 +195,8 @@ class Timeline:
     def load(
         cls, events_dir: Path, *, readers: int | None = None, use_store: bool = True
     ) -> Timeline:
-        """Read every ``*.jsonl`` under ``events_dir`` (a run's or a scenario's).
+        """Read every ``*.jsonl`` under ``events_dir`` (a run's or a scenario's), and the
+        probe's binary step files (``probe-rank*.steps``: :mod:`~faultdrill.timeline.stepfile`).
 
         Streams: step events go straight into columns, so memory stays near the size of
         the resulting table rather than of the parsed JSON. A line that is torn, not JSON
@@ -215,7 +217,7 @@ class Timeline:
         and only the rest is read as JSON lines: the same timeline, in a fraction of the
         time and memory. ``use_store=False`` reads every JSON line (the evidence of
         record) whatever is there."""
-        paths = sorted(events_dir.glob("*.jsonl"))
+        paths = sorted([*events_dir.glob("*.jsonl"), *events_dir.glob(STEP_FILES)])
         stored = read_store(events_dir) if use_store else None
         if stored is not None:
             first = _Part(stored.task, [], [[c] for c in stored.columns], stored.torn)

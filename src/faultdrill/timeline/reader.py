@@ -27,6 +27,7 @@ from typing import IO, Any
 import numpy as np
 
 from faultdrill.events import Event, malformed
+from faultdrill.timeline.stepfile import StepFileRead, read_step_file
 from faultdrill.timeline.steps import I4, I8, StepTable
 
 __all__ = ["MAX_LINE", "PARALLEL_BYTES", "bounded_lines", "open_regular"]
@@ -118,6 +119,13 @@ def _read_files(
     for path in paths:
         if before:
             events.extend(before.get(path.name, ()))
+        if path.name.endswith(".steps"):  # a binary step file (faultdrill.timeline.stepfile)
+            read = _read_step_path(path, offsets.get(path.name, 0) if offsets else 0, steps)
+            task = task or read.task
+            torn += read.bad + read.torn
+            if read.bad:
+                bad[path.name] = (read.bad, "probe" if read.task or read.chunks else "")
+            continue
         skipped_before = torn + steps.bad
         source = ""
         last_torn = 0  # a line without its newline can only be the file's last
@@ -162,6 +170,19 @@ def _read_files(
             bad[path.name] = (skipped, source)
     chunks = steps.chunks()
     return _Part(task, events, chunks, torn + steps.bad, bad)
+
+
+def _read_step_path(path: Path, start: int, steps: _StepColumns) -> StepFileRead:
+    """Read a binary step file from byte ``start`` into ``steps``; a file that is not a
+    regular file is one bad record."""
+    f = open_regular(path)
+    if f is None:
+        return StepFileRead(bad=1)
+    with f:
+        read = read_step_file(f, start, os.fstat(f.fileno()).st_size)
+    for cols in read.chunks:
+        steps.add_columns(cols)
+    return read
 
 
 def _read_in_parallel(paths: list[Path], readers: int | None) -> list[_Part] | None:
@@ -419,6 +440,13 @@ class _StepColumns:
         self.mono, self.rank, self.pid, self.step, self.loss = ([c[i] for i in keep] for c in cols)
         self.counts = [self.counts[i] for i in keep]
         self.pairs = pairs_kept
+
+    def add_columns(self, cols: list[np.ndarray]) -> None:
+        """Append already converted, checked columns (a binary step file's block), after
+        what is queued."""
+        self._close()
+        for done, col in zip(self._done, cols, strict=True):
+            done.append(col)
 
     def close_chunk(self) -> None:
         """Convert the rows queued so far now (a reader does it at the end of each file,

@@ -35,6 +35,11 @@ Layout, in ``<events dir>/steps/``::
                        count.i4 (sample ranges per row), rng_start.i8 rng_end.i8 (ranges)
     lines/<source>     the covered source's other lines (run_start, ckpt_save...), as written
 
+A binary step file of the probe (``probe-rank<R>.steps``,
+:mod:`~faultdrill.timeline.stepfile`) is a covered source like a JSON-lines file: its
+whole records go into the columns (it has no other lines), its covered bytes are hashed
+the same way, and a record refused is counted in its ``bad``.
+
 The manifest is replaced atomically after the columns are written: a reader sees the
 columns up to the rows it names (a column file may be longer: an append in progress).
 """
@@ -59,6 +64,7 @@ from faultdrill.timeline.reader import (
     bounded_lines,
     open_regular,
 )
+from faultdrill.timeline.stepfile import RECORD, decode, header_of
 from faultdrill.timeline.steps import I4, I8, StepTable
 
 __all__ = [
@@ -67,6 +73,7 @@ __all__ = [
     "Chunk",
     "StepStoreWriter",
     "parse_chunk",
+    "parse_step_records",
     "read_store",
     "write_table",
 ]
@@ -142,9 +149,32 @@ def parse_chunk(data: bytes) -> Chunk:
     return Chunk(records, lines, steps, torn + cols.bad, task, source)
 
 
+def _binary_chunk(src: _Source, data: bytes) -> Chunk:
+    """What whole records of a binary step file hold (the file's header first, when
+    ``data`` starts the file); ValueError if ``data`` is not whole records of a step file
+    (the watch hands over whole ones only)."""
+    body = memoryview(data)
+    if not src.covered:
+        header = header_of(data)
+        if header is None:
+            raise ValueError("a step file's header is not complete")
+        src.task, body = header.task, body[header.size :]
+    return parse_step_records(body, src.task)
+
+
+def parse_step_records(body: bytes | memoryview, task: str = "") -> Chunk:
+    """What whole records of a binary step file hold; ValueError if ``body`` is not whole
+    records."""
+    if len(body) % RECORD.itemsize:
+        raise ValueError("not whole step records")
+    cols, bad = decode(body)
+    return Chunk([], [], cols if cols[0].shape[0] else None, bad, task, "probe")
+
+
 @dataclass
 class _Source:
     covered: int = 0
+    task: str = ""  # a binary step file's, from its header
     hash: Any = field(default_factory=hashlib.sha256)  # of the covered bytes
     lines: Any = field(default_factory=hashlib.sha256)  # of its file under lines/
     bad: int = 0  # lines skipped (all complete: a torn last line is never covered)
@@ -182,7 +212,7 @@ class StepStoreWriter:
         src = self._sources.setdefault(source, _Source())
         if offset != src.covered:
             raise ValueError(f"{source}: store covers {src.covered} bytes, not {offset}")
-        chunk = parse_chunk(data)
+        chunk = _binary_chunk(src, data) if source.endswith(".steps") else parse_chunk(data)
         if chunk.steps is not None:
             for (name, dtype, _r), col in zip(COLUMNS, chunk.steps, strict=True):
                 self._write(name, np.ascontiguousarray(col, dtype=dtype).tobytes())
