@@ -203,6 +203,7 @@ def measure(extra: list[str]) -> dict[str, Any]:
         run_dir = Path(tmp) / "demo"
         argv = [sys.executable, "-m", "faultdrill.cli", "demo", "--out", str(run_dir)]
         argv += ["--quiet", *extra]
+        load, started = os.getloadavg()[0], time.strftime("%Y-%m-%dT%H:%M:%S%z")
         t, cli_start = time.monotonic(), time.time()
         proc = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ))
         wall_s = time.monotonic() - t
@@ -210,6 +211,7 @@ def measure(extra: list[str]) -> dict[str, Any]:
             raise RuntimeError(f"faultdrill demo failed: {proc.stderr.strip()[-3000:]}")
         items: dict[str, Any] = {}
         first_start = None
+        order: dict[str, float] = {}
         verdicts = _verdicts(run_dir)
         for item, work in _item_dirs(run_dir):
             tl = Timeline.load(work / "events")
@@ -219,28 +221,32 @@ def measure(extra: list[str]) -> dict[str, Any]:
             start = tl.first("harness", "item_start")
             assert start is not None  # item_split needs it
             first_start = start.ts if first_start is None else min(first_start, start.ts)
+            order[item] = start.ts
             items[item] = {"verdict": verdicts.get(item, "?"), **split}
-        caught = [ln for ln in proc.stdout.splitlines() if "controls caught" in ln]
+        said = [ln for ln in proc.stdout.splitlines() if "controls caught" in ln]
     startup_s = (first_start - cli_start) if first_start is not None else 0.0
-    return _summary(wall_s, startup_s, items, caught, extra)
+    in_order = {k: items[k] for k in sorted(items, key=lambda k: order[k])}
+    out = {"started": started, **_summary(wall_s, startup_s, in_order, said, extra)}
+    out["load_average_at_start"], out["load_average_at_end"] = load, os.getloadavg()[0]
+    return out
 
 
 def _summary(
-    wall_s: float, startup_s: float, items: dict[str, Any], caught: list[str], extra: list[str]
+    wall_s: float, startup_s: float, items: dict[str, Any], said: list[str], extra: list[str]
 ) -> dict[str, Any]:
     names = [*JOB_PHASES, *HARNESS_PHASES, "other"]
     per_phase = {n: round(sum(v["phases_s"][n] for v in items.values()), 2) for n in names}
     in_items = sum(v["wall_s"] for v in items.values())
     return {
         "command": " ".join(["faultdrill demo", *extra]),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "wall_s": round(wall_s, 1),
         "items_s": round(in_items, 1),
         "startup_s": round(startup_s, 1),
         "finish_s": round(max(0.0, wall_s - in_items - startup_s), 1),
         "per_phase_s": per_phase,
         "items": items,
-        "controls_caught": caught[-1].strip() if caught else None,
+        # the demo's own summary line: scenarios passed, controls caught, overall
+        "summary": said[-1].strip() if said else None,
         "target_s": TARGET_S,
         "meets_target": wall_s <= TARGET_S
         and all(v["verdict"] in ("pass", "caught") for v in items.values()),

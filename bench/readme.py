@@ -187,6 +187,15 @@ def _overhead(res: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _demo_load(demo: dict[str, Any]) -> str:
+    if "load_average_at_start" not in demo:
+        return ""  # measured before the module recorded it
+    return (
+        f"; load average {demo['load_average_at_start']:.1f} at the start, "
+        f"{demo['load_average_at_end']:.1f} at the end"
+    )
+
+
 def _demo(res: dict[str, Any]) -> list[str]:
     demo = res.get("demo")
     if demo is None:
@@ -196,7 +205,7 @@ def _demo(res: dict[str, Any]) -> list[str]:
         f"**(e) The demo's wall time** (`{demo['command']}`, {demo['started'][:16]}: "
         f"{_f(demo['wall_s'], 1)} s; start-up {_f(demo['startup_s'], 1)} s, items "
         f"{_f(demo['items_s'], 1)} s, reports and bundle {_f(demo['finish_s'], 1)} s; "
-        f"{demo['controls_caught'] or 'no controls'}; seconds per phase)",
+        f"{demo['summary'] or 'no summary line'}{_demo_load(demo)}; seconds per phase)",
         "",
         "| item | verdict | wall s | " + " | ".join(names) + " |",
         "|---|---|---:|" + "---:|" * len(names),

@@ -275,7 +275,7 @@ def demo_table(demo: dict[str, Any] | None) -> list[str]:
     lines = [
         f"(e) {demo['command']}: {demo['wall_s']} s wall (start-up {demo['startup_s']} s, "
         f"items {demo['items_s']} s, reports and bundle {demo['finish_s']} s); "
-        f"{demo['controls_caught'] or 'no controls'}",
+        f"{demo['summary'] or 'no summary line'}",
         f"  {'item':32s} {'verdict':10s} {'wall s':>7s} " + " ".join(f"{n:>9s}" for n in short),
     ]
     for item, v in demo["items"].items():
