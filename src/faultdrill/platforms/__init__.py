@@ -10,7 +10,8 @@ cluster), and ``fake`` (runs nothing, records the actions asked of it:
 The seam's names are loaded on first use (PEP 562): the torchrun agent every node of every
 item starts (``python -m faultdrill.platforms.local.agent``) imports this package first,
 and needs none of them; loading the seam (the plan, pydantic) cost each agent start about
-0.45 s (measured; ``bench/demo_time.py``'s *job start*).
+0.2 s of CPU, 0.45 s of wall on a busy machine (measured; part of ``bench/demo_time.py``'s
+*job start*).
 """
 
 from __future__ import annotations
