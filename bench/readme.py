@@ -90,6 +90,17 @@ that cannot answer within its limits is shown with its error. The chosen engine 
 target row; the judge itself (every check) on it is the next step and is shown as not yet
 measured.
 
+**(f) The demo's wall time** (`bench/demo_time.py`). `faultdrill demo` run as a user runs
+it (a fresh process: start-up, every item, the reports and the bundle), timed; then each
+item's wall time split by its events, in timeline order: *job start* (job submitted to
+the first agent rendezvousing: spawning the torchrun agents, their python and torch
+import), *rendezvous*, *worker start* (workers spawned to the first step: python and torch
+import, process group, data, checkpoint load), *training*, *detection* (injection, or the
+last step before the platform reacted, to its reaction), *restart* (the reaction to the
+new incarnation's first step: stopping the group, re-rendezvous, the workers' imports,
+the load), *job end* (last step to the last agent's exit), then the harness's phases as in
+(c). The target is the whole demo, every scenario and control, on this machine.
+
 **Loading JSON lines** (`bench/load_cost.py`; not a target). Probe files written by the
 real probe, loaded by `Timeline.load` in a fresh process; and what writing the columnar
 step store costs (the harness does it while the job runs) and loading from it saves.
@@ -199,6 +210,43 @@ def _overhead(res: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _demo_load(demo: dict[str, Any]) -> str:
+    if "load_average_at_start" not in demo:
+        return ""  # measured before the module recorded it
+    return (
+        f"; load average {demo['load_average_at_start']:.1f} at the start, "
+        f"{demo['load_average_at_end']:.1f} at the end"
+    )
+
+
+def _demo(res: dict[str, Any]) -> list[str]:
+    demo = res.get("demo")
+    if demo is None:
+        return ["**(f) The demo's wall time**: not measured in this run.", ""]
+    names = list(demo["per_phase_s"])
+    lines = [
+        f"**(f) The demo's wall time** (`{demo['command']}`, {demo['started'][:16]}: "
+        f"{_f(demo['wall_s'], 1)} s; start-up {_f(demo['startup_s'], 1)} s, items "
+        f"{_f(demo['items_s'], 1)} s, reports and bundle {_f(demo['finish_s'], 1)} s; "
+        f"{demo['summary'] or 'no summary line'}{_demo_load(demo)}; seconds per phase)",
+        "",
+        "| item | verdict | wall s | " + " | ".join(names) + " |",
+        "|---|---|---:|" + "---:|" * len(names),
+    ]
+    for item, v in demo["items"].items():
+        lines.append(
+            f"| {item} | {v['verdict']} | {_f(v['wall_s'], 1)} | "
+            + " | ".join(_f(v["phases_s"][n], 1) for n in names)
+            + " |"
+        )
+    lines.append(
+        f"| all items | | {_f(demo['items_s'], 1)} | "
+        + " | ".join(_f(demo["per_phase_s"][n], 1) for n in names)
+        + " |"
+    )
+    return [*lines, ""]
+
+
 def _scale(res: dict[str, Any]) -> list[str]:
     lines = [
         "**(d) Loading from the step store and every check** (a fresh process per size)",
@@ -285,6 +333,6 @@ def render(res: dict[str, Any]) -> str:
     """The page for one results file (``bench/results.json`` as ``bench/run.py`` writes
     it). Raises KeyError naming a field the file lacks."""
     parts = [INTRO, *_header(res), *_targets(res)]
-    for section in (_probe, _precision, _overhead, _scale, _engines, _load):
+    for section in (_probe, _precision, _overhead, _scale, _engines, _demo, _load):
         parts += section(res)
     return "\n".join(parts).rstrip("\n") + "\n"

@@ -16,15 +16,17 @@ Measures, in one run on this machine (see ``bench/README.md``), each against its
 (e) the per-rank questions of a 16,384-rank x 10,000-step drill (164 M step events) out of
     core, by each candidate engine in a fresh process (``bench.engines``): the measured
     comparison that chose the engine for fleet-sized drills.
+(f) the demo's wall time (``faultdrill demo`` in a fresh process, every item) and where
+    each item's time goes, per phase (``bench.demo_time``).
 
 Prints a table with every target, its measured value, the previous run's value (from
 ``--previous``, by default the results file this run replaces) and the ratio now /
 previous; writes ``bench/results.json`` and, after a full run there, ``bench/README.md``
 (``bench.readme``; ``--readme`` writes the page alone from the results file); exits 1 if
 a target is missed. ``--quick`` runs every part at tiny sizes (the overhead: the baseline
-alone, 12 steps) and judges nothing; ``--no-drill`` leaves out the part that runs a real
-drill (the smoke test runs ``--quick --no-drill``; the overhead's tiny size is a drill
-test of its own). Run heavy benchmarks alone: they use both cores.
+alone, 12 steps; the demo: its baseline and ``kill-worker``, no controls) and judges
+nothing; ``--no-drill`` leaves out the parts that run real drills (the smoke test runs
+``--quick --no-drill``; the overhead's tiny size is a drill test of its own). Run heavy benchmarks alone: they use both cores.
 """
 
 from __future__ import annotations
@@ -130,6 +132,12 @@ def overhead(only: str, steps: int | None) -> dict[str, Any]:
     return _module(["bench.overhead", f"--only={only}", *size], timeout=1800)
 
 
+def demo_time(extra: list[str]) -> dict[str, Any]:
+    """``bench.demo_time`` in a fresh process: ``faultdrill demo`` with ``extra`` arguments
+    (none: the whole demo), its wall time and each item's split."""
+    return _module(["bench.demo_time", *extra], timeout=1800)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     out: dict[str, Any] = {
@@ -186,6 +194,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out["load"] = {
         "sizes": [load_cost(args.load_ranks, n // args.load_ranks) for n in args.load_events]
     }
+    # (f) the demo's wall time and its split, last: it keeps both cores busy for minutes
+    out["demo"] = None if args.no_drill else demo_time(args.demo_args)
     out["load_average_at_end"] = os.getloadavg()
     out["total_wall_s"] = round(time.perf_counter() - t0, 1)
     return out
@@ -289,6 +299,7 @@ def table(res: dict[str, Any]) -> str:
             f"runs); loading from it {ld['store_load_s_per_million_events']:.3f} s/M"
         )
         lines += _rate_lines(ld)
+    lines += ["", *demo_table(res.get("demo"))]
     lines.append(f"\ntotal {res['total_wall_s']} s")
     return "\n".join(lines)
 
@@ -302,6 +313,30 @@ def _rate_lines(ld: dict[str, Any]) -> list[str]:
         for name, rate in rates.items():
             shown = "not installed" if rate is None else f"{rate:>12,.0f}"
             lines.append(f"      {what:11s} {name:32s} {shown}")
+    return lines
+
+
+def demo_table(demo: dict[str, Any] | None) -> list[str]:
+    """(f): the demo's wall time, each item's split and the sum per phase."""
+    if demo is None:
+        return ["(f) the demo: not measured (--no-drill, or a results file from before it)"]
+    names = list(demo["per_phase_s"])
+    short = [n.replace("noticing end", "noticing")[:9] for n in names]
+    lines = [
+        f"(f) {demo['command']}: {demo['wall_s']} s wall (start-up {demo['startup_s']} s, "
+        f"items {demo['items_s']} s, reports and bundle {demo['finish_s']} s); "
+        f"{demo['summary'] or 'no summary line'}",
+        f"  {'item':32s} {'verdict':10s} {'wall s':>7s} " + " ".join(f"{n:>9s}" for n in short),
+    ]
+    for item, v in demo["items"].items():
+        lines.append(
+            f"  {item:32s} {v['verdict']:10s} {v['wall_s']:7.2f} "
+            + " ".join(f"{v['phases_s'][n]:9.2f}" for n in names)
+        )
+    lines.append(
+        f"  {'all items':32s} {'':10s} {demo['items_s']:7.1f} "
+        + " ".join(f"{demo['per_phase_s'][n]:9.1f}" for n in names)
+    )
     return lines
 
 
@@ -362,6 +397,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "engine_ranks": 8,
             "engine_steps": 40,
             "engine_block": 4,
+            "demo_args": ["--only=kill-worker", "--no-controls"],
         }
     else:
         defaults = {
@@ -380,6 +416,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "engine_ranks": 16_384,
             "engine_steps": 10_000,
             "engine_block": 256,
+            "demo_args": [],
         }
     for key, value in defaults.items():
         if getattr(args, key, None) is None:
