@@ -273,7 +273,12 @@ def _engines(res: dict[str, Any]) -> list[str]:
     lines = [
         f"**(e) Per-rank questions out of core**, {eng['ranks']:,} ranks x {eng['steps']:,} "
         f"steps ({eng['rows']:,} step events, written in {_f(eng['write_s'], 0)} s; a fresh "
-        f"process per engine; chosen: `{eng['chosen']}`)",
+        f"process per engine; chosen: `{eng['chosen']}`)"
+        + (
+            f"; measured by `{eng['command']}` at {eng['started']}, apart from the run above"
+            if "command" in eng
+            else ""
+        ),
         "",
         "| engine | wall s | CPU s | peak RSS | answer |",
         "|---|---:|---:|---:|---|",
