@@ -64,11 +64,8 @@ class Watch:
             off = self.offsets.get(path, 0)
             if off < 0:
                 continue  # a step file that is not one: the reader counts it as bad
-            try:
-                with open(path, "rb") as f:
-                    f.seek(off)
-                    data = f.read(_READ_MAX)
-            except OSError:
+            data = _read_from(path, off)
+            if data is None:
                 continue
             whole = self._whole(path, data, off)
             if whole <= 0:
@@ -121,17 +118,12 @@ class Watch:
         if self.commits_from is None:
             return
         stream, kind = self.commits_from
-        try:
-            with open(self.events_dir / f"{stream}.jsonl", "rb") as f:
-                f.seek(self._commit_offset)
-                data = f.read(_READ_MAX)
-        except OSError:
+        data = _read_from(self.events_dir / f"{stream}.jsonl", self._commit_offset)
+        whole = data.rfind(b"\n") + 1 if data is not None else 0
+        if data is None or not whole:
             return
-        end = data.rfind(b"\n")
-        if end < 0:
-            return
-        self._commit_offset += end + 1
-        for line in data[: end + 1].splitlines():
+        self._commit_offset += whole
+        for line in data[:whole].splitlines():
             with contextlib.suppress(ValueError):
                 ev = json.loads(line)
                 if isinstance(ev, dict) and ev.get("kind") == kind:
@@ -173,6 +165,16 @@ class Watch:
             return self.saves >= k and (self.commits_from is None or self.commits >= k)
         assert trig.after_s is not None
         return self.first_step_mono is not None and now - self.first_step_mono >= trig.after_s
+
+
+def _read_from(path: Path, offset: int) -> bytes | None:
+    """At most :data:`_READ_MAX` bytes of ``path`` from ``offset`` (None: unreadable now)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(_READ_MAX)
+    except OSError:
+        return None
 
 
 def stop_reason(
