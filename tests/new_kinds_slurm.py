@@ -11,7 +11,8 @@ timeout short:
   ``hang`` (noticed by the plan's 4 s timeout) and ``oom-r1`` (a dead rank is noticed
   whatever the timeout), both at step 8;
 * :func:`slurm_straggler_storage` (the plan's gloo timeout 30 s, 80 steps, a checkpoint
-  every 10): ``slow-r1`` at step 10 and ``storage-slow`` at step 8, across the step-10 save.
+  every 5): ``slow-r1`` at step 10 and ``storage-slow`` at step 8, across the step-10 save
+  (the step-5 save before it gives the usual save time).
   A 4 s collective timeout would cut short what these must ride out (a straggler's slowed
   steps, a save blocked for seconds).
 
@@ -68,7 +69,7 @@ def slurm_hang_oom_raw() -> dict[str, Any]:
 
 
 def slurm_straggler_storage_raw() -> dict[str, Any]:
-    """The Slurm example, 80 steps, a checkpoint every 10: the straggler at step 10 and
+    """The Slurm example, 80 steps, a checkpoint every 5: the straggler at step 10 and
     the slow storage at step 8 (each where the machine can do it); no controls."""
     raw = example_raw()
     scenarios: list[dict[str, Any]] = []
@@ -78,7 +79,7 @@ def slurm_straggler_storage_raw() -> dict[str, Any]:
         scenarios.append(SLURM_STORAGE_SLOW)
     raw["rounds"] = [{"round": 1, "name": "straggler and slow storage", "scenarios": scenarios}]
     raw["controls"] = []
-    raw = shrunk(raw, steps=80, every=10)
+    raw = shrunk(raw, steps=80, every=5)
     # shrunk moves every trigger to one step: each scenario keeps its own
     for shrunk_scenario, scenario in zip(raw["rounds"][0]["scenarios"], scenarios, strict=True):
         shrunk_scenario["trigger"] = dict(scenario["trigger"])

@@ -4,7 +4,7 @@
 150 ms late across the step-10 save. The save takes seconds instead of a fraction of one,
 training waits for it, nothing fails, Slurm keeps the job where it was, and ``latest`` only
 ever names a whole checkpoint. It runs in one plan with the Slurm straggler scenario
-(``tests/new_kinds_slurm.py``: one cluster, one baseline, a checkpoint every 10 steps)."""
+(``tests/new_kinds_slurm.py``: one cluster, one baseline, 80 steps)."""
 
 from __future__ import annotations
 
