@@ -10,7 +10,7 @@ its fault, and the hang needs the plan's own collective timeout short:
 * :func:`hang_oom_drill` (``isolation: none``, gloo timeout 4 s, 30 steps): ``hang`` and
   ``ctl-hang-long-timeout`` (the hang must be noticed by the plan's 4 s timeout) and
   ``oom-r1`` and ``ctl-oom-loop`` (a dead rank is noticed whatever the timeout);
-* :func:`straggler_io_drill` (``isolation: netns``, file-backed data, 80 steps, the plan's
+* :func:`straggler_io_drill` (``isolation: netns``, file-backed data, 40 steps, the plan's
   gloo timeout 30 s): ``slow-r1`` and ``ctl-straggler-timeout``, ``storage-slow`` and
   ``ctl-publish-before-durable-slow``, ``data-error`` and ``ctl-skip-unreadable``. A 4 s
   collective timeout would cut short what these scenarios must ride out (a straggler's
@@ -128,9 +128,9 @@ STORAGE_SLOW = {"kind": "storage-slow", "latency_ms": LATENCY_MS, "for_s": FOR_S
 OUTAGE_S = 4.0
 #: in-process reads, so the job's data_read_* events are recorded
 DATA = {"data_files": True, "loader_workers": 0}
-#: the straggler/storage/data plan's steps (the straggler needs steps before, during and
-#: after its 5 s); its last checkpoint is step-000080
-IO_STEPS = 80
+#: the straggler/storage/data plan's steps (the straggler's throttle, from step 10 for
+#: 5 s, leaves steps before, during and after it); its last checkpoint is step-000040
+IO_STEPS = 40
 
 
 def straggler_possible() -> bool:
@@ -209,7 +209,7 @@ def data_outage_items() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def straggler_io_raw(task_id: str) -> dict[str, Any]:
-    """The demo plan (``isolation: netns``) with file-backed data and 80 steps: the
+    """The demo plan (``isolation: netns``) with file-backed data and 40 steps: the
     straggler's, the slow storage's and the data outage's scenarios and controls (each
     where the machine can do it)."""
     raw = demo_raw()

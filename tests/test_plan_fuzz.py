@@ -30,6 +30,8 @@ from tests.plan_fuzz import ALWAYS_BAD, SITES, Case, corpus, demo_raw, numeric_f
 ROOT = Path(__file__).resolve().parents[1]
 #: No error message may be longer than this (an alias bomb once printed 9 MB).
 MAX_MESSAGE = 20_000
+#: fuzz drivers run at once, each on its share of the cases
+DRIVERS = 2
 
 
 def run_corpus(cases: list[Case], tmp_path: Path) -> dict[str, dict[str, Any]]:
@@ -45,16 +47,26 @@ def run_corpus(cases: list[Case], tmp_path: Path) -> dict[str, dict[str, Any]]:
         manifest.append(
             {"name": case.name, "file": str(path), "out": str(tmp_path / "out" / str(i))}
         )
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.plan_fuzz", str(tmp_path / "manifest.json")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = [json.loads(line) for line in done.stdout.splitlines()]
+    # two drivers side by side (CI has two cores), each a half of the cases
+    procs = []
+    for part in range(DRIVERS):
+        half = tmp_path / f"manifest-{part}.json"
+        half.write_text(json.dumps(manifest[part::DRIVERS]))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.plan_fuzz", str(half)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    results = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == 0, stderr[-3000:]
+        results += [json.loads(line) for line in stdout.splitlines()]
+    assert len(results) == len(cases)
     by_name = {r["name"]: r for r in results}
     for case, entry in zip(cases, manifest, strict=True):
         by_name[case.name]["file"] = entry["file"]

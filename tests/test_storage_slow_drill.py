@@ -6,7 +6,7 @@ known-bad ``publish-before-durable`` job is caught by the pointer watch (``lates
 checkpoint whose state was not written yet). Then the harness is SIGKILLed mid-slowdown, and
 ``faultdrill cleanup`` must leave no FUSE mount, no daemon, no delay and no job process.
 The scenario and control run in one plan with the straggler's and the data outage's items
-(``tests/new_kinds_local.py``: one baseline, file-backed data, 80 steps)."""
+(``tests/new_kinds_local.py``: one baseline, file-backed data)."""
 
 from __future__ import annotations
 
