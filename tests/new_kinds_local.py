@@ -1,24 +1,26 @@
-"""The five new fault kinds' real drills on the local platform, run as two plans, not five.
+"""The new fault kinds' real drills on the local platform: four kinds in two plans, not four.
 
-Each kind used to run its own plan (its own baseline, scenario and control: five baselines,
-five torchrun start-ups). The scenarios and controls now share a plan wherever their
+Each kind used to run its own plan (its own baseline, scenario and control: four baselines,
+four torchrun start-ups). The scenarios and controls now share a plan wherever their
 baseline can be the same, and the test modules (``test_hang_drill``, ``test_oom_drill``,
-``test_straggler_drill``, ``test_storage_slow_drill``, ``test_data_outage_drill``) read
-their items from the one report. Two plans remain because a scenario may change nothing but
+``test_storage_slow_drill``, ``test_data_outage_drill``) read their items from the one report. Two plans remain because a scenario may change nothing but
 its fault, and the hang needs the plan's own collective timeout short:
 
 * :func:`hang_oom_drill` (``isolation: none``, gloo timeout 4 s, 30 steps): ``hang`` and
   ``ctl-hang-long-timeout`` (the hang must be noticed by the plan's 4 s timeout) and
   ``oom-r1`` and ``ctl-oom-loop`` (a dead rank is noticed whatever the timeout);
-* :func:`straggler_io_drill` (``isolation: netns``, file-backed data, 40 steps, the plan's
-  gloo timeout 30 s): ``slow-r1`` and ``ctl-straggler-timeout``, ``storage-slow`` and
-  ``ctl-publish-before-durable-slow``, ``data-error`` and ``ctl-skip-unreadable``. A 4 s
-  collective timeout would cut short what these scenarios must ride out (a straggler's
-  slowed steps, a save blocked for seconds, a 4 s data outage), so they cannot share the
-  hang's baseline.
+* :func:`storage_data_drill` (``isolation: netns``, file-backed data, 40 steps, the plan's
+  gloo timeout 30 s): ``storage-slow`` and ``ctl-publish-before-durable-slow``,
+  ``data-error`` and ``ctl-skip-unreadable``. A 4 s collective timeout would cut short what
+  these scenarios must ride out (a save blocked for seconds, a 4 s data outage), so they
+  cannot share the hang's baseline.
 
-A kind whose machine support is missing (memory cgroups, the cpu controller, root and FUSE)
-is left out of its plan; its test module skips on the same condition."""
+The straggler (``test_straggler_drill``) keeps its own plan on ``isolation: none``: run in
+the storage/data plan on ``isolation: netns``, its control's 1 s collective timeout once did
+not fire against 4.5 s steps (not understood yet), so the control was not caught.
+
+A kind whose machine support is missing (memory cgroups) is left out of
+its plan; its test module skips on the same condition."""
 
 from __future__ import annotations
 
@@ -38,8 +40,6 @@ from faultdrill.admit import load_plan
 from faultdrill.engine.run import run_plan
 from faultdrill.host import memcg, procfs
 from faultdrill.host.mounts import mounts_at
-from faultdrill.host.storage import fuse_missing
-from faultdrill.host.throttle import cpu_controller_missing
 from tests.drillkit import demo_raw, kill_task
 
 COMPLETES_LATEST = {"job": "completes", "recovery": "automatic", "resume": "latest-valid"}
@@ -128,41 +128,12 @@ STORAGE_SLOW = {"kind": "storage-slow", "latency_ms": LATENCY_MS, "for_s": FOR_S
 OUTAGE_S = 4.0
 #: in-process reads, so the job's data_read_* events are recorded
 DATA = {"data_files": True, "loader_workers": 0}
-#: the straggler/storage/data plan's steps (the straggler's throttle, from step 10 for
-#: 5 s, leaves steps before, during and after it); its last checkpoint is step-000040
+#: the storage/data plan's steps; its last checkpoint is step-000040
 IO_STEPS = 40
-
-
-def straggler_possible() -> bool:
-    return cpu_controller_missing() is None
-
-
-def fuse_possible() -> bool:
-    return os.geteuid() == 0 and not fuse_missing()
 
 
 def data_outage_fault(mode: str, for_s: float) -> dict[str, Any]:
     return {"kind": "data-outage", "mode": mode, "for_s": for_s}
-
-
-def straggler_items() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """rank 1 held to 5 % of a core for 5 s from step 10; the control holds it to 1 % for
-    20 s with a 1 s collective timeout, shorter than a slowed step."""
-    scenario = {
-        "id": "slow-r1",
-        "fault": SLOW,
-        "trigger": {"at_step": 10},
-        "expected": COMPLETES_NO_RESTART,
-    }
-    control = {
-        "id": "ctl-straggler-timeout",
-        "title": "a straggler slower than the collective timeout",
-        "workload": {"gloo_timeout_s": 1},
-        "fault": HARD,
-        "trigger": {"at_step": 10},
-        "expected_check": "progress.straggler-tolerated",
-    }
-    return [scenario], [control]
 
 
 def storage_slow_items() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -208,26 +179,21 @@ def data_outage_items() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return [scenario], [control]
 
 
-def straggler_io_raw(task_id: str) -> dict[str, Any]:
+def storage_data_raw(task_id: str) -> dict[str, Any]:
     """The demo plan (``isolation: netns``) with file-backed data and 40 steps: the
-    straggler's, the slow storage's and the data outage's scenarios and controls (each
+    slow storage's and the data outage's scenarios and controls (each
     where the machine can do it)."""
     raw = demo_raw()
     raw["task"]["id"] = task_id
     raw["task"]["workload"].update(steps=IO_STEPS, **DATA)
     raw["resources"].update(spares=0)
-    if os.geteuid() != 0:  # namespaces need root; the straggler alone runs without them
-        raw["resources"]["isolation"] = "none"
     scenarios: list[dict[str, Any]] = []
     controls: list[dict[str, Any]] = []
-    kinds = [(straggler_possible(), straggler_items)]
-    kinds += [(fuse_possible(), storage_slow_items), (fuse_possible(), data_outage_items)]
-    for possible, items in kinds:
-        if possible:
-            more_scenarios, more_controls = items()
-            scenarios += more_scenarios
-            controls += more_controls
-    raw["rounds"] = [{"round": 1, "name": "straggler, slow storage, data", "scenarios": scenarios}]
+    for items in (storage_slow_items, data_outage_items):
+        more_scenarios, more_controls = items()
+        scenarios += more_scenarios
+        controls += more_controls
+    raw["rounds"] = [{"round": 1, "name": "slow storage and data", "scenarios": scenarios}]
     raw["controls"] = controls
     return raw
 
@@ -287,13 +253,13 @@ def hang_oom_drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Drill]:
 
 
 @pytest.fixture(scope="session")
-def straggler_io_drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Drill]:
-    """The straggler's, slow storage's and data outage's scenarios and controls, one real
+def storage_data_drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Drill]:
+    """The slow storage's and data outage's scenarios and controls, one real
     run for the session; afterwards no FUSE mount or daemon of it is left."""
     task_id = f"t-{uuid.uuid4().hex[:10]}"
-    base = tmp_path_factory.mktemp("straggler-io-drill")
+    base = tmp_path_factory.mktemp("storage-data-drill")
     try:
-        yield run_raw(base, straggler_io_raw(task_id))
+        yield run_raw(base, storage_data_raw(task_id))
     finally:
         kill_task(task_id)
     no_fuse_left(base / "run")

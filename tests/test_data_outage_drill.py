@@ -9,7 +9,7 @@ through the FUSE mirror; the server fails every read with EIO for a few seconds 
 * the harness SIGKILLed while the data server hangs: ``faultdrill cleanup`` leaves no FUSE
   mount, no stopped daemon and no job process.
 
-The scenario and control run in one plan with the straggler's and the slow storage's items
+The scenario and control run in one plan with the slow storage's items
 (``tests/new_kinds_local.py``: one baseline).
 """
 
@@ -40,10 +40,10 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def report(straggler_io_drill: Drill) -> dict[str, Any]:
-    """The data outage's items in the session's straggler/storage/data run
+def report(storage_data_drill: Drill) -> dict[str, Any]:
+    """The data outage's items in the session's storage/data run
     (``tests/new_kinds_local.py``; it leaves no mount on an item's data directory)."""
-    return straggler_io_drill.report
+    return storage_data_drill.report
 
 
 def _item(report: dict[str, Any], item_id: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ training waits for it, but nothing fails and ``latest`` only ever names a whole 
 known-bad ``publish-before-durable`` job is caught by the pointer watch (``latest`` named a
 checkpoint whose state was not written yet). Then the harness is SIGKILLed mid-slowdown, and
 ``faultdrill cleanup`` must leave no FUSE mount, no daemon, no delay and no job process.
-The scenario and control run in one plan with the straggler's and the data outage's items
+The scenario and control run in one plan with the data outage's items
 (``tests/new_kinds_local.py``: one baseline, file-backed data)."""
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ def _finding(s: dict[str, Any], check: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def report(straggler_io_drill: Drill) -> dict[str, Any]:
-    """The slow storage's items in the session's straggler/storage/data run
+def report(storage_data_drill: Drill) -> dict[str, Any]:
+    """The slow storage's items in the session's storage/data run
     (``tests/new_kinds_local.py``; it leaves no FUSE mount or daemon)."""
-    return straggler_io_drill.report
+    return storage_data_drill.report
 
 
 def test_a_healthy_save_is_slower_blocks_training_and_publishes_only_whole(
