@@ -11,6 +11,8 @@ from faultdrill import plugins
 from faultdrill.admit import load_plan
 from faultdrill.plan import Control, Plan, Scenario
 from faultdrill.readings.reference import Reference
+from tests.new_kinds_local import hang_oom_drill, storage_data_drill  # noqa: F401  (session drills)
+from tests.new_kinds_slurm import slurm_hang_oom, slurm_straggler_storage  # noqa: F401  (session drills)
 from tests.recorded_run import recorded_demo  # noqa: F401  (session fixture: one small drill)
 from tests.test_netns_kit import cluster  # noqa: F401  (a bare namespace cluster)
 from tests.timelines import Judge, baseline

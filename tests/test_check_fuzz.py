@@ -17,13 +17,24 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.run_fuzz import corpus, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _drive(base: Path, out: Path, parts: int) -> list[dict[str, Any]]:
-    n = len(corpus())
+#: The default run's share: the corpus's first cases, which try every kind of damage
+#: (``test_the_default_share_tries_every_kind_of_damage``); the whole corpus: the slow set.
+DEFAULT_CASES = 100
+
+
+def _kinds(names: list[str]) -> set[str]:
+    return {name.split(":")[0] for name in names}
+
+
+def _drive(base: Path, out: Path, parts: int, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` cases of the corpus, in ``parts`` driver processes side by side."""
     size = -(-n // parts)
     procs = [
         subprocess.Popen(
@@ -44,10 +55,27 @@ def _drive(base: Path, out: Path, parts: int) -> list[dict[str, Any]]:
     return results
 
 
+def test_the_default_share_tries_every_kind_of_damage() -> None:
+    cases = [m.name for m in corpus()]
+    assert _kinds(cases[:DEFAULT_CASES]) == _kinds(cases)
+
+
 def test_no_damage_gets_a_traceback_a_hang_or_a_pass_it_did_not_earn(tmp_path: Path) -> None:
+    """The corpus's first :data:`DEFAULT_CASES` cases (every kind of damage)."""
+    fuzz_and_judge(tmp_path, DEFAULT_CASES)
+
+
+@pytest.mark.slow
+def test_the_whole_corpus_gets_no_traceback_no_hang_no_unearned_pass(tmp_path: Path) -> None:
+    fuzz_and_judge(tmp_path, len(corpus()))
+
+
+def fuzz_and_judge(tmp_path: Path, n: int) -> None:
+    """The first ``n`` cases, each damaging a copy of one recorded run, through
+    ``faultdrill check``: no traceback, no hang, one clear message, no unearned pass."""
     base = prepare(tmp_path / "base")
     [untouched] = _drive_untouched(base, tmp_path)
-    results = _drive(base, tmp_path / "out", parts=2)
+    results = _drive(base, tmp_path / "out", parts=2, n=n)
     problems = []
     for r in results:
         if r["hang"] or r["rc"] not in (0, 1, 2) or "Traceback" in r["stderr"]:
@@ -63,6 +91,7 @@ def test_no_damage_gets_a_traceback_a_hang_or_a_pass_it_did_not_earn(tmp_path: P
     assert Counter(r["rc"] for r in results).keys() == {0, 1, 2}
     kinds = {r["name"].split(":")[0] for r in results}
     assert {"line-digit", "line-field", "file-link-zero", "file-fifo", "store-flip"} <= kinds
+    assert kinds == _kinds([m.name for m in corpus()])
 
 
 def _drive_untouched(base: Path, tmp_path: Path) -> list[dict[str, Any]]:

@@ -8,6 +8,9 @@ through the FUSE mirror; the server fails every read with EIO for a few seconds 
   place of those it cannot read, and the sample ledger catches it;
 * the harness SIGKILLed while the data server hangs: ``faultdrill cleanup`` leaves no FUSE
   mount, no stopped daemon and no job process.
+
+The scenario and control run in one plan with the slow storage's items
+(``tests/new_kinds_local.py``: one baseline).
 """
 
 from __future__ import annotations
@@ -15,20 +18,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from faultdrill.admit import load_plan
-from faultdrill.engine.run import run_plan
 from faultdrill.host import procfs
 from faultdrill.host.mounts import MIRROR_FSTYPE, mounts_at
 from faultdrill.host.storage import fuse_missing
-from tests.drillkit import demo_raw, kill_task, wait_for
+from tests.drillkit import wait_for
+from tests.new_kinds_local import DATA, Drill, data_outage_fault
 from tests.round3kit import Harness
 
 pytestmark = [
@@ -39,66 +38,12 @@ pytestmark = [
     ),
 ]
 
-OUTAGE_S = 4.0
-#: in-process reads, so the job's data_read_* events are recorded
-DATA = {"data_files": True, "loader_workers": 0}
-
-
-def _fault(mode: str, for_s: float) -> dict[str, Any]:
-    return {"kind": "data-outage", "mode": mode, "for_s": for_s}
-
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    base = tmp_path_factory.mktemp("data-outage")
-    raw = demo_raw()
-    raw["task"]["id"] = f"t-{uuid.uuid4().hex[:10]}"
-    raw["task"]["workload"].update(DATA)
-    raw["rounds"] = [
-        {
-            "round": 3,
-            "name": "data",
-            "scenarios": [
-                {
-                    "id": "data-error",
-                    "title": f"every read of the data fails (EIO) for {OUTAGE_S:g} s",
-                    "fault": _fault("error", OUTAGE_S),
-                    "trigger": {"at_step": 12},
-                    "expected": {
-                        "job": "completes",
-                        "recovery": "automatic",
-                        "resume": "no-restart",
-                    },
-                }
-            ],
-        }
-    ]
-    raw["controls"] = [
-        {
-            "id": "ctl-skip-unreadable",
-            "title": "the loader skips the samples it cannot read",
-            "workload": {"bad_mode": "skip-unreadable-shard"},
-            "fault": _fault("error", 2.0),
-            "trigger": {"at_step": 12},
-            "expected_check": "progress.sample-ledger",
-        }
-    ]
-    path = base / "plan.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    old = os.environ.get("FAULTDRILL_STATE_DIR")
-    os.environ["FAULTDRILL_STATE_DIR"] = str(base / "state")
-    plan = load_plan(path)
-    try:
-        run_plan(plan, base / "run", source=path)
-        yield json.loads((base / "run" / "report.json").read_text())
-    finally:
-        kill_task(plan.task.id)
-        if old is None:
-            os.environ.pop("FAULTDRILL_STATE_DIR", None)
-        else:
-            os.environ["FAULTDRILL_STATE_DIR"] = old
-    for item in (base / "run").glob("*/*/data"):
-        assert not mounts_at(item, resolve=False), f"a mount was left on {item}"
+def report(storage_data_drill: Drill) -> dict[str, Any]:
+    """The data outage's items in the session's storage/data run
+    (``tests/new_kinds_local.py``; it leaves no mount on an item's data directory)."""
+    return storage_data_drill.report
 
 
 def _item(report: dict[str, Any], item_id: str) -> dict[str, Any]:
@@ -152,7 +97,7 @@ def test_sigkill_harness_mid_hang_then_cleanup_frees_everything(tmp_path: Path) 
     scenario = {
         "id": "data-hang",
         "title": "the data server hangs",
-        "fault": _fault("hang", 120),
+        "fault": data_outage_fault("hang", 120),
         "trigger": {"at_step": 8},
         "expected": {"job": "completes", "recovery": "automatic"},
     }

@@ -5,73 +5,36 @@ Scenario ``hang``: rank 0's collective times out, torchrun notices and restarts 
 the job resumes from the last checkpoint; ``progress.hang-detected`` says who noticed,
 when (against the 4 s timeout) and how long the ranks were blocked. Control
 ``ctl-hang-long-timeout``: the same hang with the job's collective timeout at 60 s, longer
-than the 20 s the hang lasts: nobody notices, and the check must fail naming both."""
+than the 20 s the hang lasts: nobody notices, and the check must fail naming both. Both run
+in one plan with the OOM drill's items (``tests/new_kinds_local.py``: one baseline)."""
 
 from __future__ import annotations
 
 import json
-import os
-import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from faultdrill.admit import parse_plan
-from faultdrill.engine.run import run_plan
 from faultdrill.host import procfs
-from tests.drillkit import demo_raw, finding, item, kill_task
+from tests.drillkit import finding, item
+from tests.new_kinds_local import Drill
 from tests.test_netns_kit import ledger_records
 
 pytestmark = [pytest.mark.drill]
 
-HANG = {"kind": "hang-worker", "target": {"rank": 1}, "for_s": 20}
-
 
 @pytest.fixture(scope="module")
-def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
-    base = tmp_path_factory.mktemp("hang-drill")
-    raw = demo_raw()
-    task_id = raw["task"]["id"] = f"t-{uuid.uuid4().hex[:10]}"
-    raw["task"]["workload"].update(steps=24, loader_workers=0)
-    raw["resources"].update(isolation="none", spares=0, timeouts={"gloo_s": 4})
-    raw["observation"]["settle_s"] = 0.5
-    expected = {"job": "completes", "recovery": "automatic", "resume": "latest-valid"}
-    scenario = {"id": "hang", "fault": HANG, "trigger": {"at_step": 12}, "expected": expected}
-    raw["rounds"] = [{"round": 1, "name": "worker hang", "scenarios": [scenario]}]
-    raw["controls"] = [
-        {
-            "id": "ctl-hang-long-timeout",
-            "title": "the job's collective timeout (60 s) outlasts the hang (20 s)",
-            "workload": {"gloo_timeout_s": 60},
-            "fault": HANG,
-            "trigger": {"at_step": 12},
-            "expected_check": "progress.hang-detected",
-        }
-    ]
-    old = os.environ.get("FAULTDRILL_STATE_DIR")
-    os.environ["FAULTDRILL_STATE_DIR"] = str(base / "state")
-    started = time.monotonic()
-    try:
-        run_plan(parse_plan(raw, source="hang drill"), base / "run")
-        report = json.loads((base / "run" / "report.json").read_text())
-        report["_wall_s"] = time.monotonic() - started
-        yield base / "run", report
-    finally:
-        kill_task(task_id)
-        if old is None:
-            os.environ.pop("FAULTDRILL_STATE_DIR", None)
-        else:
-            os.environ["FAULTDRILL_STATE_DIR"] = old
+def drill(hang_oom_drill: Drill) -> tuple[Path, dict[str, Any]]:
+    """The hang's items in the session's hang/OOM run (``tests/new_kinds_local.py``)."""
+    return hang_oom_drill.run_dir, {**hang_oom_drill.report, "_wall_s": hang_oom_drill.wall_s}
 
 
 def test_the_collective_timeout_notices_the_hang_and_the_job_recovers(
     drill: tuple[Path, dict[str, Any]],
 ) -> None:
     _, report = drill
-    print(f"hang drill (baseline + scenario + control): {report['_wall_s']:.1f} s")
+    print(f"hang/OOM drill (baseline + scenarios + controls): {report['_wall_s']:.1f} s")
     s = item(report, "hang")
     f = finding(s, "progress.hang-detected")
     assert f["verdict"] == "pass", f
@@ -123,4 +86,6 @@ def test_a_collective_timeout_longer_than_the_hang_is_caught(
     assert f["data"]["gloo_timeout_s"] == 60.0
     assert 19.0 <= f["data"]["window_s"] <= 22.0
     assert c["caught"] is True, (c["not_proven_why"], json.dumps(c["evidence"], indent=1)[:3000])
-    assert report["summary"]["controls_caught"] == 1
+    caught = [i["id"] for i in report["scenarios"] if i.get("control") and i["caught"]]
+    assert "ctl-hang-long-timeout" in caught
+    assert report["summary"]["controls_caught"] == len(caught)

@@ -5,66 +5,30 @@ the last checkpoint with results equal to the baseline's, the timeline naming th
 (oom-killer, the group's ``oom_kill`` count, no signal from the drill). The control keeps
 the limit on every later replica of the rank (``repeat``): the job restarts into the same
 OOM until its restarts are spent, and ``progress.oom-restart-loop`` catches the loop with
-its count. Nothing of the cap is left afterwards."""
+its count. Nothing of the cap is left afterwards. Both run in one plan with the hang drill's
+items (``tests/new_kinds_local.py``: one baseline)."""
 
 from __future__ import annotations
 
 import json
-import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from faultdrill.admit import parse_plan
-from faultdrill.engine.run import run_plan
 from faultdrill.host import memcg
-from tests.drillkit import demo_raw, kill_task
+from tests.new_kinds_local import Drill
 
 pytestmark = [
     pytest.mark.drill,
     pytest.mark.skipif(memcg.memcg_unavailable() is not None, reason="no memory cgroups"),
 ]
 
-FAULT = {"kind": "oom-worker", "target": {"rank": 1}, "limit_mb": 64, "alloc_mb": 512}
-
 
 @pytest.fixture(scope="module")
-def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
-    base = tmp_path_factory.mktemp("oom-drill")
-    raw = demo_raw()
-    task_id = raw["task"]["id"] = f"t-{uuid.uuid4().hex[:10]}"
-    raw["task"]["workload"]["steps"] = 30
-    raw["resources"].update(isolation="none", spares=0)
-    raw["observation"]["settle_s"] = 0.5
-    # the control's job fails only once the surviving agent's rendezvous (join_timeout 30 s)
-    # gives up after the looping node's agent spent its restarts: no stop condition before
-    raw["stop"].update(max_no_progress_s=120, max_wall_s=240)
-    expected = {"job": "completes", "recovery": "automatic", "resume": "latest-valid"}
-    scenario = {"id": "oom-r1", "fault": FAULT, "trigger": {"at_step": 15}, "expected": expected}
-    raw["rounds"] = [{"round": 1, "name": "worker OOM", "scenarios": [scenario]}]
-    raw["controls"] = [
-        {
-            "id": "ctl-oom-loop",
-            "title": "the memory limit stays: every restart dies of OOM again",
-            "fault": {**FAULT, "repeat": True, "wait_s": 30},
-            "trigger": {"at_step": 15},
-            "expected_check": "progress.oom-restart-loop",
-        }
-    ]
-    old = os.environ.get("FAULTDRILL_STATE_DIR")
-    os.environ["FAULTDRILL_STATE_DIR"] = str(base / "state")
-    try:
-        run_plan(parse_plan(raw, source="oom drill"), base / "run")
-        yield base / "run", json.loads((base / "run" / "report.json").read_text())
-    finally:
-        kill_task(task_id)
-        if old is None:
-            os.environ.pop("FAULTDRILL_STATE_DIR", None)
-        else:
-            os.environ["FAULTDRILL_STATE_DIR"] = old
+def drill(hang_oom_drill: Drill) -> tuple[Path, dict[str, Any]]:
+    """The OOM's items in the session's hang/OOM run (``tests/new_kinds_local.py``)."""
+    return hang_oom_drill.run_dir, hang_oom_drill.report
 
 
 def _events(item: Path, name: str) -> list[dict[str, Any]]:

@@ -25,11 +25,13 @@ import yaml
 from faultdrill.admit import load_plan, plan_schema
 from faultdrill.engine.run import machine_problems
 from tests.drillkit import DEMO
-from tests.plan_fuzz import SITES, Case, corpus, demo_raw, numeric_fields
+from tests.plan_fuzz import ALWAYS_BAD, SITES, Case, corpus, demo_raw, numeric_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 #: No error message may be longer than this (an alias bomb once printed 9 MB).
 MAX_MESSAGE = 20_000
+#: fuzz drivers run at once, each on its share of the cases
+DRIVERS = 2
 
 
 def run_corpus(cases: list[Case], tmp_path: Path) -> dict[str, dict[str, Any]]:
@@ -45,16 +47,26 @@ def run_corpus(cases: list[Case], tmp_path: Path) -> dict[str, dict[str, Any]]:
         manifest.append(
             {"name": case.name, "file": str(path), "out": str(tmp_path / "out" / str(i))}
         )
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.plan_fuzz", str(tmp_path / "manifest.json")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = [json.loads(line) for line in done.stdout.splitlines()]
+    # two drivers side by side (CI has two cores), each a half of the cases
+    procs = []
+    for part in range(DRIVERS):
+        half = tmp_path / f"manifest-{part}.json"
+        half.write_text(json.dumps(manifest[part::DRIVERS]))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.plan_fuzz", str(half)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    results = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == 0, stderr[-3000:]
+        results += [json.loads(line) for line in stdout.splitlines()]
+    assert len(results) == len(cases)
     by_name = {r["name"]: r for r in results}
     for case, entry in zip(cases, manifest, strict=True):
         by_name[case.name]["file"] = entry["file"]
@@ -89,8 +101,54 @@ def test_every_number_of_the_plan_has_both_bounds() -> None:
     assert unbounded == []
 
 
-def test_fuzz_corpus_no_traceback_no_hang_every_refusal_named(tmp_path: Path) -> None:
+def default_corpus(cases: list[Case]) -> list[Case]:
+    """The default run's share of the corpus: every case but the bad numbers, and of those
+    one per numeric field, the bad value turning round from field to field, so that every
+    field and every bad value is still tried (the whole corpus: the slow set)."""
+    # longest first: "-inf" is tried before "inf", which it ends with
+    labels = sorted([label for label, _ in ALWAYS_BAD] + ["1e-300"], key=len, reverse=True)
+    kept: list[Case] = []
+    fields: dict[str, list[Case]] = {}
+    for case in cases:
+        label = next((x for x in labels if case.name.endswith(f"-{x}")), None)
+        if case.name.startswith("num-") and label is not None:
+            fields.setdefault(case.name.removesuffix(f"-{label}"), []).append(case)
+        else:
+            kept.append(case)
+    for i, per_field in enumerate(fields.values()):
+        kept.append(per_field[i % len(per_field)])
+    return kept
+
+
+def test_the_default_corpus_tries_every_field_and_every_bad_number() -> None:
     cases = corpus()
+    default = default_corpus(cases)
+    assert len(default) >= 400
+    numbers = {c.name for c in cases if c.name.startswith("num-")}
+    assert {c.name for c in cases} - numbers <= {c.name for c in default}
+    tried = [c.name for c in default if c.name in numbers]
+    for model, field, _ in numeric_fields(plan_schema()):
+        prefix = f"num-{model}-{field.removesuffix('[*]')}-"
+        assert sum(name.startswith(prefix) for name in tried) >= 1, prefix
+    for label, _ in ALWAYS_BAD:
+        assert any(name.endswith(f"-{label}") for name in tried), label
+
+
+def test_fuzz_corpus_no_traceback_no_hang_every_refusal_named(tmp_path: Path) -> None:
+    """The default share of the corpus (:func:`default_corpus`)."""
+    fuzz_and_judge(default_corpus(corpus()), tmp_path)
+
+
+@pytest.mark.slow
+def test_the_whole_fuzz_corpus_no_traceback_no_hang_every_refusal_named(tmp_path: Path) -> None:
+    cases = corpus()
+    assert len(cases) >= 1000
+    fuzz_and_judge(cases, tmp_path)
+
+
+def fuzz_and_judge(cases: list[Case], tmp_path: Path) -> None:
+    """Each case through ``faultdrill validate``: no traceback, no hang, every refusal
+    named, every good plan accepted."""
     assert len(cases) >= 400
     results = run_corpus(cases, tmp_path)
     problems = []

@@ -3,11 +3,11 @@ on node n2) is SIGSTOPped at step 8 for at most 20 s while slurmd, slurmstepd an
 torchrun agent run on; with a gloo collective timeout of 4 s, rank 0's collective times
 out, torchrun restarts the group inside the allocation (Slurm sees live tasks throughout),
 and the job resumes from the last checkpoint. ``progress.hang-detected`` says who noticed,
-when, against the 4 s timeout, and how long the ranks were blocked."""
+when, against the 4 s timeout, and how long the ranks were blocked. It runs in one plan with
+the Slurm OOM scenario (``tests/new_kinds_slurm.py``: one cluster, one baseline)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,30 +15,16 @@ import pytest
 
 from faultdrill.host import procfs
 from tests.drillkit import finding
-from tests.slurmkit import events, example_raw, explain, needs_slurm, run_plan_cli, scenario, shrunk
+from tests.slurmkit import events, explain, needs_slurm, scenario
 from tests.test_netns_kit import ledger_records
 
 pytestmark = [pytest.mark.drill, pytest.mark.root, needs_slurm]
 
 
-def hang_plan() -> dict[str, Any]:
-    raw = example_raw()
-    raw["resources"].update(spares=0, timeouts={"gloo_s": 4})
-    hang = {
-        "id": "hang",
-        "title": "rank 1's worker stopped (SIGSTOP) on n2 for at most 20 s",
-        "fault": {"kind": "hang-worker", "target": {"rank": 1}, "for_s": 20},
-        "trigger": {"at_step": 8},
-        "expected": {"job": "completes", "recovery": "automatic", "resume": "latest-valid"},
-    }
-    raw["rounds"] = [{"round": 1, "name": "worker hang", "scenarios": [hang]}]
-    raw["controls"] = []
-    return shrunk(raw)
-
-
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    yield run_plan_cli(hang_plan(), tmp_path_factory.mktemp("slurm-hang"), timeout=300)
+def report(slurm_hang_oom: dict[str, Any]) -> dict[str, Any]:
+    """The session's Slurm hang/OOM run (``tests/new_kinds_slurm.py``)."""
+    return slurm_hang_oom
 
 
 def test_the_hang_is_noticed_by_torchrun_inside_the_allocation(report: dict[str, Any]) -> None:

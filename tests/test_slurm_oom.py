@@ -2,8 +2,8 @@
 srun in the nodes' network namespaces, a real memory cgroup and the kernel's OOM killer):
 rank 1's task is capped and outgrows its limit at step 8; torchrun restarts the group inside
 the allocation (Slurm does nothing) and the job completes from the step-5 checkpoint. The
-timeline names the OOM killer as the cause, and no memory group is left. One run of two
-items (baseline + the scenario)."""
+timeline names the OOM killer as the cause, and no memory group is left. It runs in one plan
+with the Slurm hang scenario (``tests/new_kinds_slurm.py``: one cluster, one baseline)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from faultdrill.host import memcg
-from tests.slurmkit import events, example_raw, explain, needs_slurm, run_plan_cli, scenario, shrunk
+from tests.slurmkit import events, explain, needs_slurm, scenario
 
 pytestmark = [
     pytest.mark.drill,
@@ -25,16 +25,9 @@ pytestmark = [
 
 
 def test_an_oom_killed_task_is_recovered_inside_the_allocation(
-    tmp_path_factory: pytest.TempPathFactory,
+    slurm_hang_oom: dict[str, Any],
 ) -> None:
-    raw = example_raw()
-    fault = {"kind": "oom-worker", "target": {"rank": 1}, "limit_mb": 64, "alloc_mb": 512}
-    expected = {"job": "completes", "recovery": "automatic", "resume": "latest-valid"}
-    item = {"id": "oom-r1", "fault": fault, "trigger": {"at_step": 8}, "expected": expected}
-    raw["rounds"] = [{"round": 1, "name": "worker OOM", "scenarios": [item]}]
-    raw["controls"] = []
-    # a short directory: munged's socket path must stay under 108 bytes
-    report: dict[str, Any] = run_plan_cli(shrunk(raw), tmp_path_factory.mktemp("slurm"))
+    report = slurm_hang_oom
     s = scenario(report, "oom-r1")
     assert s["verdict"] == "pass", explain(s)
     [loop] = [

@@ -4,7 +4,9 @@ mirror, every write answered late across the step-20 save. A healthy job's save 
 training waits for it, but nothing fails and ``latest`` only ever names a whole checkpoint; the
 known-bad ``publish-before-durable`` job is caught by the pointer watch (``latest`` named a
 checkpoint whose state was not written yet). Then the harness is SIGKILLed mid-slowdown, and
-``faultdrill cleanup`` must leave no FUSE mount, no daemon, no delay and no job process."""
+``faultdrill cleanup`` must leave no FUSE mount, no daemon, no delay and no job process.
+The scenario and control run in one plan with the data outage's items
+(``tests/new_kinds_local.py``: one baseline, file-backed data)."""
 
 from __future__ import annotations
 
@@ -12,23 +14,19 @@ import json
 import os
 import subprocess
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from faultdrill.admit import load_plan
-from faultdrill.engine.run import run_plan
 from faultdrill.host import procfs
 from faultdrill.host.mounts import MIRROR_FSTYPE, mounts_at
 from faultdrill.host.storage import fuse_missing
 from faultdrill.readings.inventory import verify_dir
 from faultdrill.report.markdown import render_markdown
 from faultdrill.report.model import Report
-from tests.drillkit import demo_raw, kill_task, wait_for
+from tests.drillkit import wait_for
+from tests.new_kinds_local import IO_STEPS, LATENCY_MS, STORAGE_SLOW, Drill
 from tests.round3kit import Harness
 
 pytestmark = [
@@ -39,65 +37,8 @@ pytestmark = [
     ),
 ]
 
-LATENCY_MS = 150
-FOR_S = 6.0
-FAULT = {"kind": "storage-slow", "latency_ms": LATENCY_MS, "for_s": FOR_S}
-
-
-def _run(base: Path) -> Iterator[dict[str, Any]]:
-    """The demo plan cut to one storage-slow scenario and its control, run for real."""
-    raw = demo_raw()
-    raw["task"]["id"] = f"t-{uuid.uuid4().hex[:10]}"
-    raw["rounds"] = [
-        {
-            "round": 3,
-            "name": "storage",
-            "scenarios": [
-                {
-                    "id": "storage-slow",
-                    "title": f"every write to the checkpoint storage {LATENCY_MS} ms late "
-                    f"for {FOR_S:g} s across the step-20 save",
-                    "fault": FAULT,
-                    "trigger": {"at_step": 18},
-                    "expected": {"job": "completes", "resume": "no-restart"},
-                }
-            ],
-        }
-    ]
-    raw["controls"] = [
-        {
-            "id": "ctl-publish-before-durable-slow",
-            "title": "latest moved before the checkpoint was written, on slow storage",
-            "workload": {"bad_mode": "publish-before-durable"},
-            "fault": FAULT,
-            "trigger": {"at_step": 18},
-            "expected_check": "progress.failed-save-not-published",
-        }
-    ]
-    path = base / "plan.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    old = os.environ.get("FAULTDRILL_STATE_DIR")
-    os.environ["FAULTDRILL_STATE_DIR"] = str(base / "state")
-    plan = load_plan(path)
-    try:
-        run_plan(plan, base / "run", source=path)
-        yield json.loads((base / "run" / "report.json").read_text())
-    finally:
-        kill_task(plan.task.id)
-        if old is None:
-            os.environ.pop("FAULTDRILL_STATE_DIR", None)
-        else:
-            os.environ["FAULTDRILL_STATE_DIR"] = old
-
-
-def _no_fuse_left(run: Path) -> None:
-    for events in run.glob("*/*/events/fault.jsonl"):
-        for line in events.read_text().splitlines():
-            ev = json.loads(line)
-            if ev["kind"] == "prepared" and ev.get("mode") == "slow":
-                with open("/proc/self/mountinfo") as f:
-                    assert ev["source"] not in f.read()
-                assert procfs.proc_state(int(ev["daemon_pid"])) in (None, "Z")
+#: the harness test's own slowdown: the same fault as the shared run's scenario
+FAULT = STORAGE_SLOW
 
 
 def _finding(s: dict[str, Any], check: str) -> dict[str, Any]:
@@ -110,11 +51,10 @@ def _finding(s: dict[str, Any], check: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    base = tmp_path_factory.mktemp("storage-slow")
-    for rep in _run(base):
-        yield rep
-        _no_fuse_left(base / "run")
+def report(storage_data_drill: Drill) -> dict[str, Any]:
+    """The slow storage's items in the session's storage/data run
+    (``tests/new_kinds_local.py``; it leaves no FUSE mount or daemon)."""
+    return storage_data_drill.report
 
 
 def test_a_healthy_save_is_slower_blocks_training_and_publishes_only_whole(
@@ -132,7 +72,8 @@ def test_a_healthy_save_is_slower_blocks_training_and_publishes_only_whole(
     assert pub["verdict"] == "pass", pub
     inv = s["inventory"]
     assert inv["failed_saves"] == []
-    assert inv["latest"]["target"] == "step-000040" and inv["latest"]["problem"] is None
+    # the run's last checkpoint
+    assert inv["latest"]["target"] == f"step-{IO_STEPS:06d}" and inv["latest"]["problem"] is None
     assert s["verdict"] == "pass", json.dumps(
         {k: s[k] for k in ("evidence", "expectation", "disruption")}, indent=1
     )

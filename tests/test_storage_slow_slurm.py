@@ -3,11 +3,11 @@
 ``nsenter --net`` only, see as it is) served through the FUSE mirror, every write answered
 150 ms late across the step-10 save. The save takes seconds instead of a fraction of one,
 training waits for it, nothing fails, Slurm keeps the job where it was, and ``latest`` only
-ever names a whole checkpoint. One run of two items (baseline + the scenario)."""
+ever names a whole checkpoint. It runs in one plan with the Slurm straggler scenario
+(``tests/new_kinds_slurm.py``: one cluster, one baseline, 80 steps)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +16,9 @@ import pytest
 from faultdrill.host.storage import fuse_missing
 from tests.slurmkit import (
     events,
-    example_raw,
     explain,
     needs_slurm,
-    run_plan_cli,
     scenario,
-    shrunk,
     slurm,
 )
 
@@ -34,26 +31,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    raw = example_raw()
-    raw["rounds"] = [
-        {
-            "round": 3,
-            "name": "storage",
-            "scenarios": [
-                {
-                    "id": "storage-slow",
-                    "title": "every write to the checkpoint storage 150 ms late for 5 s, "
-                    "across the step-10 save",
-                    "fault": {"kind": "storage-slow", "latency_ms": 150, "for_s": 5},
-                    "trigger": {"at_step": 8},
-                    "expected": {"resume": "no-restart"},
-                }
-            ],
-        }
-    ]
-    raw["controls"] = []
-    yield run_plan_cli(shrunk(raw, steps=20, every=5, at_step=8), tmp_path_factory.mktemp("ss"))
+def report(slurm_straggler_storage: dict[str, Any]) -> dict[str, Any]:
+    """The session's Slurm straggler/storage run (``tests/new_kinds_slurm.py``)."""
+    return slurm_straggler_storage
 
 
 def _finding(s: dict[str, Any], check: str) -> dict[str, Any]:

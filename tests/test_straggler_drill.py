@@ -3,7 +3,9 @@ tree is held to 5 % of a core for 5 s; the job rides it out and the report gives
 step times before, during and after, the steps lost, and says plainly that nothing noticed
 it. The control throttles rank 1 to 1 % for 20 s with a gloo timeout of 1 s, shorter than
 a slowed step: the job cannot ride that out and the straggler check must fail it. After
-the drill no cpu group of the run is left."""
+the drill no cpu group of the run is left. It keeps a plan of its own (``isolation: none``):
+shared with the slow storage's and the data outage's items on ``isolation: netns``, the
+control's 1 s collective timeout once failed to fire against 4.5 s steps."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from faultdrill.admit import parse_plan
 from faultdrill.engine.run import run_plan
 from faultdrill.host.throttle import CPU_ROOT, cpu_controller_missing
 from tests.drillkit import demo_raw, kill_task
+from tests.new_kinds_local import HARD, SLOW
 from tests.test_netns_kit import ledger_records
 
 pytestmark = [
@@ -27,9 +30,6 @@ pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(cpu_controller_missing() is not None, reason=str(cpu_controller_missing())),
 ]
-
-SLOW = {"kind": "slow-worker", "target": {"rank": 1}, "cpu_percent": 5, "for_s": 5}
-HARD = {"kind": "slow-worker", "target": {"rank": 1}, "cpu_percent": 1, "for_s": 20}
 
 
 def straggler_raw(task_id: str, platform: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -17,9 +17,10 @@ from faultdrill.admit import parse_plan
 from faultdrill.engine.run import run_plan
 from faultdrill.host.throttle import cpu_controller_missing
 from tests.drillkit import kill_task
+from tests.new_kinds_local import SLOW
 from tests.ray_plans import default_raw, needs_ray_cluster
 from tests.test_netns_kit import ledger_records
-from tests.test_straggler_drill import SLOW, findings, item
+from tests.test_straggler_drill import findings, item
 
 pytestmark = [
     pytest.mark.drill,

@@ -1,20 +1,20 @@
 """A real straggler drill on the embedded Slurm cluster: rank 1's task (its process tree
 on node n2) is held to 5 % of a core for 5 s; Slurm keeps the job where it was, the job
 rides the straggler out, the report gives per-rank step times and says that nothing
-noticed it, and the throttle's cpu group is gone afterwards."""
+noticed it, and the throttle's cpu group is gone afterwards. It runs in one plan with the
+Slurm slow-storage scenario (``tests/new_kinds_slurm.py``: one cluster, one baseline)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from faultdrill.host.throttle import cpu_controller_missing
-from tests.slurmkit import example_raw, explain, needs_slurm, run_plan_cli, scenario, shrunk
+from tests.slurmkit import explain, needs_slurm, scenario
 from tests.test_netns_kit import ledger_records
-from tests.test_straggler_drill import SLOW, findings
+from tests.test_straggler_drill import findings
 
 pytestmark = [
     pytest.mark.drill,
@@ -25,13 +25,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    raw = example_raw()
-    expected = {"job": "completes", "recovery": "automatic", "resume": "no-restart"}
-    sc = {"id": "slow-r1", "fault": SLOW, "trigger": {"at_step": 10}, "expected": expected}
-    raw["rounds"] = [{"round": 1, "name": "straggler", "scenarios": [sc]}]
-    raw["controls"] = []
-    yield run_plan_cli(shrunk(raw, steps=80, every=10, at_step=10), tmp_path_factory.mktemp("s"))
+def report(slurm_straggler_storage: dict[str, Any]) -> dict[str, Any]:
+    """The session's Slurm straggler/storage run (``tests/new_kinds_slurm.py``)."""
+    return slurm_straggler_storage
 
 
 def test_a_straggler_task_is_ridden_out_and_slurm_does_not_notice(
