@@ -198,16 +198,27 @@ def _overhead(res: dict[str, Any]) -> list[str]:
         f"**(c) Harness overhead per item** (isolation {over['isolation']}, the whole run "
         f"{over['run_s']} s{notes})",
         "",
-        "| item | verdict | job s | overhead s | " + " | ".join(names) + " |",
-        "|---|---|---:|---:|" + "---:|" * len(names),
+        *_phase_table(
+            over["items"], names, [("job s", "job_s", 2), ("overhead s", "overhead_s", 2)], 3
+        ),
     ]
-    for item, v in over["items"].items():
-        lines.append(
-            f"| {item} | {v['verdict']} | {_f(v['job_s'])} | {_f(v['overhead_s'])} | "
-            + " | ".join(_f(v["phases_s"][n], 3) for n in names)
-            + " |"
-        )
     return [*lines, ""]
+
+
+def _phase_table(
+    items: dict[str, Any], names: list[str], figures: list[tuple[str, str, int]], digits: int
+) -> list[str]:
+    """A table of items: verdict, each figure ``(column, key, digits)`` and the seconds of
+    each phase in ``names`` (to ``digits`` places)."""
+    lines = [
+        "| item | verdict | " + " | ".join([*(f[0] for f in figures), *names]) + " |",
+        "|---|---|" + "---:|" * (len(figures) + len(names)),
+    ]
+    for item, v in items.items():
+        cells = [_f(v[key], places) for _, key, places in figures]
+        cells += [_f(v["phases_s"][n], digits) for n in names]
+        lines.append(f"| {item} | {v['verdict']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _demo_load(demo: dict[str, Any]) -> str:
@@ -230,15 +241,8 @@ def _demo(res: dict[str, Any]) -> list[str]:
         f"{_f(demo['items_s'], 1)} s, reports and bundle {_f(demo['finish_s'], 1)} s; "
         f"{demo['summary'] or 'no summary line'}{_demo_load(demo)}; seconds per phase)",
         "",
-        "| item | verdict | wall s | " + " | ".join(names) + " |",
-        "|---|---|---:|" + "---:|" * len(names),
+        *_phase_table(demo["items"], names, [("wall s", "wall_s", 1)], 1),
     ]
-    for item, v in demo["items"].items():
-        lines.append(
-            f"| {item} | {v['verdict']} | {_f(v['wall_s'], 1)} | "
-            + " | ".join(_f(v["phases_s"][n], 1) for n in names)
-            + " |"
-        )
     lines.append(
         f"| all items | | {_f(demo['items_s'], 1)} | "
         + " | ".join(_f(demo["per_phase_s"][n], 1) for n in names)
