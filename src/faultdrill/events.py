@@ -37,6 +37,7 @@ from typing import Any
 
 __all__ = [
     "CHECKPOINT_COMMIT_KINDS",
+    "RAY_CHECKPOINT_REGISTERED",
     "SHAPES",
     "SOURCES",
     "Event",
@@ -49,7 +50,8 @@ __all__ = [
 SOURCES = ("probe", "platform", "fault", "sampler", "net", "harness")
 #: Platform events that commit a checkpoint: the platform resumes only from a checkpoint
 #: it recorded so (``step``: the step it was reported at; ``id``: the directory's name).
-CHECKPOINT_COMMIT_KINDS = frozenset({"ray_checkpoint_registered"})
+RAY_CHECKPOINT_REGISTERED = "ray_checkpoint_registered"
+CHECKPOINT_COMMIT_KINDS = frozenset({RAY_CHECKPOINT_REGISTERED})
 _RESERVED = frozenset({"ts", "mono", "src", "kind", "task"})
 
 #: The fields the timeline and the judge rely on, by (source, kind): name -> type, where

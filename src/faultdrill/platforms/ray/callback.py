@@ -48,7 +48,7 @@ from ray.train.v2._internal.execution.callback import (
     WorkerGroupCallback,
 )
 
-from faultdrill.events import EventSink
+from faultdrill.events import RAY_CHECKPOINT_REGISTERED, EventSink
 
 __all__ = ["DrillObserver"]
 
@@ -193,7 +193,7 @@ class DrillObserver(ControllerCallback, WorkerGroupCallback, ReportCallback):  #
         step = metrics[0].get("step") if metrics else None
         self._latest = str(ckpt.path).rstrip("/")
         self._emit(
-            "ray_checkpoint_registered",
+            RAY_CHECKPOINT_REGISTERED,
             id=os.path.basename(str(ckpt.path).rstrip("/")),
             path=str(ckpt.path),
             step=step,

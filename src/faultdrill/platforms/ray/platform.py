@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from faultdrill import rundir
 from faultdrill.errors import EnvironmentPrepError, FaultError
+from faultdrill.events import RAY_CHECKPOINT_REGISTERED
 from faultdrill.host import procfs
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.linux import netns_unavailable, signal_change, sigstop_change
@@ -203,7 +204,7 @@ class RayPlatform(ProcessReplicas, NodeLinks, HostStorage, Platform):
     worker_noun = "Ray Train worker"
 
     name = "ray"
-    checkpoint_commits = ("ray-controller", "ray_checkpoint_registered")
+    checkpoint_commits = ("ray-controller", RAY_CHECKPOINT_REGISTERED)
 
     def __init__(
         self, resources: Resources, work_dir: Path, ledger: Ledger, sink: EventSink
