@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from faultdrill.errors import DrillError, FaultError, PlatformError
-from faultdrill.plan.faults import FaultSpec
-from faultdrill.platforms.api import Ability, Change
+from faultdrill.plan.faults import FaultSpec, check_worker_target
+from faultdrill.platforms.api import Ability, Change, Replica
 
 if TYPE_CHECKING:
     from faultdrill.events import EventSink
@@ -42,6 +42,7 @@ __all__ = [
     "Fault",
     "FaultContext",
     "FaultSpec",
+    "WorkerFault",
     "cannot",
     "command_of",
     "is_single_name",
@@ -208,6 +209,34 @@ class Fault(ABC):
         entry stays pending for ``faultdrill cleanup``)."""
         for entry_id in reversed(self.entry_ids):
             self.undo_change(ctx, entry_id)
+
+
+class WorkerFault(Fault):
+    """A fault aimed at one rank's replica, named by the spec's ``worker_field`` (a
+    :class:`~faultdrill.plan.faults.WorkerTarget`): the rank and node are checked against
+    the plan, and a replica that exits between being picked and being hit is said so."""
+
+    #: The spec's field that names the replica (``target``; ``restart`` for the harness
+    #: controls that restart one).
+    worker_field: ClassVar[str] = "target"
+
+    @classmethod
+    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
+        target = getattr(spec, cls.worker_field)
+        return check_worker_target(target, plan, f"{cls.kind} {cls.worker_field}")
+
+    def apply_to_worker(
+        self, ctx: FaultContext, victim: Replica, changes: list[Change], too_late: str
+    ) -> list[dict[str, Any]]:
+        """:meth:`apply_changes`; a replica gone first (the platform's ProcessLookupError)
+        becomes ``"worker pid <pid> exited before it <too_late>"``, e.g. "could be
+        signalled": the job moved on, which is not the harness failing to apply."""
+        try:
+            return self.apply_changes(ctx, changes)
+        except FaultError as exc:
+            if isinstance(exc.__cause__, ProcessLookupError):
+                raise FaultError(f"worker pid {victim.pid} exited before it {too_late}") from exc
+            raise
 
 
 def cannot(ctx: FaultContext, ability: Ability) -> FaultError:

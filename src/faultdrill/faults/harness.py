@@ -48,14 +48,14 @@ from typing import Any
 
 from faultdrill.errors import FaultError
 from faultdrill.faults.api import (
-    Fault,
     FaultContext,
     FaultSpec,
+    WorkerFault,
     cannot,
     is_single_name,
     register,
 )
-from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget, check_worker_target
+from faultdrill.faults.process import KillWorker, KillWorkerSpec, WorkerTarget
 from faultdrill.ledger import PATH, NotOursError, undoer
 from faultdrill.plan.faults import (  # noqa: F401
     EXPECTED_CHECK,
@@ -213,19 +213,19 @@ def _view(ctx: FaultContext) -> tuple[Path, Path]:
 
 
 @register
-class RollbackLatest(Fault):
+class RollbackLatest(WorkerFault):
     """Rewrite ``latest`` to an older checkpoint, then restart the job (module docstring)."""
 
     kind = "rollback-latest"
     spec_model = RollbackLatestSpec
     requires = frozenset({Ability.CHECKPOINT_FILES, Ability.SIGNAL_RANK})
+    worker_field = "restart"
 
     @classmethod
     def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
-        assert isinstance(spec, RollbackLatestSpec)
         if not plan.checkpoint.latest_file:
             return "rollback-latest needs checkpoint.latest_file (the pointer it rolls back)"
-        return check_worker_target(spec.restart, plan, "rollback-latest restart")
+        return super().validate_against(spec, plan)
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
@@ -255,17 +255,14 @@ class RollbackLatest(Fault):
 
 
 @register
-class HideCheckpoints(Fault):
+class HideCheckpoints(WorkerFault):
     """Hide everything in the checkpoint directory, then restart the job (module docstring)."""
 
     kind = "hide-checkpoints"
     spec_model = HideCheckpointsSpec
     requires = frozenset({Ability.CHECKPOINT_FILES, Ability.SIGNAL_RANK})
 
-    @classmethod
-    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
-        assert isinstance(spec, HideCheckpointsSpec)
-        return check_worker_target(spec.restart, plan, "hide-checkpoints restart")
+    worker_field = "restart"
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
@@ -288,17 +285,12 @@ class HideCheckpoints(Fault):
 
 
 @register
-class StaleCopy(Fault):
+class StaleCopy(WorkerFault):
     """Start a copy of a rank's replica, then kill the original (module docstring)."""
 
     kind = "stale-copy"
     spec_model = StaleCopySpec
     requires = frozenset({Ability.REPLICA_COPY, Ability.SIGNAL_RANK})
-
-    @classmethod
-    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
-        assert isinstance(spec, StaleCopySpec)
-        return check_worker_target(spec.target, plan, "stale-copy target")
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
@@ -310,12 +302,7 @@ class StaleCopy(Fault):
             raise cannot(ctx, Ability.SIGNAL_RANK)
         original = signals.rank_replica(rank=spec.target.rank, node=spec.target.node)
         change = copier.replica_copy(original)
-        try:
-            facts = self.apply_change(ctx, change)
-        except FaultError as exc:
-            if isinstance(exc.__cause__, ProcessLookupError):
-                raise FaultError(f"worker pid {original.pid} exited before it was copied") from exc
-            raise
+        (facts,) = self.apply_to_worker(ctx, original, [change], "was copied")
         facts["command"] = change.command
         if spec.kill_original:
             kill = signals.signal_replica(original, "SIGKILL")

@@ -21,8 +21,8 @@ import time
 from typing import Any
 
 from faultdrill.errors import FaultError
-from faultdrill.faults.api import Fault, FaultContext, FaultSpec, cannot, command_of, register
-from faultdrill.plan.faults import OomWorkerSpec, check_worker_target
+from faultdrill.faults.api import FaultContext, FaultSpec, WorkerFault, cannot, command_of, register
+from faultdrill.plan.faults import OomWorkerSpec
 from faultdrill.platforms.api import Ability, OomRanks, Replica, SignalsRanks
 
 __all__ = ["OomWorker", "OomWorkerSpec"]
@@ -31,7 +31,7 @@ _POLL_S = 0.05
 
 
 @register
-class OomWorker(Fault):
+class OomWorker(WorkerFault):
     """Cap one rank's replica's memory and make it outgrow the cap (see the module)."""
 
     kind = "oom-worker"
@@ -44,11 +44,6 @@ class OomWorker(Fault):
         self._lock = threading.Lock()
         self.follower: threading.Thread | None = None
 
-    @classmethod
-    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
-        assert isinstance(spec, OomWorkerSpec)
-        return check_worker_target(spec.target, plan, "oom-worker target")
-
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
         assert isinstance(spec, OomWorkerSpec)
@@ -60,13 +55,8 @@ class OomWorker(Fault):
         victim = platform.rank_replica(rank=spec.target.rank, node=spec.target.node)
         changes = platform.oom_cap(victim, limit_mb=spec.limit_mb, alloc_mb=spec.alloc_mb)
         facts: dict[str, Any] = {}
-        try:
-            for change in changes:
-                facts.update(self.apply_change(ctx, change))
-        except FaultError as exc:
-            if isinstance(exc.__cause__, ProcessLookupError):
-                raise FaultError(f"worker pid {victim.pid} exited before it was capped") from exc
-            raise
+        for applied in self.apply_to_worker(ctx, victim, changes, "was capped"):
+            facts.update(applied)
         self.follower = threading.Thread(
             target=self._follow, args=(ctx, platform, victim), name="oom-follower", daemon=True
         )

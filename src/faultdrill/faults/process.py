@@ -21,8 +21,8 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from faultdrill.errors import FaultError, PlatformError
-from faultdrill.faults.api import Fault, FaultContext, FaultSpec, cannot, command_of, register
+from faultdrill.errors import PlatformError
+from faultdrill.faults.api import FaultContext, WorkerFault, cannot, command_of, register
 from faultdrill.platforms.api import Ability, HangsRanks, Replica, SignalsRanks
 
 if TYPE_CHECKING:
@@ -47,17 +47,12 @@ from faultdrill.plan.faults import (  # noqa: F401
 
 
 @register
-class KillWorker(Fault):
+class KillWorker(WorkerFault):
     """Kill one rank's replica (SIGKILL, or SIGTERM then SIGKILL after a grace period)."""
 
     kind = "kill-worker"
     spec_model = KillWorkerSpec
     requires = frozenset({Ability.SIGNAL_RANK})
-
-    @classmethod
-    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
-        assert isinstance(spec, KillWorkerSpec)
-        return check_worker_target(spec.target, plan, "kill-worker target")
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
@@ -67,14 +62,7 @@ class KillWorker(Fault):
             raise cannot(ctx, Ability.SIGNAL_RANK)
         victim = platform.rank_replica(rank=spec.target.rank, node=spec.target.node)
         change = platform.signal_replica(victim, spec.signal)
-        try:
-            facts = self.apply_change(ctx, change)
-        except FaultError as exc:
-            if isinstance(exc.__cause__, ProcessLookupError):
-                raise FaultError(
-                    f"worker pid {victim.pid} exited before it could be signalled"
-                ) from exc
-            raise
+        (facts,) = self.apply_to_worker(ctx, victim, [change], "could be signalled")
         if spec.signal == "SIGTERM":
             threading.Thread(
                 target=escalate,
@@ -92,17 +80,12 @@ class KillWorker(Fault):
 
 
 @register
-class HangWorker(Fault):
+class HangWorker(WorkerFault):
     """Stop one rank's replica and its children for at most ``for_s`` seconds."""
 
     kind = "hang-worker"
     spec_model = HangWorkerSpec
     requires = frozenset({Ability.HANG_RANK})
-
-    @classmethod
-    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
-        assert isinstance(spec, HangWorkerSpec)
-        return check_worker_target(spec.target, plan, "hang-worker target")
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
@@ -112,14 +95,7 @@ class HangWorker(Fault):
             raise cannot(ctx, Ability.HANG_RANK)
         victim = platform.rank_replica(rank=spec.target.rank, node=spec.target.node)
         changes = platform.hang_replica(victim)
-        try:
-            applied = self.apply_changes(ctx, changes)
-        except FaultError as exc:
-            if isinstance(exc.__cause__, ProcessLookupError):
-                raise FaultError(
-                    f"worker pid {victim.pid} exited before it could be stopped"
-                ) from exc
-            raise
+        applied = self.apply_to_worker(ctx, victim, changes, "could be stopped")
         children = [f["child"] for f in applied[1:] if "child" in f]
         return {
             "pid": victim.pid,

@@ -10,26 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from faultdrill.errors import FaultError
-from faultdrill.faults.api import Fault, FaultContext, FaultSpec, cannot, register
-from faultdrill.plan.faults import SlowWorkerSpec, check_worker_target
+from faultdrill.faults.api import FaultContext, WorkerFault, cannot, register
+from faultdrill.plan.faults import SlowWorkerSpec
 from faultdrill.platforms.api import Ability, SignalsRanks, ThrottlesRanks
 
 __all__ = ["SlowWorker", "SlowWorkerSpec"]
 
 
 @register
-class SlowWorker(Fault):
+class SlowWorker(WorkerFault):
     """Throttle one rank's replica to ``cpu_percent`` % of a core until reverted."""
 
     kind = "slow-worker"
     spec_model = SlowWorkerSpec
     requires = frozenset({Ability.SIGNAL_RANK, Ability.THROTTLE_RANK})
-
-    @classmethod
-    def validate_against(cls, spec: FaultSpec, plan: Any) -> str | None:
-        assert isinstance(spec, SlowWorkerSpec)
-        return check_worker_target(spec.target, plan, "slow-worker target")
 
     def inject(self, ctx: FaultContext) -> dict[str, Any]:
         spec = self.spec
@@ -41,14 +35,7 @@ class SlowWorker(Fault):
             raise cannot(ctx, Ability.THROTTLE_RANK)
         victim = platform.rank_replica(rank=spec.target.rank, node=spec.target.node)
         change = platform.throttle_replica(victim, spec.cpu_percent)
-        try:
-            facts = self.apply_change(ctx, change)
-        except FaultError as exc:
-            if isinstance(exc.__cause__, ProcessLookupError):
-                raise FaultError(
-                    f"worker pid {victim.pid} exited before it could be throttled"
-                ) from exc
-            raise
+        (facts,) = self.apply_to_worker(ctx, victim, [change], "could be throttled")
         return {
             **facts,
             "pid": victim.pid,
