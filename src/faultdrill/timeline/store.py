@@ -191,7 +191,7 @@ class StepStoreWriter:
             self._cols[name] = open(self.dir / _file(name, dtype), "wb")  # noqa: SIM115
             self._col_hashes[name] = hashlib.sha256()
 
-    def _write(self, column: str, data: bytes) -> None:
+    def _write(self, column: str, data: bytes | memoryview) -> None:
         self._cols[column].write(data)
         self._col_hashes[column].update(data)
 
@@ -204,7 +204,8 @@ class StepStoreWriter:
         chunk = _binary_chunk(src, data) if source.endswith(".steps") else parse_chunk(data)
         if chunk.steps is not None:
             for (name, dtype, _r), col in zip(COLUMNS, chunk.steps, strict=True):
-                self._write(name, np.ascontiguousarray(col, dtype=dtype).tobytes())
+                # its buffer, not a copy: written and hashed as it is
+                self._write(name, np.ascontiguousarray(col, dtype=dtype).data)
             self.rows += int(chunk.steps[0].shape[0])
             self.ranges += int(chunk.steps[6].shape[0])
         if chunk.lines:  # few (run_start, saves...): opened per write, not held (4,096 ranks)
