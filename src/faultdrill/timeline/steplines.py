@@ -22,8 +22,9 @@ part:
   the ``{`` after each newline starts a new value: every line holds whole values, and
   there must be as many values as lines;
 - anything msgspec refuses: not JSON, a field of another type (``true`` for a rank,
-  ``1.0`` for a step), a field the probe does not write, ``NaN`` or a number out of a
-  double's range, invalid UTF-8 or a lone surrogate in a string, nesting too deep;
+  ``1.0`` for a step), a field the probe does not write (refused, not skipped: msgspec
+  checks neither UTF-8 nor nesting depth in what it skips, the JSON decoder does), ``NaN``
+  or a number out of a double's range, invalid UTF-8 or a lone surrogate in a string;
 - an integer out of its column's range (numpy raises; the per-line path drops the row);
 - a time or loss equal to zero: ``-0`` reads as -0.0 by the per-line path's numpy
   conversion of the matched text, as 0.0 here;
