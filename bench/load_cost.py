@@ -7,12 +7,16 @@ what the columnar step store costs to write (the harness, while the job runs) an
 process (this module's ``main``) loads them and reports the time, the table it built and
 its own peak RSS. Writing is not timed.
 
-The same steps are also written as binary step records (``Probe(binary_steps=True)``:
-``probe-rank<R>.steps``) and loaded and stored the same way; and the JSON step lines are
-decoded side by side by the decoders one might use instead of the reader's regular
-expression (the standard library's ``json``, ``orjson``, ``msgspec`` into dicts and into a
-typed ``Struct``, where installed), each into the same step columns. Rates are step events
-per second of CPU time of one process (one core): the target is 1,000,000.
+The JSON lines are also loaded by one reader in a fresh process (``readers=1``: the
+reader's rate per core, which the target judges; large loads otherwise start several
+reader processes, whose start-up is CPU time too). The same steps are also written as
+binary step records (``Probe(binary_steps=True)``: ``probe-rank<R>.steps``) and loaded and
+stored the same way; and the JSON step lines are decoded one line at a time by the
+decoders one might use (the standard library's ``json``, ``orjson``, ``msgspec`` into dicts
+and into a typed ``Struct``, where installed), each into the same step columns, beside the
+reader (which decodes runs of lines in one msgspec call: ``faultdrill.timeline.steplines``).
+Rates are step events per second of CPU time of one process (one core): the target is
+1,000,000, for JSON lines and binary records, loading and writing the store.
 
 Run one size: ``python -m bench.load_cost --ranks 16 --steps 62500`` (1 M step events).
 """
@@ -31,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.targets import JSON_READER
 from faultdrill.engine.watch import Watch
 from faultdrill.probe import Probe
 from faultdrill.timeline import Timeline
@@ -120,6 +125,19 @@ def _store_cost(events_dir: Path, step_events: int) -> dict[str, float]:
     return out
 
 
+def _load_one_reader(events_dir: Path) -> dict[str, Any]:
+    """In this process (a fresh one): load the JSON lines with one reader (no child
+    process: this process's CPU time, at a finer grain than :func:`_cpu_s`)."""
+    t, c = time.perf_counter(), time.process_time()
+    tl = Timeline.load(events_dir, use_store=False, readers=1)
+    return {
+        "load_s": round(time.perf_counter() - t, 3),
+        "load_cpu_s": round(time.process_time() - c, 6),
+        "step_events": len(tl.steps),
+        "other_events": len(tl.events),
+    }
+
+
 def _load_binary(events_dir: Path) -> dict[str, Any]:
     """In this process: load binary step records (and the other events' JSON lines) in
     one reader, then write and load the store, as :func:`_load` does for JSON lines."""
@@ -138,7 +156,7 @@ def _load_binary(events_dir: Path) -> dict[str, Any]:
 
 def _decoders() -> dict[str, Any]:
     """name -> a function from one step line to its dict-like values (or None where the
-    decoder is not installed)."""
+    decoder is not installed): each called once per line."""
     import json as stdlib_json
 
     out: dict[str, Any] = {"json (stdlib)": stdlib_json.loads}
@@ -215,6 +233,21 @@ def _columns_of(lines: list[bytes], decode: Any, typed: bool) -> list[Any]:
     return [np.asarray(c, dtype=t) for c, t in zip(cols, types, strict=True)]
 
 
+def _in_fresh_process(mode: str, events: Path, env: dict[str, str]) -> dict[str, Any]:
+    """``python -m bench.load_cost <mode> <events>``'s report."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.load_cost", mode, str(events)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} failed: {proc.stderr.strip()[-2000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
 def load_cost(ranks: int, steps: int) -> dict[str, Any]:
     """Write ``ranks`` x ``steps`` step events, load them in a fresh process, report."""
     with tempfile.TemporaryDirectory(prefix="faultdrill-bench-load-") as tmp:
@@ -235,6 +268,7 @@ def load_cost(ranks: int, steps: int) -> dict[str, Any]:
         if proc.returncode != 0:
             raise RuntimeError(f"loading failed: {proc.stderr.strip()[-2000:]}")
         out: dict[str, Any] = json.loads(proc.stdout)
+        out["one_reader"] = _in_fresh_process("--load-one", events, env)
         binary = Path(tmp) / "binary"
         t = time.perf_counter()
         binary_size = write_events(binary, ranks, steps, binary=True)
@@ -251,6 +285,8 @@ def load_cost(ranks: int, steps: int) -> dict[str, Any]:
             raise RuntimeError(f"loading binary steps failed: {proc.stderr.strip()[-2000:]}")
         out["binary"] = json.loads(proc.stdout)
         out["binary"].update(file_bytes=binary_size, write_s=round(binary_write_s, 2))
+    if out["one_reader"]["step_events"] != ranks * steps:
+        raise AssertionError(f"one reader loaded {out['one_reader']['step_events']} step events")
     if out["binary"]["step_events"] != ranks * steps:
         raise AssertionError(f"loaded {out['binary']['step_events']} binary step events")
     if out["step_events"] != ranks * steps:
@@ -279,7 +315,14 @@ def _rates(out: dict[str, Any]) -> dict[str, dict[str, float | None]]:
 
     n, b = out["step_events"] + out["other_events"], out["binary"]
     nb = b["step_events"] + b["other_events"]
-    load: dict[str, float | None] = {"json (faultdrill regex reader)": rate(n, out["load_cpu_s"])}
+    load: dict[str, float | None] = {
+        JSON_READER: rate(n, out["one_reader"]["load_cpu_s"]),
+        f"json lines: faultdrill's reader ({out['readers']} processes, start-up included)": (
+            rate(n, out["load_cpu_s"])
+        ),
+    }
+    if out["readers"] == 1:
+        del load[next(k for k in load if k != JSON_READER)]
     load.update(out.pop("decode_rates"))
     load["binary records"] = rate(nb, b["load_cpu_s"])
     store = {
@@ -292,6 +335,7 @@ def _rates(out: dict[str, Any]) -> dict[str, dict[str, float | None]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--load", type=Path, help="only load this events dir and report (JSON)")
+    ap.add_argument("--load-one", type=Path, help="the same, with one reader: its CPU rate")
     ap.add_argument("--load-binary", type=Path, help="the same, for binary step records")
     ap.add_argument("--ranks", type=int, default=16)
     ap.add_argument("--steps", type=int, default=62_500)
@@ -299,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.load:
         result = _load(args.load)
         result["decode_rates"] = _decode_rates(args.load)
+    elif args.load_one:
+        result = _load_one_reader(args.load_one)
     elif args.load_binary:
         result = _load_binary(args.load_binary)
     else:

@@ -9,6 +9,8 @@ __all__ = [
     "DEMO_TARGET_S",
     "ENGINE_TARGET_BYTES",
     "EVENTS_RATE_TARGET",
+    "JSON_READER",
+    "JSON_READER_BEFORE",
     "OVERHEAD_TARGET_S",
     "PRECISION_TARGET_MS",
     "PROBE_TARGET_US",
@@ -29,6 +31,10 @@ SCALE_TARGET_BYTES = 4 * 1024**3
 ENGINE_TARGET_BYTES = 8 * 1024**3
 #: Step events per CPU second of one core, loading and writing the step store.
 EVENTS_RATE_TARGET = 1_000_000
+#: The name of the JSON reader's load rate in one process (``Timeline.load``, one reader)
+#: in a results file's ``rates`` (bench/load_cost.py), and the name before its fast path.
+JSON_READER = "json lines: faultdrill's reader (one process)"
+JSON_READER_BEFORE = "json (faultdrill regex reader)"
 DEMO_TARGET_S = 240.0
 GIB = 1024**3
 
@@ -152,23 +158,26 @@ def _engine_rows(eng: dict[str, Any] | None) -> list[Target]:
 
 
 def _rate_rows(res: dict[str, Any]) -> list[Target]:
-    """Loading step events, and writing the step store, from binary step records (the
-    largest load size), against :data:`EVENTS_RATE_TARGET`; not measured in results of
-    versions before binary records."""
+    """Loading step events, and writing the step store, from JSON lines (the evidence of
+    record: the reader in one process) and from binary step records, at the largest load
+    size, against :data:`EVENTS_RATE_TARGET`. A results file from before binary records
+    measured none; one from before the fast path names the reader as it then was."""
     sizes = (res.get("load") or {}).get("sizes") or [{}]
     rates = sizes[-1].get("rates")
     events = sizes[-1].get("step_events", 0)
     target = f">= {EVENTS_RATE_TARGET / 1e6:g} M events/s/core"
     rows = []
-    for key, what in (("load", "load"), ("store_write", "step store write")):
-        value = (
-            None
-            if rates is None
-            else rates[key].get(f"{'' if key == 'load' else 'from '}binary records")
-        )
+    for key, what, source, names in (
+        ("load", "load", "JSON lines", (JSON_READER, JSON_READER_BEFORE)),
+        ("store_write", "step store write", "JSON lines", ("from JSON lines",)),
+        ("load", "load", "binary step records", ("binary records",)),
+        ("store_write", "step store write", "binary step records", ("from binary records",)),
+    ):
+        found = [rates[key][n] for n in names if rates is not None and n in rates[key]]
+        value = found[0] if found else None
         rows.append(
             Target(
-                f"{what}, binary step records, {events / 1e6:.2f} M events",
+                f"{what}, {source}, {events / 1e6:.2f} M events",
                 target,
                 "-" if value is None else f"{value / 1e6:.2f} M events/s (one core)",
                 None if value is None else value >= EVENTS_RATE_TARGET,

@@ -106,6 +106,9 @@ def test_quick_run_measures_everything_and_writes_results(
     # the binary step rates: the quick size differs from the full run's, so no ratio
     rates = [c for w, c in compared.items() if "binary step records" in w]
     assert len(rates) == 2 and all(c.now.value and c.previous is None for c in rates)
+    # ... and the JSON lines' (the reader in one process, the store written from them)
+    json_rates = [c for w, c in compared.items() if ", JSON lines, " in w]
+    assert len(json_rates) == 2 and all(c.now.value and c.previous is None for c in json_rates)
     assert "msgspec (Struct)" in printed and "binary records" in printed
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,8 +172,12 @@ def _read_from(path: Path, offset: int) -> bytes | None:
     """At most :data:`_READ_MAX` bytes of ``path`` from ``offset`` (None: unreadable now)."""
     try:
         with open(path, "rb") as f:
+            # Ask for what is there, not _READ_MAX: a buffer of the size asked for is
+            # allocated, and one over malloc's mmap threshold is fresh memory (page faults)
+            # on every read, where one of a file's size is reused from the heap.
+            size = os.fstat(f.fileno()).st_size - offset
             f.seek(offset)
-            return f.read(_READ_MAX)
+            return f.read(max(0, min(size, _READ_MAX)))
     except OSError:
         return None
 

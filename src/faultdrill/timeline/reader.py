@@ -1,8 +1,10 @@
 """The fast reader of event files: JSON lines into events and step columns.
 
-A probe's own step line is matched by a regular expression and goes straight into
-columns (:class:`_StepColumns`), without the JSON decoder; any other line is decoded, and
-a line that is torn, not JSON or not an object is counted, never raised on. Runs of
+Runs of the probe's step lines are decoded in one call each, straight into columns
+(:mod:`~faultdrill.timeline.steplines`, :class:`_StepColumns`); a run it cannot vouch for
+is read line by line (:class:`_Scan`), with the same result: a probe's own step line is
+matched by a regular expression, any other line is decoded, and a line that is torn, not
+JSON or not an object is counted, never raised on. Runs of
 :data:`PARALLEL_BYTES` or more are read by child processes
 (``python -m faultdrill.timeline._child``), their parts joined in file order.
 """
@@ -17,9 +19,10 @@ import re
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from subprocess import PIPE
 from typing import IO, Any
@@ -28,9 +31,10 @@ import numpy as np
 
 from faultdrill.events import Event, malformed
 from faultdrill.timeline.stepfile import StepFileRead, read_step_file
+from faultdrill.timeline.steplines import FastRun, decode_run
 from faultdrill.timeline.steps import I4, I8, StepTable
 
-__all__ = ["MAX_LINE", "PARALLEL_BYTES", "bounded_lines", "open_regular"]
+__all__ = ["MAX_LINE", "PARALLEL_BYTES", "bounded_blocks", "bounded_lines", "open_regular"]
 
 
 #: Event files this large in all (bytes) are read by several processes.
@@ -39,7 +43,7 @@ PARALLEL_BYTES = 128 << 20
 #: sampler's port list a few KiB. It is counted as a bad line and skipped without ever being
 #: held whole, so a file of one endless line cannot exhaust memory.
 MAX_LINE = 1 << 20
-_BLOCK = 1 << 20
+_BLOCK = 1 << 17
 
 
 def open_regular(path: Path) -> IO[bytes] | None:
@@ -62,6 +66,17 @@ def bounded_lines(f: IO[bytes], size: int) -> Iterator[bytes | None]:
     opened: a file that keeps growing is not followed), each with its newline but maybe
     the last; None in place of a line longer than :data:`MAX_LINE`, which is skipped
     without being held (memory stays under ``MAX_LINE + _BLOCK`` whatever the file)."""
+    for block in bounded_blocks(f, size):
+        if block is None:
+            yield None
+        else:
+            yield from io.BytesIO(block)
+
+
+def bounded_blocks(f: IO[bytes], size: int) -> Iterator[bytes | None]:
+    """:func:`bounded_lines` a block at a time: each item is one or more whole lines (each
+    ending with its newline), or a last line without one, or None in place of a line longer
+    than :data:`MAX_LINE`; a block is at most about ``MAX_LINE + _BLOCK`` bytes."""
     rest = b""
     skipping = False  # inside an overlong line: drop bytes up to its newline
     while size > 0:
@@ -77,13 +92,15 @@ def bounded_lines(f: IO[bytes], size: int) -> Iterator[bytes | None]:
                     rest, skipping = b"", True
                     yield None
             continue
-        head, tail = block[: end + 1], block[end + 1 :]
         if skipping:
-            head, skipping = head[head.find(b"\n") + 1 :], False
+            head, skipping = block[block.find(b"\n") + 1 : end + 1], False
         elif rest:
-            head = rest + head
-        rest = tail
-        yield from io.BytesIO(head)
+            head = b"".join((rest, memoryview(block)[: end + 1]))  # one copy, not two
+        else:
+            head = block[: end + 1]
+        rest = block[end + 1 :]
+        if head:
+            yield head
         if len(rest) > MAX_LINE:
             rest, skipping = b"", True
             yield None
@@ -111,65 +128,152 @@ def _read_files(
     """Read ``paths`` (each from the byte ``offsets`` gives for its name, else from its
     start) into one part; ``before``: per file name, the events of the bytes skipped (the
     step store's), put where they were in the file, so that ties in time keep file order."""
-    events: list[Event] = []
-    steps = _StepColumns()
-    task = ""
-    torn = 0
+    scan = _Scan(_StepColumns(), io.BytesIO)
     bad: dict[str, tuple[int, str]] = {}
     for path in paths:
         if before:
-            events.extend(before.get(path.name, ()))
+            scan.events.extend(before.get(path.name, ()))
         if path.name.endswith(".steps"):  # a binary step file (faultdrill.timeline.stepfile)
-            read = _read_step_path(path, offsets.get(path.name, 0) if offsets else 0, steps)
-            task = task or read.task
-            torn += read.bad + read.torn
+            read = _read_step_path(path, offsets.get(path.name, 0) if offsets else 0, scan.steps)
+            scan.task = scan.task or read.task
+            scan.torn += read.bad + read.torn
             if read.bad:
                 bad[path.name] = (read.bad, "probe" if read.task or read.chunks else "")
             continue
-        skipped_before = torn + steps.bad
-        source = ""
-        last_torn = 0  # a line without its newline can only be the file's last
+        skipped_before = scan.skipped()
+        scan.source, scan.last_torn = "", 0
         f = open_regular(path)
         if f is None:  # a directory, a link, a FIFO, a file gone: nothing of it is read
-            torn += 1
+            scan.torn += 1
             bad[path.name] = (1, "")
             continue
         with f:
             start = offsets.get(path.name, 0) if offsets else 0
             f.seek(start)
-            for line in bounded_lines(f, os.fstat(f.fileno()).st_size - start):
-                if line is None:
-                    torn += 1
-                    continue
-                m = _probe_step_line(line)
-                if m is not None:  # the probe's own step line: no JSON decoding needed
-                    fields = m.groups()
-                    steps.add_matched(fields)
-                    task = task or json.loads(b'"' + fields[0] + b'"')
-                    source = source or "probe"
-                    continue
-                raw = _parse_line(line)
-                if raw is None:
-                    torn += 1
-                    last_torn = int(not line.endswith(b"\n"))
-                    continue
-                source = source or str(raw.get("src", ""))
-                if raw.get("src") == "probe" and raw.get("kind") == "step":
-                    if not steps.add(raw):
-                        torn += 1
-                        continue
-                elif malformed(raw) is None:
-                    events.append(Event.from_json(raw))
+            for block in bounded_blocks(f, os.fstat(f.fileno()).st_size - start):
+                if block is None:
+                    scan.torn += 1
                 else:
-                    torn += 1
-                    continue
-                task = task or str(raw.get("task", ""))
-        steps.close_chunk()  # rows it drops are counted against this file
-        skipped = torn + steps.bad - skipped_before - last_torn
+                    scan.block(block)
+        scan.steps.close_chunk()  # rows it drops are counted against this file
+        skipped = scan.skipped() - skipped_before - scan.last_torn
         if skipped:
-            bad[path.name] = (skipped, source)
-    chunks = steps.chunks()
-    return _Part(task, events, chunks, torn + steps.bad, bad)
+            bad[path.name] = (skipped, scan.source)
+    chunks = scan.steps.chunks()
+    return _Part(scan.task, scan.events, chunks, scan.skipped(), bad)
+
+
+class _Scan:
+    """What the lines of event files hold, read in file order: step rows go into
+    :attr:`steps`, other valid events are kept, and every other line is counted in
+    :attr:`torn` (and :attr:`last_torn`, if it is a last line without its newline).
+
+    :meth:`block` reads runs of step lines in one call where
+    :func:`~faultdrill.timeline.steplines.decode_run` vouches for them, and every other
+    line one at a time (:meth:`lines`): the rows, counts, task and source are the same as
+    if every line were read alone. ``split``: how a block is cut into lines when read line
+    by line (the reader cuts at newlines only, the step store also at carriage returns).
+    ``records``: keep other lines as decoded dicts with their bytes (:attr:`records`,
+    :attr:`kept`: the step store), not as :attr:`events`."""
+
+    #: A block this short (bytes) is read line by line: the fast path's fixed cost.
+    MIN_BLOCK = 4096
+    #: A run of fewer step lines than this is read line by line.
+    MIN_RUN = 32
+
+    def __init__(
+        self, steps: _StepColumns, split: Callable[[bytes], Iterable[bytes]], records: bool = False
+    ) -> None:
+        self.steps = steps
+        self.split = split
+        self.events: list[Event] = []
+        self.records: list[dict[str, Any]] | None = [] if records else None
+        self.kept: list[bytes] = []
+        self.torn = 0
+        self.task = ""  # the first non-empty task of a line that decoded
+        self.source = ""  # the src of the first line that decoded
+        self.last_torn = 0
+
+    def skipped(self) -> int:
+        """Lines skipped so far, rows dropped when converted included."""
+        return self.torn + self.steps.bad
+
+    def block(self, data: bytes) -> None:
+        """Read ``data``: whole lines, or a last line without its newline."""
+        if len(data) < self.MIN_BLOCK or not data.endswith(b"\n"):
+            self.lines(self.split(data))
+            return
+        first = data.find(b"\n") + 1
+        if not _looks_like_step(data[:first]):  # a file's first line: its run_start
+            self.lines(self.split(data[:first]))
+            data = data[first:]
+        run = decode_run(data)
+        if run is not None:
+            self._add(run)
+            return
+        for is_step, group in groupby(self.split(data), _looks_like_step):
+            if is_step:
+                self._take(list(group))
+            else:
+                self.lines(group)
+
+    def _take(self, lines: list[bytes]) -> None:
+        """Read lines that look like step lines: in one call if they are what
+        :func:`decode_run` vouches for, else in halves, down to :attr:`MIN_RUN` lines read
+        one at a time (so one odd line costs little more than itself)."""
+        if len(lines) < self.MIN_RUN:
+            self.lines(lines)
+            return
+        run = decode_run(b"".join(lines))
+        if run is not None:
+            self._add(run)
+            return
+        half = len(lines) // 2
+        self._take(lines[:half])
+        self._take(lines[half:])
+
+    def _add(self, run: FastRun) -> None:
+        self.steps.add_columns(run.columns)
+        self.source = self.source or "probe"
+        self.task = self.task or run.task
+
+    def lines(self, lines: Iterable[bytes]) -> None:
+        """Read ``lines`` one at a time: a probe step line in the probe's own layout by
+        :data:`_probe_step_line`, any other with the JSON decoder."""
+        steps = self.steps
+        for line in lines:
+            m = _probe_step_line(line)
+            if m is not None:  # the probe's own step line: no JSON decoding needed
+                fields = m.groups()
+                steps.add_matched(fields)
+                self.task = self.task or json.loads(b'"' + fields[0] + b'"')
+                self.source = self.source or "probe"
+                continue
+            raw = _parse_line(line)
+            if raw is None:
+                self.torn += 1
+                self.last_torn = int(not line.endswith(b"\n"))
+                continue
+            self.source = self.source or str(raw.get("src", ""))
+            if raw.get("src") == "probe" and raw.get("kind") == "step":
+                if not steps.add(raw):
+                    self.torn += 1
+                    continue
+            elif malformed(raw) is None:
+                if self.records is None:
+                    self.events.append(Event.from_json(raw))
+                else:
+                    self.records.append(raw)
+                    self.kept.append(line)
+            else:
+                self.torn += 1
+                continue
+            self.task = self.task or str(raw.get("task", ""))
+
+
+def _looks_like_step(line: bytes) -> bool:
+    """Whether ``line`` may be one that :func:`decode_run` takes (a carriage return: never)."""
+    return b'"kind":"step"' in line and b"\r" not in line
 
 
 def _read_step_path(path: Path, start: int, steps: _StepColumns) -> StepFileRead:

@@ -59,7 +59,7 @@ import numpy as np
 from faultdrill.events import Event, malformed
 from faultdrill.timeline.reader import (
     _parse_line,
-    _probe_step_line,
+    _Scan,
     _StepColumns,
     bounded_lines,
     open_regular,
@@ -114,39 +114,28 @@ class Chunk:
 
 def parse_chunk(data: bytes) -> Chunk:
     """Parse complete lines (``data`` ends with a newline, or is empty) the way
-    :meth:`Timeline.load` does (:func:`~faultdrill.timeline.reader._read_files`)."""
-    cols = _StepColumns()
-    records: list[dict[str, Any]] = []
-    lines: list[bytes] = []
-    torn = 0
-    task = ""
-    source = ""
-    for line in data.splitlines(keepends=True):
-        m = _probe_step_line(line)
-        if m is not None:
-            cols.add_matched(m.groups())
-            task = task or json.loads(b'"' + m.group(1) + b'"')
-            source = source or "probe"
-            continue
-        raw = _parse_line(line)
-        if raw is None:
-            torn += 1
-            continue
-        source = source or str(raw.get("src", ""))
-        if raw.get("src") == "probe" and raw.get("kind") == "step":
-            if not cols.add(raw):
-                torn += 1
-                continue
-        elif malformed(raw) is None:
-            records.append(raw)
-            lines.append(line)
-        else:
-            torn += 1
-            continue
-        task = task or str(raw.get("task", ""))
-    chunks = cols.chunks()
+    :meth:`Timeline.load` does (:func:`~faultdrill.timeline.reader._read_files`), about a
+    MiB at a time (the fast path's decoded lines stay that small)."""
+    scan = _Scan(_StepColumns(), _split_lines, records=True)
+    at = 0
+    while at < len(data):
+        end = data.rfind(b"\n", at, at + _PIECE) + 1 or data.find(b"\n", at + _PIECE) + 1
+        end = end or len(data)
+        scan.block(data[at:end])
+        at = end
+    chunks = scan.steps.chunks()
     steps = [np.concatenate(c) if len(c) > 1 else c[0] for c in chunks] if chunks[0] else None
-    return Chunk(records, lines, steps, torn + cols.bad, task, source)
+    assert scan.records is not None
+    return Chunk(scan.records, scan.kept, steps, scan.skipped(), scan.task, scan.source)
+
+
+def _split_lines(data: bytes) -> list[bytes]:
+    """The store's lines: ``bytes.splitlines`` (a carriage return ends a line too)."""
+    return data.splitlines(keepends=True)
+
+
+#: parse_chunk reads this much (bytes, rounded to whole lines) at a time.
+_PIECE = 1 << 17
 
 
 def _binary_chunk(src: _Source, data: bytes) -> Chunk:
@@ -202,7 +191,7 @@ class StepStoreWriter:
             self._cols[name] = open(self.dir / _file(name, dtype), "wb")  # noqa: SIM115
             self._col_hashes[name] = hashlib.sha256()
 
-    def _write(self, column: str, data: bytes) -> None:
+    def _write(self, column: str, data: bytes | memoryview) -> None:
         self._cols[column].write(data)
         self._col_hashes[column].update(data)
 
@@ -215,7 +204,8 @@ class StepStoreWriter:
         chunk = _binary_chunk(src, data) if source.endswith(".steps") else parse_chunk(data)
         if chunk.steps is not None:
             for (name, dtype, _r), col in zip(COLUMNS, chunk.steps, strict=True):
-                self._write(name, np.ascontiguousarray(col, dtype=dtype).tobytes())
+                # its buffer, not a copy: written and hashed as it is
+                self._write(name, np.ascontiguousarray(col, dtype=dtype).data)
             self.rows += int(chunk.steps[0].shape[0])
             self.ranges += int(chunk.steps[6].shape[0])
         if chunk.lines:  # few (run_start, saves...): opened per write, not held (4,096 ranks)
