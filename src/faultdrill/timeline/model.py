@@ -586,6 +586,10 @@ def _reorder(st: StepTable, order: np.ndarray) -> None:
     del src
 
 
+#: Rows looked up at a time by :func:`_lookup`.
+_LOOKUP_BLOCK = 1 << 20
+
+
 def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
     """``table[k]`` for every ``k`` in ``keys`` (-1 where absent; values fit int32), in
     linear time."""
@@ -599,8 +603,11 @@ def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
     if span <= 1 << 23:  # pids are small integers: a lookup table (<= 32 MiB), no search
         lut = np.full(span, -1, dtype=I4)
         lut[known - lo] = values
-        at = keys - lo
-        np.take(lut, at, out=out)
+        # a block at a time: the index temporaries stay small at any table size (and
+        # ``np.take(..., out=)`` would buffer the whole output: ten times slower)
+        for a in range(0, keys.shape[0], _LOOKUP_BLOCK):
+            block = keys[a : a + _LOOKUP_BLOCK]
+            out[a : a + block.shape[0]] = lut[block - lo]
         return out
     order = np.argsort(known)
     known, values = known[order], values[order]
