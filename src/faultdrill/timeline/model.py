@@ -412,8 +412,12 @@ class Timeline:
         """Boolean mask of step rows that fall in the given segments."""
         st = self.steps
         mask = np.zeros(len(st), dtype=bool)
-        for seg in segments:
-            mask |= (st.inc == seg.inc) & (st.step >= seg.first) & (st.step <= seg.last)
+        segments = list(segments)
+        for a in range(0, len(st), _MASK_BLOCK):  # temporaries of one block, not the table's
+            inc, step = st.inc[a : a + _MASK_BLOCK], st.step[a : a + _MASK_BLOCK]
+            out = mask[a : a + _MASK_BLOCK]
+            for seg in segments:
+                out |= (inc == seg.inc) & (step >= seg.first) & (step <= seg.last)
         return mask
 
     def iter_procs(self, role: str | None = None) -> Iterator[ProcLife]:
@@ -586,6 +590,8 @@ def _reorder(st: StepTable, order: np.ndarray) -> None:
     del src
 
 
+#: Rows of :meth:`Timeline.rows_in` masked at a time.
+_MASK_BLOCK = 1 << 21
 #: Rows looked up at a time by :func:`_lookup`.
 _LOOKUP_BLOCK = 1 << 20
 
