@@ -88,8 +88,11 @@ class Reference:
         digests.discard("")
         digests.discard("None")
         covers = StepCovers.build(st)
+        st.release()  # one pass over a few columns at a time stays resident (at scale)
         cs, ce = covers.until(None)
         mean_steps, mean_loss = mean_loss_per_step(st)
+        losses = LossLookup.build(st.step, st.rank, st.loss)
+        st.release()
         return cls(
             run_id=run_id,
             rows=len(st),
@@ -101,7 +104,7 @@ class Reference:
             last_step=int(st.step.max()) if len(st) else 0,
             cover_starts=cs,
             cover_ends=ce,
-            losses=LossLookup.build(st.step, st.rank, st.loss),
+            losses=losses,
             covers=covers,
             mean_steps=mean_steps,
             mean_loss=mean_loss,

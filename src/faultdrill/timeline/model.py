@@ -239,6 +239,7 @@ class Timeline:
             torn += part.torn
             bad.update(part.bad)
         tl = cls._assemble(task, events, steps.table())
+        tl.steps.release()  # the columns derivation read (at scale: the checks read others)
         tl.torn_lines = torn
         tl.bad_lines = bad
         return tl

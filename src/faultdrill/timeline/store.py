@@ -66,7 +66,7 @@ from faultdrill.timeline.reader import (
     open_regular,
 )
 from faultdrill.timeline.stepfile import RECORD, decode, header_of
-from faultdrill.timeline.steps import I4, I8, StepTable
+from faultdrill.timeline.steps import I4, I8, StepTable, mapping_of
 
 __all__ = [
     "FORMAT",
@@ -405,7 +405,24 @@ _CHECK_BLOCK = 1 << 22
 
 
 def _sha256(col: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(col).data.cast("B")).hexdigest()
+    """The SHA-256 of a column's bytes. A column mapped from its file is hashed a block at
+    a time, each block's pages dropped from resident memory once hashed (they stay in the
+    page cache): hashing every column must not make them all resident at once."""
+    data = np.ascontiguousarray(col).data.cast("B")
+    mapped = mapping_of(col)
+    if mapped is not None and np.frombuffer(mapped, np.uint8).ctypes.data != col.ctypes.data:
+        mapped = None  # not at the mapping's (page-aligned) start: offsets would differ
+    h = hashlib.sha256()
+    for a in range(0, len(data), _HASH_BLOCK):
+        block = data[a : a + _HASH_BLOCK]
+        h.update(block)
+        if mapped is not None:
+            mapped.madvise(mmap.MADV_DONTNEED, a, len(block))
+    return h.hexdigest()
+
+
+#: Bytes of a column hashed at a time (a multiple of the page size).
+_HASH_BLOCK = 64 << 20
 
 
 def _native(dtype: Any) -> Any:
