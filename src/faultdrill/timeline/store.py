@@ -50,6 +50,7 @@ import hashlib
 import json
 import mmap
 import os
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,7 @@ __all__ = [
     "parse_step_records",
     "read_store",
     "write_table",
+    "write_tables",
 ]
 
 STORE_DIR = "steps"
@@ -268,13 +270,23 @@ class StepStoreWriter:
 def write_table(events_dir: Path, st: StepTable, task: str) -> None:
     """Write a whole step table as the store of ``events_dir``, covering no source file:
     for step events that never were JSON lines (the benchmark's synthetic drills)."""
+    write_tables(events_dir, [st], task)
+
+
+def write_tables(events_dir: Path, tables: Iterable[StepTable], task: str) -> None:
+    """:func:`write_table` of the tables one after the other, as one store: a table too
+    large to hold in memory is written a part at a time."""
     writer = StepStoreWriter(events_dir)
-    counts = np.ones(len(st), dtype=I4) if st.one_range_each else np.diff(st.rng_off)
-    cols = (st.mono, st.rank, st.pid, st.step, st.loss, counts, st.rng_start, st.rng_end)
-    for (name, dtype, _r), col in zip(COLUMNS, cols, strict=True):
-        for a in range(0, col.shape[0], 1 << 22):
-            writer._write(name, np.ascontiguousarray(col[a : a + (1 << 22)], dtype).tobytes())
-    writer.rows, writer.ranges, writer.task = len(st), int(st.rng_start.shape[0]), task
+    for st in tables:
+        counts = np.ones(len(st), dtype=I4) if st.one_range_each else np.diff(st.rng_off)
+        cols = (st.mono, st.rank, st.pid, st.step, st.loss, counts, st.rng_start, st.rng_end)
+        for (name, dtype, _r), col in zip(COLUMNS, cols, strict=True):
+            for a in range(0, col.shape[0], 1 << 22):
+                block = np.ascontiguousarray(col[a : a + (1 << 22)], dtype)
+                writer._write(name, block.tobytes())
+        writer.rows += len(st)
+        writer.ranges += int(st.rng_start.shape[0])
+    writer.task = task
     writer.close()
 
 
