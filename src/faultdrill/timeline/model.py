@@ -477,15 +477,10 @@ class Timeline:
         st = self.steps
         if len(st):
             st.inc = _lookup(step_inc, st.pid)
-            for inc in incs:
-                m = st.inc == inc.index
-                if not m.any():
-                    continue
-                # masked reductions: no copy of the incarnation's rows
-                inc.first_step = int(st.step.min(where=m, initial=np.iinfo(I8).max))
-                inc.last_step = int(st.step.max(where=m, initial=np.iinfo(I8).min))
-                inc.first_step_mono = float(st.mono.min(where=m, initial=np.inf))
-                inc.last_step_mono = float(st.mono.max(where=m, initial=-np.inf))
+            for inc, extent in zip(incs, _step_extents(st, len(incs)), strict=True):
+                if extent is not None:
+                    inc.first_step, inc.last_step = extent[0], extent[1]
+                    inc.first_step_mono, inc.last_step_mono = extent[2], extent[3]
         self.incarnations = incs
 
     def _derive_procs(self) -> None:
@@ -577,6 +572,32 @@ def _end_of(
     if gone is not None:
         return gone.mono, float(gone.get("last_seen_mono", gone.mono)), "sampled"
     return None, last_sample, ""
+
+
+def _step_extents(st: StepTable, count: int) -> list[tuple[int, int, float, float] | None]:
+    """Per incarnation ``0 .. count - 1``: (lowest step, highest step, earliest time, latest
+    time) of its rows, None where it has none. A block of rows at a time, every
+    incarnation's masked reductions over it while it is in cache (no copy of any
+    incarnation's rows; one pass over the columns, not four per incarnation)."""
+    big, small = np.iinfo(I8).max, np.iinfo(I8).min
+    step_lo, step_hi = [big] * count, [small] * count
+    mono_lo, mono_hi = [np.inf] * count, [-np.inf] * count
+    found = [False] * count
+    for a in range(0, len(st), _MASK_BLOCK):
+        inc, step = st.inc[a : a + _MASK_BLOCK], st.step[a : a + _MASK_BLOCK]
+        mono = st.mono[a : a + _MASK_BLOCK]
+        for i in range(count):
+            m = inc == i
+            if not m.any():
+                continue
+            found[i] = True
+            step_lo[i] = min(step_lo[i], int(step.min(where=m, initial=big)))
+            step_hi[i] = max(step_hi[i], int(step.max(where=m, initial=small)))
+            mono_lo[i] = min(mono_lo[i], float(mono.min(where=m, initial=np.inf)))
+            mono_hi[i] = max(mono_hi[i], float(mono.max(where=m, initial=-np.inf)))
+    return [
+        (step_lo[i], step_hi[i], mono_lo[i], mono_hi[i]) if found[i] else None for i in range(count)
+    ]
 
 
 def _reorder(st: StepTable, order: np.ndarray) -> None:
