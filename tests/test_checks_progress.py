@@ -233,6 +233,17 @@ def test_no_jump_read_by_blocks_equals_one_sort_of_every_row(
         assert got == progress._step_jumps_sorted(pid, step), case
 
 
+def test_no_jump_by_blocks_with_more_processes_than_int16_holds() -> None:
+    """2 x 16,384 ranks' processes and more: the codes are sorted as 16-bit unsigned (still
+    radix), and one planted jump is counted and named as sorting every row names it."""
+    n = 40_000
+    pid = np.tile(np.arange(10, 10 + n, dtype=np.int32), 3)  # step-major: 3 steps each
+    step = np.repeat(np.arange(1, 4, dtype=np.int64), n)
+    step[2 * n + 39_000] = 5  # pid 39,010 goes from step 2 to 5
+    assert progress.step_jumps(pid, step) == (1, (39_010, 2, 5))
+    assert progress.step_jumps(pid, step) == progress._step_jumps_sorted(pid, step)
+
+
 @pytest.mark.parametrize("block", [1, 5, 1 << 21])
 def test_the_ledger_read_by_slots_equals_sorting_the_ranges(
     block: int, monkeypatch: pytest.MonkeyPatch

@@ -375,8 +375,8 @@ def step_jumps(pid: np.ndarray, step: np.ndarray) -> tuple[int, tuple[int, int, 
         present[pid[a : a + _JUMP_BLOCK] - lo] = True
     codes = np.cumsum(present, dtype=np.int32) - 1  # pid -> its rank among the pids
     distinct = int(present.sum())
-    if distinct < 1 << 15:  # numpy sorts int16 stably in linear time (radix)
-        codes = codes.astype(np.int16)
+    if distinct <= 1 << 16:  # numpy sorts 16-bit integers stably in linear time (radix)
+        codes = codes.astype(np.uint16)  # 2 x 16,384 processes: more than int16 holds
     last = np.zeros(distinct, dtype=np.int64)  # each process's last step so far ...
     seen = np.zeros(distinct, dtype=bool)  # ... if it had one
     count, best = 0, None  # best: (pid, row, step, next) of the first jump in (pid, time)
