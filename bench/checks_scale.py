@@ -34,6 +34,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from faultdrill.events import Event
 from faultdrill.readings.analysis import answer_questions
 from faultdrill.readings.reference import Reference
 from faultdrill.timeline import StepTable, Timeline
-from faultdrill.timeline.store import write_table
+from faultdrill.timeline.store import write_tables
 
 __all__ = ["SAMPLES_PER_STEP", "Drill", "measure", "synthetic", "write_drill"]
 
@@ -81,48 +82,77 @@ def _table(ranks: int, segments: list[tuple[int, int, float, int]]) -> StepTable
     """Step rows of every rank for each segment ``(first, last, t0, pid0)``, step-major, so
     sorted by time. Within a step the ranks finish in a random order (fixed seed), as
     real ranks do: the sample ranges are then not sorted by id, which the checks must
-    not rely on. Columns are filled in place, one segment at a time, to keep the
-    generator's own memory out of the way."""
-    n = sum(ranks * (last - first + 1) for first, last, _t0, _pid0 in segments)
+    not rely on."""
+    parts = list(_tables(ranks, segments, max(last for _f, last, _t, _p in segments)))
+    if len(parts) == 1:
+        return parts[0]
+
+    def joined(column: str) -> np.ndarray:
+        return np.concatenate([getattr(t, column) for t in parts])
+
+    return StepTable.from_columns(
+        joined("mono"),
+        joined("rank"),
+        joined("pid"),
+        joined("step"),
+        joined("loss"),
+        rng_start=joined("rng_start"),
+        rng_end=joined("rng_end"),
+    )
+
+
+def _tables(
+    ranks: int, segments: list[tuple[int, int, float, int]], block_steps: int
+) -> Iterator[StepTable]:
+    """:func:`_table`'s rows as tables of at most ``block_steps`` steps each, in order: a
+    fleet-sized drill is generated and written a part at a time. Columns are filled in
+    place, to keep the generator's own memory out of the way."""
+    gen = np.random.default_rng(20261130)
+    for first, last, t0, pid0 in segments:
+        for lo in range(first, last + 1, block_steps):
+            hi = min(last, lo + block_steps - 1)
+            yield _part(ranks, lo, hi, t0 + (lo - first) * DT, pid0, gen)
+
+
+def _part(
+    ranks: int, first: int, last: int, t0: float, pid0: int, gen: np.random.Generator
+) -> StepTable:
+    """Steps ``first..last`` of every rank, the first at ``t0``."""
+    n_steps = last - first + 1
+    n = ranks * n_steps
     mono, loss = np.empty(n), np.empty(n)
     rank, pid, step = (np.empty(n, dtype=np.int64) for _ in range(3))
     rng_start, rng_end = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    gen = np.random.default_rng(20261130)
-    at = 0
-    for first, last, t0, pid0 in segments:
-        n_steps = last - first + 1
-        sl = slice(at, at + ranks * n_steps)
-        at = sl.stop
-        st, rk = step[sl], rank[sl]
-        st.reshape(n_steps, ranks)[:] = np.arange(first, last + 1, dtype=np.int64)[:, None]
-        rk.reshape(n_steps, ranks)[:] = np.arange(ranks, dtype=np.int64)
-        mono[sl] = rk  # position within the step, before the ranks are shuffled
-        mono[sl] *= DT / (2 * ranks)
-        mono[sl] += t0 + (st - first) * DT
-        gen.permuted(rk.reshape(n_steps, ranks), axis=1, out=rk.reshape(n_steps, ranks))
-        np.add(rk, pid0, out=pid[sl])
-        # the same (step, rank) -> loss in baseline and drill: bitwise comparison passes
-        loss[sl] = 3.0 - 1e-4 * st.astype(np.float64)
-        loss[sl] += 1e-6 * rk.astype(np.float64)
-        lo = rng_start[sl]
-        np.subtract(st, 1, out=lo)
-        lo *= ranks * SAMPLES_PER_STEP
-        lo += rk * SAMPLES_PER_STEP
-        np.add(lo, SAMPLES_PER_STEP, out=rng_end[sl])
+    step.reshape(n_steps, ranks)[:] = np.arange(first, last + 1, dtype=np.int64)[:, None]
+    rank.reshape(n_steps, ranks)[:] = np.arange(ranks, dtype=np.int64)
+    mono[:] = rank  # position within the step, before the ranks are shuffled
+    mono *= DT / (2 * ranks)
+    mono += t0 + (step - first) * DT
+    gen.permuted(rank.reshape(n_steps, ranks), axis=1, out=rank.reshape(n_steps, ranks))
+    np.add(rank, pid0, out=pid)
+    # the same (step, rank) -> loss in baseline and drill: bitwise comparison passes
+    loss[:] = 3.0 - 1e-4 * step.astype(np.float64)
+    loss += 1e-6 * rank.astype(np.float64)
+    np.subtract(step, 1, out=rng_start)
+    rng_start *= ranks * SAMPLES_PER_STEP
+    rng_start += rank * SAMPLES_PER_STEP
+    np.add(rng_start, SAMPLES_PER_STEP, out=rng_end)
     return StepTable.from_columns(
-        mono,
-        rank,
-        pid,
-        step,
-        loss,
-        rng_off=np.arange(n + 1, dtype=np.int64),
-        rng_start=rng_start,
-        rng_end=rng_end,
+        mono, rank, pid, step, loss, rng_off=None, rng_start=rng_start, rng_end=rng_end
     )
 
 
 def synthetic(ranks: int, steps: int, *, fault: bool) -> tuple[str, list[Event], StepTable]:
     """(task id, non-step events sorted by time, step table) of the drill or its baseline."""
+    task, ev, segments = _events(ranks, steps, fault=fault)
+    return task, ev, _table(ranks, segments)
+
+
+def _events(
+    ranks: int, steps: int, *, fault: bool
+) -> tuple[str, list[Event], list[tuple[int, int, float, int]]]:
+    """(task id, non-step events sorted by time, the step rows' segments: see
+    :func:`_table`) of the drill or its baseline."""
     d = Drill(ranks, steps)
     task = "bench-drill" if fault else "bench-baseline"
     ev: list[Event] = []
@@ -385,7 +415,7 @@ def synthetic(ranks: int, steps: int, *, fault: bool) -> tuple[str, list[Event],
     )
     _ev(ev, t_end + 1.7, "harness", "cleanup", task, problems=[], ledger_pending=0)
     ev.sort(key=lambda e: e.mono)
-    return task, ev, _table(ranks, segments)
+    return task, ev, segments
 
 
 EVAL = {"loss": 2.0, "accuracy": 0.5}
@@ -429,25 +459,29 @@ def _cpu() -> float:
 def write_drill(root: Path, ranks: int, steps: int) -> dict[str, Any]:
     """Write the baseline and the drill as a recorded run holds them after a drill: the
     non-step events as JSON lines, the step events in the columnar store the harness
-    writes while the job runs (:func:`faultdrill.timeline.store.write_table`). Returns how
+    writes while the job runs (:func:`faultdrill.timeline.store.write_tables`). Returns how
     long generating and writing took (not part of any target)."""
     out: dict[str, Any] = {}
     for name, fault in (("baseline", False), ("drill", True)):
         t = time.perf_counter()
-        task, events, st = synthetic(ranks, steps, fault=fault)
-        out[f"generate_{name}_s"] = round(time.perf_counter() - t, 3)
-        t = time.perf_counter()
+        task, events, segments = _events(ranks, steps, fault=fault)
         folder = root / name / "events"
         folder.mkdir(parents=True)
         with open(folder / "events.jsonl", "w", encoding="utf-8") as f:
             for e in events:
                 f.write(json.dumps(e.to_json(), separators=(",", ":")) + "\n")
-        write_table(folder, st, task)
-        out[f"write_{name}_s"] = round(time.perf_counter() - t, 3)
+        # a part of at most WRITE_ROWS rows at a time: 16,384 ranks would take 10 GB at once
+        block = max(1, WRITE_ROWS // ranks)
+        write_tables(folder, _tables(ranks, segments, block), task)
+        out[f"write_{name}_s"] = round(time.perf_counter() - t, 3)  # generated as written
         out[f"{name}_store_bytes"] = sum(p.stat().st_size for p in (folder / "steps").iterdir())
-        del events, st
+        del events
         gc.collect()
     return out
+
+
+#: Step rows generated and written at a time by :func:`write_drill`.
+WRITE_ROWS = 1 << 22
 
 
 def measure(ranks: int, steps: int, store: Path | None = None) -> dict[str, Any]:

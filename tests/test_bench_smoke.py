@@ -85,10 +85,14 @@ def test_quick_run_measures_everything_and_writes_results(
     assert len(answers) == 1 and next(iter(answers))[1:] == ((3,), 1)
     assert all(r["processes"] == 2 * eng["ranks"] for r in eng["engines"])
     rows = bench_run.targets(res)
-    # not measured: the overhead and the demo (--no-drill), every check out of core (not
-    # built yet)
+    # not measured: the overhead and the demo (--no-drill), the judge at a fleet's size
+    # (no size of 16,384 ranks at the quick sizes): shown as such, never left out
     unmeasured = [t.what for t in rows if t.met is None]
-    assert len(unmeasured) == 3 and unmeasured[1].startswith("every check out of core")
+    assert len(unmeasured) == 4
+    assert unmeasured[1:3] == [
+        "load + every check, 16,384 ranks: CPU",
+        "load + every check, 16,384 ranks: peak RSS",
+    ]
     assert all((t.value is None) == (t.met is None) for t in rows)
     # Against the committed full run: the probe row compares (same measure), the sizes
     # that differ do not; the table says both.
@@ -102,7 +106,7 @@ def test_quick_run_measures_everything_and_writes_results(
     assert probe.now.value is not None and probe.previous == before
     assert probe.ratio == pytest.approx(probe.now.value / before)
     scale = [c for w, c in compared.items() if w.startswith("load + every check")]
-    assert len(scale) == 2 and all(c.previous is None and c.ratio is None for c in scale)
+    assert len(scale) == 4 and all(c.previous is None and c.ratio is None for c in scale)
     # the binary step rates: the quick size differs from the full run's, so no ratio
     rates = [c for w, c in compared.items() if "binary step records" in w]
     assert len(rates) == 2 and all(c.now.value and c.previous is None for c in rates)
@@ -110,6 +114,26 @@ def test_quick_run_measures_everything_and_writes_results(
     json_rates = [c for w, c in compared.items() if ", JSON lines, " in w]
     assert len(json_rates) == 2 and all(c.now.value and c.previous is None for c in json_rates)
     assert "msgspec (Struct)" in printed and "binary records" in printed
+
+
+def test_a_fleet_size_is_judged_against_the_fleet_target_and_a_miss_is_shown() -> None:
+    """A size of 16,384 ranks or more is held to 60 s and 8 GiB (the smaller ones to
+    4 GiB); one that misses is a row that says so, not a row left out."""
+    res = json.loads((ROOT / "bench" / "results.json").read_text())
+    below = res["scale"]["sizes"][-1]
+    fleet = {**below, "ranks": 16_384, "step_events": 164_659_200}
+    for cpu, rss, met in ((50.0, 7 * 1024**3, True), (61.0, 7 * 1024**3, False)):
+        res["scale"]["sizes"] = [below, {**fleet, "judge_cpu_s": cpu, "peak_rss_bytes": rss}]
+        rows = {t.what: t for t in bench_run.targets(res)}
+        cpu_row = rows["load + every check, 16,384 x 10,000 (164.7 M events): CPU"]
+        rss_row = rows["load + every check, 16,384 x 10,000 (164.7 M events): peak RSS"]
+        assert (cpu_row.met, rss_row.met) == (met, True)
+        assert rss_row.target == "<= 8 GiB" and cpu_row.target == "<= 60 s"
+        small = [t for w, t in rows.items() if w.startswith("load + every check, 4,096")]
+        assert [t.target for t in small] == ["<= 60 s", "<= 4 GiB"]
+    res["scale"]["sizes"][-1]["peak_rss_bytes"] = 9 * 1024**3
+    rows = {t.what: t for t in bench_run.targets(res)}
+    assert rows["load + every check, 16,384 x 10,000 (164.7 M events): peak RSS"].met is False
 
 
 def test_previous_results_are_compared_row_by_row_and_a_bad_file_is_said(

@@ -8,11 +8,12 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from faultdrill.checks import CHECKS, Verdict
+from faultdrill.checks import CHECKS, Verdict, progress
 from faultdrill.readings.reference import Reference
 from faultdrill.timeline import Timeline
 from tests.timelines import NEW, OLD, TL, B, Judge, baseline, finish, first_run, ids, restart
@@ -208,6 +209,82 @@ def test_no_jump_fails_on_a_repeated_step_inside_a_replica(judge: Judge) -> None
 
 def test_no_jump_retests_without_steps(judge: Judge) -> None:
     assert judge.one(NJ, baseline().drop("probe", "step")) == (R, "no step events were recorded")
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 21])
+def test_no_jump_read_by_blocks_equals_one_sort_of_every_row(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The block-wise scan (each process's last step carried between blocks) counts the
+    same jumps and names the same first one as sorting every row by (pid, time), on 300
+    random tables: interleaved processes, gaps, repeats, steps going back, pids far apart."""
+    monkeypatch.setattr(progress, "_JUMP_BLOCK", block)
+    rng = np.random.default_rng(20261204)
+    for case in range(300):
+        n = int(rng.integers(1, 200))
+        pids = rng.choice([7, 9, 100, 101, 4000, 65000][: int(rng.integers(1, 7))], n)
+        pid = pids.astype(np.int32)
+        step = np.zeros(n, dtype=np.int64)
+        for p in np.unique(pid):
+            rows = np.flatnonzero(pid == p)
+            inc = rng.choice([1, 1, 1, 1, 0, 2, -3], rows.size)
+            step[rows] = int(rng.integers(0, 5)) + np.cumsum(inc)
+        got = progress.step_jumps(pid, step)
+        assert got == progress._step_jumps_sorted(pid, step), case
+
+
+def test_no_jump_by_blocks_with_more_processes_than_int16_holds() -> None:
+    """2 x 16,384 ranks' processes and more: the codes are sorted as 16-bit unsigned (still
+    radix), and one planted jump is counted and named as sorting every row names it."""
+    n = 40_000
+    pid = np.tile(np.arange(10, 10 + n, dtype=np.int32), 3)  # step-major: 3 steps each
+    step = np.repeat(np.arange(1, 4, dtype=np.int64), n)
+    step[2 * n + 39_000] = 5  # pid 39,010 goes from step 2 to 5
+    assert progress.step_jumps(pid, step) == (1, (39_010, 2, 5))
+    assert progress.step_jumps(pid, step) == progress._step_jumps_sorted(pid, step)
+
+
+@pytest.mark.parametrize("block", [1, 5, 1 << 21])
+def test_the_ledger_read_by_slots_equals_sorting_the_ranges(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the block-wise union by slots answers, it is what merging the sorted ranges
+    gives; it gives up (None) on every replay, mixed width or misaligned range, which the
+    sorting path then names. 300 random tables."""
+    from faultdrill.intervals import merge
+    from faultdrill.timeline import StepTable
+
+    monkeypatch.setattr(progress, "_LEDGER_BLOCK", block)
+    rng = np.random.default_rng(20261205)
+    answered = gave_up = 0
+    for case in range(300):
+        n, width = int(rng.integers(1, 60)), int(rng.choice([1, 4, 64]))
+        slot = rng.permutation(int(n * rng.choice([1, 1, 2, 30])))[:n]
+        if rng.random() < 0.2:
+            slot[int(rng.integers(0, n))] = slot[0]  # a replay
+        start = 1000 + slot.astype(np.int64) * width
+        end = start + width
+        if rng.random() < 0.1:
+            end[int(rng.integers(0, n))] += 1  # one range wider
+        if rng.random() < 0.1:
+            start[int(rng.integers(0, n))] += 1  # one misaligned
+        zeros = np.zeros(n)
+        st = StepTable.from_columns(zeros, zeros, zeros, zeros, zeros, rng_start=start, rng_end=end)
+        rows = rng.random(n) < 0.8
+        got = progress.aligned_union(st, rows)
+        s, e = start[rows], end[rows]
+        ms, me = merge(s, e)
+        exact = len(set(slot[rows])) == rows.sum() and bool((e - s == width).all())
+        exact = exact and bool(((s - s.min()) % width == 0).all()) if s.size else False
+        if got is None:
+            gave_up += 1
+            assert not exact or n * 30 > 4 * rows.sum() + 65536, case
+            continue
+        answered += 1
+        assert exact, case
+        assert got[0] == int((e - s).sum()), case
+        assert got[1].tolist() == ms.tolist() and got[2].tolist() == me.tolist(), case
+    assert answered > 100 and gave_up > 30
 
 
 # --- progress.checkpoint-verified -------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 from faultdrill.checks.api import CheckContext, Finding, Msg, Verdict, check
 from faultdrill.events import CHECKPOINT_COMMIT_KINDS, Event
 from faultdrill.intervals import describe, length, merge, overlaps, subtract
-from faultdrill.timeline import Incarnation, Segment, Timeline
+from faultdrill.timeline import Incarnation, Segment, StepTable, Timeline
 
 if TYPE_CHECKING:
     from faultdrill.readings.reference import Reference
@@ -310,27 +310,20 @@ def no_jump(ctx: CheckContext) -> list[Finding]:
     if len(st) == 0:
         return [ctx.finding(name, R, Msg("progress.no-steps"))]
     out = []
-    order = _by_pid(st.pid)
-    pid, step = st.pid[order], st.step[order]
-    del order
-    same = pid[1:] == pid[:-1]
-    same &= step[1:] - step[:-1] != 1
-    bad = np.flatnonzero(same)
-    del same
-    if bad.size:
-        i = int(bad[0])
+    count, first = step_jumps(st.pid, st.step)
+    if first is not None:
         out.append(
             ctx.finding(
                 name,
                 F,
                 Msg(
                     "progress.no-jump.inside-replica",
-                    count=int(bad.size),
-                    pid=int(pid[i]),
-                    step=int(step[i]),
-                    next=int(step[i + 1]),
+                    count=count,
+                    pid=first[0],
+                    step=first[1],
+                    next=first[2],
                 ),
-                count=int(bad.size),
+                count=count,
             )
         )
     for inc in _restarted(tl):
@@ -363,24 +356,78 @@ def no_jump(ctx: CheckContext) -> list[Finding]:
     return out
 
 
-def _by_pid(pid: np.ndarray) -> np.ndarray:
-    """Row order by pid, in time order within a pid (the table is sorted by time): a
-    stable sort of each pid's rank among the distinct pids, which numpy sorts in linear
-    time (radix) when there are fewer than 32768 of them; the same order as
-    ``np.lexsort((mono, pid))`` at a third of its cost."""
+def step_jumps(pid: np.ndarray, step: np.ndarray) -> tuple[int, tuple[int, int, int] | None]:
+    """How many times a process's step did not advance by exactly one from its previous
+    step (rows in time order), and the first such (pid, step, next step) in (pid, time)
+    order; (0, None) if none.
+
+    Read a block of rows at a time, each block's rows grouped by process with a stable
+    linear-time sort, each process's last step carried from block to block: the same
+    answer as sorting every row by (pid, time) (:func:`_step_jumps_sorted`), with
+    temporaries of one block instead of several as long as the table."""
     if pid.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    lo = int(pid.min())
-    span = int(pid.max()) - lo + 1
-    if span > 1 << 23:
-        return np.argsort(pid, kind="stable")
-    present = np.zeros(span, dtype=bool)
-    present[pid - lo] = True
+        return 0, None
+    lo, hi = int(pid.min()), int(pid.max())
+    if hi - lo + 1 > _PID_SPAN:
+        return _step_jumps_sorted(pid, step)
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    for a in range(0, pid.size, _JUMP_BLOCK):
+        present[pid[a : a + _JUMP_BLOCK] - lo] = True
+    codes = np.cumsum(present, dtype=np.int32) - 1  # pid -> its rank among the pids
     distinct = int(present.sum())
-    codes = np.cumsum(present, dtype=np.int32)
-    del present
-    small = codes.astype(np.int16) if distinct < 1 << 15 else codes
-    return np.argsort(small[pid - lo], kind="stable")
+    if distinct <= 1 << 16:  # numpy sorts 16-bit integers stably in linear time (radix)
+        codes = codes.astype(np.uint16)  # 2 x 16,384 processes: more than int16 holds
+    last = np.zeros(distinct, dtype=np.int64)  # each process's last step so far ...
+    seen = np.zeros(distinct, dtype=bool)  # ... if it had one
+    count, best = 0, None  # best: (pid, row, step, next) of the first jump in (pid, time)
+    for a in range(0, pid.size, _JUMP_BLOCK):
+        code = codes[pid[a : a + _JUMP_BLOCK] - lo]
+        order = np.argsort(code, kind="stable")
+        code, at = code[order], order
+        at += a
+        s = step[at]
+        starts = np.ones(code.size, dtype=bool)  # each process's first row in this block
+        np.not_equal(code[1:], code[:-1], out=starts[1:])
+        prev = np.empty_like(s)
+        prev[1:] = s[:-1]
+        prev[starts] = last[code[starts]]
+        bad = s - prev != 1
+        bad[starts] &= seen[code[starts]]
+        hits = np.flatnonzero(bad)
+        ends = np.flatnonzero(np.append(starts[1:], True))
+        last[code[ends]] = s[ends]
+        seen[code[ends]] = True
+        if not hits.size:
+            continue
+        count += int(hits.size)
+        h = int(hits[0])  # the first in this block; rows of one pid are in time order
+        candidate = (int(pid[at[h]]), int(at[h]), int(prev[h]), int(s[h]))
+        if best is None or candidate[0] < best[0]:  # an earlier block's wins a tie
+            best = candidate
+    return count, None if best is None else (best[0], best[2], best[3])
+
+
+def _step_jumps_sorted(
+    pid: np.ndarray, step: np.ndarray
+) -> tuple[int, tuple[int, int, int] | None]:
+    """:func:`step_jumps` by one stable sort of every row by pid (pids too far apart for
+    a table of codes)."""
+    order = np.argsort(pid, kind="stable")
+    pid, step = pid[order], step[order]
+    del order
+    same = pid[1:] == pid[:-1]
+    same &= step[1:] - step[:-1] != 1
+    bad = np.flatnonzero(same)
+    if not bad.size:
+        return 0, None
+    i = int(bad[0])
+    return int(bad.size), (int(pid[i]), int(step[i]), int(step[i + 1]))
+
+
+#: Rows read at a time by :func:`step_jumps`; pids further apart than ``_PID_SPAN`` are
+#: sorted instead (a table of codes that size is 32 MiB).
+_JUMP_BLOCK = 1 << 21
+_PID_SPAN = 1 << 23
 
 
 @check("progress.steps-attributed", "progress")
@@ -691,6 +738,19 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
             )
         ]
     rows = tl.rows_in(chain)
+    union = aligned_union(tl.steps, rows)  # the usual case, read by blocks: no copies
+    if union is None:
+        return _ledger_sorted(ctx, name, chain, rows)
+    total, ms, me = union
+    return _ledger_verdicts(ctx, name, chain, rows, total, ms, me, 0, None)
+
+
+def _ledger_sorted(
+    ctx: CheckContext, name: str, chain: list[Segment], rows: np.ndarray
+) -> list[Finding]:
+    """:func:`sample_ledger` from the committed rows' ranges, copied and sorted: any
+    ranges (steps without ids, ranges of mixed widths, replays)."""
+    tl = ctx.timeline
     # Only the committed rows' ranges are copied, and each union is merged once: at 10 M
     # steps a copy of the whole table would double the memory the checks need.
     s, e = _sorted_ranges(*tl.steps.ranges(rows))
@@ -702,11 +762,27 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
         # Judging only the observed part would pass whatever the blind steps consumed, and
         # the baseline comparison would count their samples as skipped: neither is evidence.
         return _partly_observed(ctx, name, s, e, blind, int(rows.sum()), why)
-    out = []
     total = length(s, e)
     ms, me = merge(s, e)
     dup, first = overlaps(s, e) if total != length(ms, me) else (0, None)
     del s, e
+    return _ledger_verdicts(ctx, name, chain, rows, total, ms, me, dup, first)
+
+
+def _ledger_verdicts(
+    ctx: CheckContext,
+    name: str,
+    chain: list[Segment],
+    rows: np.ndarray,
+    total: int,
+    ms: np.ndarray,
+    me: np.ndarray,
+    dup: int,
+    first: tuple[int, int] | None,
+) -> list[Finding]:
+    """:func:`sample_ledger`'s findings from the committed rows' ``total`` samples, their
+    union ``ms``/``me`` and the samples consumed twice (``dup``, the ``first`` such)."""
+    out = []
     if dup:
         out.append(
             ctx.finding(
@@ -728,6 +804,48 @@ def sample_ledger(ctx: CheckContext) -> list[Finding]:
     if not out:
         out.append(_exactly_once(ctx, name, chain, total, basis))
     return out
+
+
+def aligned_union(st: StepTable, rows: np.ndarray) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """(samples, merged union) of the ranges of the selected rows, when they are what a
+    healthy job's probe writes: one range per row, all of one width, each on a slot of
+    that width (start = first start + k x width), no slot taken twice, the slots not much
+    sparser than the rows. None otherwise (then the ranges are sorted instead).
+
+    Read a block of rows at a time, marking each range's slot in a table of slots (one
+    byte a slot), whose runs are the union: the same union :func:`merge` gives, in linear
+    time and without copying the ranges."""
+    if not st.one_range_each or not rows.any():
+        return None
+    start, end = st.rng_start, st.rng_end
+    i = int(np.argmax(rows))
+    width, base = int(end[i] - start[i]), int(start[i])
+    if width <= 0:
+        return None
+    lo, hi, n = base, base, 0
+    for a in range(0, rows.shape[0], _LEDGER_BLOCK):  # pass 1: one width, aligned, extent
+        sel = rows[a : a + _LEDGER_BLOCK]
+        s, e = start[a : a + _LEDGER_BLOCK][sel], end[a : a + _LEDGER_BLOCK][sel]
+        if not s.size:
+            continue
+        if bool((e - s != width).any()) or bool(((s - base) % width != 0).any()):
+            return None
+        lo, hi, n = min(lo, int(s.min())), max(hi, int(s.max())), n + int(s.size)
+    span = (hi - lo) // width + 1
+    if span > 4 * n + 65536:
+        return None
+    taken = np.zeros(span + 2, dtype=bool)  # a free slot at each end: every run ends
+    for a in range(0, rows.shape[0], _LEDGER_BLOCK):  # pass 2: the slots taken
+        s = start[a : a + _LEDGER_BLOCK][rows[a : a + _LEDGER_BLOCK]]
+        taken[(s - lo) // width + 1] = True
+    if int(taken.sum()) != n:
+        return None  # a slot taken twice: a replay, found and named by sorting
+    edges = np.flatnonzero(taken[1:] != taken[:-1])  # a run is [edges[2k], edges[2k+1])
+    return n * width, lo + edges[0::2] * width, lo + edges[1::2] * width
+
+
+#: Rows read at a time by :func:`aligned_union`.
+_LEDGER_BLOCK = 1 << 21
 
 
 def _against_baseline(

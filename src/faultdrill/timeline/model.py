@@ -239,6 +239,7 @@ class Timeline:
             torn += part.torn
             bad.update(part.bad)
         tl = cls._assemble(task, events, steps.table())
+        tl.steps.release()  # the columns derivation read (at scale: the checks read others)
         tl.torn_lines = torn
         tl.bad_lines = bad
         return tl
@@ -412,8 +413,12 @@ class Timeline:
         """Boolean mask of step rows that fall in the given segments."""
         st = self.steps
         mask = np.zeros(len(st), dtype=bool)
-        for seg in segments:
-            mask |= (st.inc == seg.inc) & (st.step >= seg.first) & (st.step <= seg.last)
+        segments = list(segments)
+        for a in range(0, len(st), _MASK_BLOCK):  # temporaries of one block, not the table's
+            inc, step = st.inc[a : a + _MASK_BLOCK], st.step[a : a + _MASK_BLOCK]
+            out = mask[a : a + _MASK_BLOCK]
+            for seg in segments:
+                out |= (inc == seg.inc) & (step >= seg.first) & (step <= seg.last)
         return mask
 
     def iter_procs(self, role: str | None = None) -> Iterator[ProcLife]:
@@ -472,15 +477,10 @@ class Timeline:
         st = self.steps
         if len(st):
             st.inc = _lookup(step_inc, st.pid)
-            for inc in incs:
-                m = st.inc == inc.index
-                if not m.any():
-                    continue
-                # masked reductions: no copy of the incarnation's rows
-                inc.first_step = int(st.step.min(where=m, initial=np.iinfo(I8).max))
-                inc.last_step = int(st.step.max(where=m, initial=np.iinfo(I8).min))
-                inc.first_step_mono = float(st.mono.min(where=m, initial=np.inf))
-                inc.last_step_mono = float(st.mono.max(where=m, initial=-np.inf))
+            for inc, extent in zip(incs, _step_extents(st, len(incs)), strict=True):
+                if extent is not None:
+                    inc.first_step, inc.last_step = extent[0], extent[1]
+                    inc.first_step_mono, inc.last_step_mono = extent[2], extent[3]
         self.incarnations = incs
 
     def _derive_procs(self) -> None:
@@ -574,6 +574,32 @@ def _end_of(
     return None, last_sample, ""
 
 
+def _step_extents(st: StepTable, count: int) -> list[tuple[int, int, float, float] | None]:
+    """Per incarnation ``0 .. count - 1``: (lowest step, highest step, earliest time, latest
+    time) of its rows, None where it has none. A block of rows at a time, every
+    incarnation's masked reductions over it while it is in cache (no copy of any
+    incarnation's rows; one pass over the columns, not four per incarnation)."""
+    big, small = np.iinfo(I8).max, np.iinfo(I8).min
+    step_lo, step_hi = [big] * count, [small] * count
+    mono_lo, mono_hi = [np.inf] * count, [-np.inf] * count
+    found = [False] * count
+    for a in range(0, len(st), _MASK_BLOCK):
+        inc, step = st.inc[a : a + _MASK_BLOCK], st.step[a : a + _MASK_BLOCK]
+        mono = st.mono[a : a + _MASK_BLOCK]
+        for i in range(count):
+            m = inc == i
+            if not m.any():
+                continue
+            found[i] = True
+            step_lo[i] = min(step_lo[i], int(step.min(where=m, initial=big)))
+            step_hi[i] = max(step_hi[i], int(step.max(where=m, initial=small)))
+            mono_lo[i] = min(mono_lo[i], float(mono.min(where=m, initial=np.inf)))
+            mono_hi[i] = max(mono_hi[i], float(mono.max(where=m, initial=-np.inf)))
+    return [
+        (step_lo[i], step_hi[i], mono_lo[i], mono_hi[i]) if found[i] else None for i in range(count)
+    ]
+
+
 def _reorder(st: StepTable, order: np.ndarray) -> None:
     """Put the rows of a table nobody else holds yet in ``order``, column by column: the
     same result as :meth:`StepTable.take`, with one column's copy alive at a time."""
@@ -584,6 +610,12 @@ def _reorder(st: StepTable, order: np.ndarray) -> None:
     st.rng_end = st.rng_end[src]
     st.rng_off = off
     del src
+
+
+#: Rows of :meth:`Timeline.rows_in` masked at a time.
+_MASK_BLOCK = 1 << 21
+#: Rows looked up at a time by :func:`_lookup`.
+_LOOKUP_BLOCK = 1 << 20
 
 
 def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
@@ -599,8 +631,11 @@ def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
     if span <= 1 << 23:  # pids are small integers: a lookup table (<= 32 MiB), no search
         lut = np.full(span, -1, dtype=I4)
         lut[known - lo] = values
-        at = keys - lo
-        np.take(lut, at, out=out)
+        # a block at a time: the index temporaries stay small at any table size (and
+        # ``np.take(..., out=)`` would buffer the whole output: ten times slower)
+        for a in range(0, keys.shape[0], _LOOKUP_BLOCK):
+            block = keys[a : a + _LOOKUP_BLOCK]
+            out[a : a + block.shape[0]] = lut[block - lo]
         return out
     order = np.argsort(known)
     known, values = known[order], values[order]

@@ -7,12 +7,13 @@ reader (:mod:`faultdrill.timeline.reader`) and the columnar store
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["I4", "I8", "StepTable"]
+__all__ = ["I4", "I8", "StepTable", "mapping_of"]
 
 I8 = np.int64
 #: Ranks, pids and incarnation numbers: small integers (pids stay below 2**22 on Linux).
@@ -119,6 +120,17 @@ class StepTable:
             _off=off,
         )
 
+    def release(self) -> None:
+        """Drop from this process's resident memory the pages of the columns that are
+        memory-mapped from the step store and were read so far. They stay in the page
+        cache and are mapped again, without a read, when next touched; under memory
+        pressure the kernel may have to read them from the file again. So what stays
+        resident is what the judge is working on, not every column it has read. Changes
+        no value; a column held in memory is left as it is."""
+        for col in (self.mono, self.rank, self.pid, self.step, self.loss, self.rng_start):
+            _release(col)
+        _release(self.rng_end)
+
     def take(self, rows: np.ndarray) -> StepTable:
         """The sub-table of the given row indices (or boolean mask), ranges included."""
         idx = np.flatnonzero(rows) if rows.dtype == bool else rows
@@ -157,3 +169,22 @@ class StepTable:
         src = np.repeat(first - off[:-1], counts)
         src += np.arange(int(off[-1]), dtype=I8)
         return off, src
+
+
+def mapping_of(col: np.ndarray) -> mmap.mmap | None:
+    """The file mapping ``col`` is a view of (the step store's columns,
+    :func:`~faultdrill.timeline.store.read_store`), or None for a column in memory."""
+    base: object = col
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return base if isinstance(base, mmap.mmap) and not base.closed else None
+
+
+def _release(col: np.ndarray) -> None:
+    """``MADV_DONTNEED`` on the file mapping ``col`` is a view of, if it is one: for a
+    shared, read-only file mapping that drops page table entries only, never data."""
+    mapped = mapping_of(col)
+    if mapped is not None:
+        mapped.madvise(mmap.MADV_DONTNEED)

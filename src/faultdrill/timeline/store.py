@@ -48,7 +48,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +67,7 @@ from faultdrill.timeline.reader import (
     open_regular,
 )
 from faultdrill.timeline.stepfile import RECORD, decode, header_of
-from faultdrill.timeline.steps import I4, I8, StepTable
+from faultdrill.timeline.steps import I4, I8, StepTable, mapping_of
 
 __all__ = [
     "FORMAT",
@@ -76,6 +78,7 @@ __all__ = [
     "parse_step_records",
     "read_store",
     "write_table",
+    "write_tables",
 ]
 
 STORE_DIR = "steps"
@@ -257,13 +260,23 @@ class StepStoreWriter:
 def write_table(events_dir: Path, st: StepTable, task: str) -> None:
     """Write a whole step table as the store of ``events_dir``, covering no source file:
     for step events that never were JSON lines (the benchmark's synthetic drills)."""
+    write_tables(events_dir, [st], task)
+
+
+def write_tables(events_dir: Path, tables: Iterable[StepTable], task: str) -> None:
+    """:func:`write_table` of the tables one after the other, as one store: a table too
+    large to hold in memory is written a part at a time."""
     writer = StepStoreWriter(events_dir)
-    counts = np.ones(len(st), dtype=I4) if st.one_range_each else np.diff(st.rng_off)
-    cols = (st.mono, st.rank, st.pid, st.step, st.loss, counts, st.rng_start, st.rng_end)
-    for (name, dtype, _r), col in zip(COLUMNS, cols, strict=True):
-        for a in range(0, col.shape[0], 1 << 22):
-            writer._write(name, np.ascontiguousarray(col[a : a + (1 << 22)], dtype).tobytes())
-    writer.rows, writer.ranges, writer.task = len(st), int(st.rng_start.shape[0]), task
+    for st in tables:
+        counts = np.ones(len(st), dtype=I4) if st.one_range_each else np.diff(st.rng_off)
+        cols = (st.mono, st.rank, st.pid, st.step, st.loss, counts, st.rng_start, st.rng_end)
+        for (name, dtype, _r), col in zip(COLUMNS, cols, strict=True):
+            for a in range(0, col.shape[0], 1 << 22):
+                block = np.ascontiguousarray(col[a : a + (1 << 22)], dtype)
+                writer._write(name, block.tobytes())
+        writer.rows += len(st)
+        writer.ranges += int(st.rng_start.shape[0])
+    writer.task = task
     writer.close()
 
 
@@ -332,29 +345,86 @@ def _columns(root: Path, rows: int, ranges: int, hashes: dict[str, str]) -> list
     """The step columns, each as long as the manifest says (a column file may be longer: an
     append in progress), or None when one is short, not a regular file, not of the SHA-256
     the manifest gives, or holds what the JSON reader never gives (a time that is not
-    finite, a negative count of ranges)."""
+    finite, a negative count of ranges).
+
+    Each column is the file itself, memory-mapped read-only (:func:`_mapped`), not a copy
+    in this process's memory: pages are read as the judge touches them, they are shared
+    with the page cache, and the kernel may drop them again under memory pressure. The
+    columns are hashed in threads (:mod:`hashlib` releases the GIL on large buffers)."""
     if rows < 0 or ranges < 0:
         return None
     columns = []
     for name, dtype, per_range in COLUMNS:
-        n = ranges if per_range else rows
-        f = open_regular(root / _file(name, dtype))
-        if f is None:
+        col = _mapped(root / _file(name, dtype), dtype, ranges if per_range else rows)
+        if col is None:
             return None
-        with f:
-            col = np.fromfile(f, dtype=dtype, count=n)
-        if col.shape[0] != n or _sha256(col) != hashes.get(name):
-            return None
-        columns.append(col.astype(_native(dtype), copy=False))
-    if not bool(np.isfinite(columns[0]).all()) or bool((columns[5] < 0).any()):
+        columns.append(col)
+    workers = max(1, min(4, len(os.sched_getaffinity(0))))
+    with ThreadPoolExecutor(workers) as pool:
+        digests = list(pool.map(_sha256, columns))
+    if any(d != hashes.get(name) for d, (name, _t, _r) in zip(digests, COLUMNS, strict=True)):
         return None
-    if int(columns[5].sum()) != ranges:
+    columns = [
+        c.astype(_native(dt), copy=False) for c, (_n, dt, _r) in zip(columns, COLUMNS, strict=True)
+    ]
+    if not _valid(columns[0], columns[5], ranges):
         return None
     return columns
 
 
+def _mapped(path: Path, dtype: Any, n: int) -> np.ndarray | None:
+    """The first ``n`` values of the regular file ``path`` as a read-only array mapped from
+    it; None if it is not a regular file or is shorter. The file is not read here."""
+    f = open_regular(path)
+    if f is None:
+        return None
+    with f:
+        size = n * dtype.itemsize
+        if os.fstat(f.fileno()).st_size < size:
+            return None
+        if size == 0:
+            return np.zeros(0, dtype=dtype)
+        mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    return np.frombuffer(mapped, dtype=dtype, count=n)
+
+
+def _valid(mono: np.ndarray, counts: np.ndarray, ranges: int) -> bool:
+    """Whether every time is finite and the counts of ranges are not negative and add up
+    to ``ranges``: checked a block at a time, so no temporary as long as a column."""
+    total = 0
+    for a in range(0, max(mono.shape[0], counts.shape[0]), _CHECK_BLOCK):
+        if not bool(np.isfinite(mono[a : a + _CHECK_BLOCK]).all()):
+            return False
+        block = counts[a : a + _CHECK_BLOCK]
+        if block.size and int(block.min()) < 0:
+            return False
+        total += int(block.sum(dtype=np.int64))
+    return total == ranges
+
+
+#: Rows checked at a time by :func:`_valid`.
+_CHECK_BLOCK = 1 << 22
+
+
 def _sha256(col: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(col).data.cast("B")).hexdigest()
+    """The SHA-256 of a column's bytes. A column mapped from its file is hashed a block at
+    a time, each block's pages dropped from resident memory once hashed (they stay in the
+    page cache): hashing every column must not make them all resident at once."""
+    data = np.ascontiguousarray(col).data.cast("B")
+    mapped = mapping_of(col)
+    if mapped is not None and np.frombuffer(mapped, np.uint8).ctypes.data != col.ctypes.data:
+        mapped = None  # not at the mapping's (page-aligned) start: offsets would differ
+    h = hashlib.sha256()
+    for a in range(0, len(data), _HASH_BLOCK):
+        block = data[a : a + _HASH_BLOCK]
+        h.update(block)
+        if mapped is not None:
+            mapped.madvise(mmap.MADV_DONTNEED, a, len(block))
+    return h.hexdigest()
+
+
+#: Bytes of a column hashed at a time (a multiple of the page size).
+_HASH_BLOCK = 64 << 20
 
 
 def _native(dtype: Any) -> Any:
