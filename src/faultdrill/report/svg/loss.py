@@ -62,7 +62,7 @@ def _series(view: ItemView, baseline: ItemView | None, t: Translator) -> list[_S
         rows = baseline.tl.rows_in(chain) if chain else np.ones(len(bst), bool)
         bs, bl = _mean_by_step(bst.step[rows], bst.loss[rows])
         out.append(_Series("baseline", t("loss.baseline"), bs, bl, "#9ca3af"))
-    for inc in sorted({int(i) for i in st.inc}):
+    for inc in (int(i) for i in np.unique(st.inc)):  # one pass in C: 164 M rows at fleet scale
         rows = st.inc == inc
         s, lv = _mean_by_step(st.step[rows], st.loss[rows])
         colour = PALETTE[inc % len(PALETTE)] if inc >= 0 else "#64748b"
