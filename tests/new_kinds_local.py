@@ -47,7 +47,9 @@ COMPLETES_NO_RESTART = {"job": "completes", "recovery": "automatic", "resume": "
 
 # --- hang-worker and oom-worker -------------------------------------------------------------
 
-HANG = {"kind": "hang-worker", "target": {"rank": 1}, "for_s": 20}
+#: 12 s, not longer: torchrun's SIGTERM waits on the stopped replica until its release, so
+#: each hang item lasts the whole window (the 4 s timeout still fires well inside it)
+HANG = {"kind": "hang-worker", "target": {"rank": 1}, "for_s": 12}
 OOM = {"kind": "oom-worker", "target": {"rank": 1}, "limit_mb": 64, "alloc_mb": 512}
 #: the hang/OOM plan's steps; its last checkpoint is step-000030
 HANG_OOM_STEPS = 30
@@ -58,7 +60,7 @@ def oom_possible() -> bool:
 
 
 def hang_items() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """rank 1 SIGSTOPped at step 12 for at most 20 s; the control's own 60 s collective
+    """rank 1 SIGSTOPped at step 12 for at most 12 s; the control's own 60 s collective
     timeout outlasts the hang, so nobody notices it."""
     scenario = {
         "id": "hang",
@@ -68,7 +70,7 @@ def hang_items() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     }
     control = {
         "id": "ctl-hang-long-timeout",
-        "title": "the job's collective timeout (60 s) outlasts the hang (20 s)",
+        "title": "the job's collective timeout (60 s) outlasts the hang (12 s)",
         "workload": {"gloo_timeout_s": 60},
         "fault": HANG,
         "trigger": {"at_step": 12},

@@ -12,7 +12,10 @@ timeout short:
   whatever the timeout), both at step 8;
 * :func:`slurm_straggler_storage` (the plan's gloo timeout 30 s, 80 steps, a checkpoint
   every 5): ``slow-r1`` at step 10 and ``storage-slow`` at step 8, across the step-10 save
-  (the step-5 save before it gives the usual save time).
+  (the step-5 save before it gives the usual save time), and ``slurmctld-restart`` (the
+  control-plane family, asserted in ``test_slurm_drills.py``) at step 6: its 8 s outage
+  must end while the job still trains (in the 20-step example plan the job ended inside
+  it, and slurmstepd reported the end ~60 s after slurmctld was back).
   A 4 s collective timeout would cut short what these must ride out (a straggler's slowed
   steps, a save blocked for seconds).
 
@@ -34,8 +37,8 @@ from tests.slurmkit import example_raw, run_plan_cli, shrunk
 
 SLURM_HANG = {
     "id": "hang",
-    "title": "rank 1's worker stopped (SIGSTOP) on n2 for at most 20 s",
-    "fault": {"kind": "hang-worker", "target": {"rank": 1}, "for_s": 20},
+    "title": "rank 1's worker stopped (SIGSTOP) on n2 for at most 12 s",
+    "fault": {"kind": "hang-worker", "target": {"rank": 1}, "for_s": 12},
     "trigger": {"at_step": 8},
     "expected": COMPLETES_LATEST,
 }
@@ -51,6 +54,14 @@ SLURM_STORAGE_SLOW = {
     "title": "every write to the checkpoint storage 150 ms late for 5 s, across the step-10 save",
     "fault": {"kind": "storage-slow", "latency_ms": 150, "for_s": 5},
     "trigger": {"at_step": 8},
+    "expected": {"resume": "no-restart"},
+}
+
+SLURMCTLD_RESTART = {
+    "id": "slurmctld-restart",
+    "title": "slurmctld stopped (SIGTERM) for 8 s, then started with its saved state",
+    "fault": {"kind": "control-plane-outage", "mode": "stop", "for_s": 8},
+    "trigger": {"at_step": 6},
     "expected": {"resume": "no-restart"},
 }
 
@@ -70,14 +81,17 @@ def slurm_hang_oom_raw() -> dict[str, Any]:
 
 def slurm_straggler_storage_raw() -> dict[str, Any]:
     """The Slurm example, 80 steps, a checkpoint every 5: the straggler at step 10 and
-    the slow storage at step 8 (each where the machine can do it); no controls."""
+    the slow storage at step 8 (each where the machine can do it), the slurmctld restart
+    at step 6; no controls."""
     raw = example_raw()
-    scenarios: list[dict[str, Any]] = []
+    scenarios: list[dict[str, Any]] = [SLURMCTLD_RESTART]
     if cpu_controller_missing() is None:
         scenarios.append(SLURM_SLOW)
     if not fuse_missing():
         scenarios.append(SLURM_STORAGE_SLOW)
-    raw["rounds"] = [{"round": 1, "name": "straggler and slow storage", "scenarios": scenarios}]
+    raw["rounds"] = [
+        {"round": 1, "name": "straggler, slow storage, controller", "scenarios": scenarios}
+    ]
     raw["controls"] = []
     raw = shrunk(raw, steps=80, every=5)
     # shrunk moves every trigger to one step: each scenario keeps its own

@@ -3,7 +3,9 @@ the embedded cluster, short (30 steps, a checkpoint every 10), one cluster per p
 
 * :func:`default_raw`: the default run's plan: one drill per fault family (kill-worker,
   node-down, a partition long enough to leave the cut-off worker alive, a GCS restart with
-  redis, checkpoint storage read-only across a save, a damaged checkpoint), redis GCS.
+  redis, checkpoint storage read-only across a save, a damaged checkpoint) and of each new
+  kind Ray can be drilled with (a straggler, slow checkpoint storage; each where the
+  machine can do it), redis GCS.
 * :func:`slow_raw`: the slow set's plan: the other faults and the negative controls, GCS
   in memory.
 """
@@ -17,6 +19,8 @@ from typing import Any
 import pytest
 
 from faultdrill.host.linux import netns_unavailable
+from faultdrill.host.storage import fuse_missing
+from faultdrill.host.throttle import cpu_controller_missing
 from faultdrill.platforms.ray.embedded import ray_missing, redis_missing
 
 __all__ = ["default_raw", "needs_ray_cluster", "slow_raw"]
@@ -30,6 +34,10 @@ needs_ray_cluster = pytest.mark.skipif(
 )
 
 N2 = {"node": "n2"}
+#: rank 1's Train worker held to 5 % of a core for 5 s (as tests/new_kinds_local.py's SLOW)
+SLOW = {"kind": "slow-worker", "target": {"rank": 1}, "cpu_percent": 5, "for_s": 5}
+#: Ray's storage path through the FUSE mirror, each write 150 ms late across the step-20 save
+STORAGE_SLOW = {"kind": "storage-slow", "latency_ms": 150, "for_s": 6}
 
 
 def _base(task: str, *, gcs_ft: str, reconnect_s: int) -> dict[str, Any]:
@@ -96,6 +104,7 @@ def default_raw() -> dict[str, Any]:
                     {"at_step": 18},
                     resume="no-restart",
                 ),
+                *_new_kinds(),
             ],
         },
         {
@@ -140,6 +149,17 @@ def default_raw() -> dict[str, Any]:
     return raw
 
 
+def _new_kinds() -> list[dict[str, Any]]:
+    """The straggler at step 10 and the slow storage at step 18, across the step-20 save,
+    each where the machine can do it (its test skips on the same condition)."""
+    kinds = []
+    if cpu_controller_missing() is None:
+        kinds.append(_sc("slow-r1", SLOW, {"at_step": 10}, job="completes", resume="no-restart"))
+    if not fuse_missing():
+        kinds.append(_sc("storage-slow", STORAGE_SLOW, {"at_step": 18}, resume="no-restart"))
+    return kinds
+
+
 def slow_raw() -> dict[str, Any]:
     """The faults and modes the default run leaves out, and a negative control per
     evidence family; GCS in memory (no fault tolerance)."""
@@ -157,12 +177,6 @@ def slow_raw() -> dict[str, Any]:
                     "loss",
                     {"kind": "link-loss", "target": N2, "percent": 30, "for_s": 3},
                     at15,
-                    resume="no-restart",
-                ),
-                _sc(
-                    "storage-slow",
-                    {"kind": "storage-slow", "latency_ms": 150, "for_s": 6},
-                    {"at_step": 18},
                     resume="no-restart",
                 ),
                 _sc(

@@ -1,12 +1,19 @@
 """Real drills of every link and node fault on the namespace cluster, asserted on evidence.
 
-One plan, one baseline, seven scenarios (reference workload, 30 steps, torchrun, gloo, 2
-nodes + 2 spares, gloo timeout 5 s): round 1 loses, slows, flaps and partitions n2's link;
-round 2 takes n2 down with spare n3 broken on purpose (its address removed: no route to the
-rendezvous host), so the platform must reject n3 as an environment-preparation failure and
-place n4; freezes n2 briefly; drains n2 (healthy spare n3 replaces it). The demo's own
-``node-loss`` (n2 down, spare n3 replaces it) is the same fault as ``down``; it runs in the
-demo itself.
+Two plans (reference workload, 30 steps, torchrun, gloo, 2 nodes + 2 spares, gloo timeout
+5 s), each with its own baseline:
+
+* the default run's (:func:`drill`): one drill of each family: n2's link loses packets and
+  is partitioned; n2 goes down with spare n3 broken on purpose (its address removed: no
+  route to the rendezvous host), so the platform must reject n3 as an
+  environment-preparation failure and place n4;
+* the slow set's (:func:`drill_more`): the other kinds of the same families, each with real
+  namespace tests of its own in the default run (tests/test_faults_network.py,
+  tests/test_faults_node.py): n2's link slowed and flapped; n2 frozen briefly; n2 drained
+  (healthy spare n3 replaces it).
+
+The demo's own ``node-loss`` (n2 down, spare n3 replaces it) is the same fault as ``down``;
+it runs in the demo itself.
 """
 
 from __future__ import annotations
@@ -50,53 +57,42 @@ def _scenario(sid: str, fault: dict[str, Any], resume: str) -> dict[str, Any]:
     }
 
 
-def _plan_raw() -> dict[str, Any]:
+#: The default run's drills: one of each family (link, node).
+DEFAULT: dict[str, dict[str, Any]] = {
+    "loss": {"kind": "link-loss", "target": N2, "percent": 30, "for_s": 3},
+    "partition": {"kind": "partition", "target": N2, "for_s": 6},
+    "down": {"kind": "node-down", "target": N2},
+}
+#: The slow set's: the other kinds of the same families.
+MORE: dict[str, dict[str, Any]] = {
+    "slow": {"kind": "link-slow", "target": N2, "rate": "1mbit", "queue_ms": 100, "for_s": 3},
+    "flap": {"kind": "link-flap", "target": N2, "count": 2, "down_s": 1, "up_s": 1},
+    "freeze": {"kind": "node-freeze", "target": N2, "for_s": 2},
+    "drain": {"kind": "node-drain", "target": N2},
+}
+RESUME = {
+    "loss": "no-restart",
+    "slow": "no-restart",
+    "flap": "no-restart",
+    "partition": "latest-valid",
+    "down": "latest-valid",
+    "freeze": "no-restart",
+    "drain": "latest-valid",
+}
+LINK = ("loss", "slow", "flap", "partition")
+
+
+def _plan_raw(faults: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The netns plan with ``faults`` (id -> fault): link faults in round 1, node faults in
+    round 2."""
     raw = netns_raw(spares=2, gloo_s=5)
     raw["task"]["workload"]["steps"] = 30
+    link = [_scenario(sid, f, RESUME[sid]) for sid, f in faults.items() if sid in LINK]
+    node = [_scenario(sid, f, RESUME[sid]) for sid, f in faults.items() if sid not in LINK]
     raw["rounds"] = [
-        {
-            "round": 1,
-            "name": "link faults",
-            "continue_on_failure": True,
-            "scenarios": [
-                _scenario(
-                    "loss",
-                    {"kind": "link-loss", "target": N2, "percent": 30, "for_s": 3},
-                    "no-restart",
-                ),
-                _scenario(
-                    "slow",
-                    {
-                        "kind": "link-slow",
-                        "target": N2,
-                        "rate": "1mbit",
-                        "queue_ms": 100,
-                        "for_s": 3,
-                    },
-                    "no-restart",
-                ),
-                _scenario(
-                    "flap",
-                    {"kind": "link-flap", "target": N2, "count": 2, "down_s": 1, "up_s": 1},
-                    "no-restart",
-                ),
-                _scenario(
-                    "partition", {"kind": "partition", "target": N2, "for_s": 6}, "latest-valid"
-                ),
-            ],
-        },
-        {
-            "round": 2,
-            "name": "node faults",
-            "continue_on_failure": True,
-            "scenarios": [
-                _scenario("down", {"kind": "node-down", "target": N2}, "latest-valid"),
-                _scenario(
-                    "freeze", {"kind": "node-freeze", "target": N2, "for_s": 2}, "no-restart"
-                ),
-                _scenario("drain", {"kind": "node-drain", "target": N2}, "latest-valid"),
-            ],
-        },
+        {"round": n, "name": name, "continue_on_failure": True, "scenarios": scenarios}
+        for n, name, scenarios in ((1, "link faults", link), (2, "node faults", node))
+        if scenarios
     ]
     return raw
 
@@ -113,10 +109,7 @@ def _break_spare_n3(self: NetnsPlatform) -> None:
 _orig_prepare = NetnsPlatform._prepare
 
 
-@pytest.fixture(scope="module")
-def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunResult, dict[str, Any]]]:
-    base = tmp_path_factory.mktemp("netns-drills")
-    raw = _plan_raw()
+def _drill(base: Path, raw: dict[str, Any]) -> Iterator[tuple[RunResult, dict[str, Any]]]:
     path = write_plan(base, raw)
     old = os.environ.get("FAULTDRILL_STATE_DIR")
     os.environ["FAULTDRILL_STATE_DIR"] = str(base / "state")
@@ -131,6 +124,20 @@ def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunResult,
             os.environ.pop("FAULTDRILL_STATE_DIR", None)
         else:
             os.environ["FAULTDRILL_STATE_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunResult, dict[str, Any]]]:
+    """The default run's plan: link loss, partition, node down (with a broken spare)."""
+    yield from _drill(tmp_path_factory.mktemp("netns-drills"), _plan_raw(DEFAULT))
+
+
+@pytest.fixture(scope="module")
+def drill_more(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[RunResult, dict[str, Any]]]:
+    """The slow set's plan: link slowed and flapped, node frozen and drained."""
+    yield from _drill(tmp_path_factory.mktemp("netns-drills-more"), _plan_raw(MORE))
 
 
 def verdicts(s: dict[str, Any]) -> dict[str, str]:
@@ -155,11 +162,23 @@ def test_baseline_on_the_cluster_passes_and_records_the_timeouts(
     assert res["timeouts"]["gloo_s"] == 5 and res["timeouts"]["rdzv_join_s"] == 30
 
 
-@pytest.mark.parametrize("sid", ["loss", "slow", "flap"])
-def test_short_link_faults_are_ridden_out_and_leave_no_rule(
-    drill: tuple[RunResult, dict[str, Any]], sid: str
+def test_short_link_loss_is_ridden_out_and_leaves_no_rule(
+    drill: tuple[RunResult, dict[str, Any]],
 ) -> None:
-    result, report = drill
+    assert_short_link_fault_ridden_out(*drill, "loss")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sid", ["slow", "flap"])
+def test_short_link_faults_are_ridden_out_and_leave_no_rule(
+    drill_more: tuple[RunResult, dict[str, Any]], sid: str
+) -> None:
+    assert_short_link_fault_ridden_out(*drill_more, sid)
+
+
+def assert_short_link_fault_ridden_out(result: RunResult, report: dict[str, Any], sid: str) -> None:
+    """``sid``, a short link fault, passed without a restart or a timeout, the network
+    track saw it, and none of its rules is left."""
     s = item(report, sid)
     assert s["verdict"] == "pass", json.dumps(s, indent=1)[:4000]
     assert verdicts(s) == ALL_PASS
@@ -206,10 +225,11 @@ def test_partition_names_the_timeout_that_fired(drill: tuple[RunResult, dict[str
     assert lost["lost_during"].split("/")[0] == lost["lost_during"].split("/")[1]
 
 
+@pytest.mark.slow
 def test_short_freeze_is_a_stall_and_no_timeout_fires(
-    drill: tuple[RunResult, dict[str, Any]],
+    drill_more: tuple[RunResult, dict[str, Any]],
 ) -> None:
-    result, report = drill
+    result, report = drill_more
     s = item(report, "freeze")
     assert s["verdict"] == "pass", json.dumps(s["evidence"], indent=1)[:4000]
     f = finding(s, "expectation.timeout-fired")
@@ -220,10 +240,11 @@ def test_short_freeze_is_a_stall_and_no_timeout_fires(
     assert states == ["frozen", "up"]
 
 
+@pytest.mark.slow
 def test_drained_node_leaves_cleanly_and_is_excluded(
-    drill: tuple[RunResult, dict[str, Any]],
+    drill_more: tuple[RunResult, dict[str, Any]],
 ) -> None:
-    result, report = drill
+    result, report = drill_more
     s = item(report, "drain")
     assert s["verdict"] == "pass", json.dumps(s["evidence"], indent=1)[:4000]
     tl = timeline(result, "drain")
@@ -275,7 +296,17 @@ def test_node_down_isolates_the_node_rejects_the_broken_spare_and_continues(
 
 
 def test_nothing_of_any_drill_is_left(drill: tuple[RunResult, dict[str, Any]]) -> None:
-    result, report = drill
+    assert_nothing_left(*drill)
+
+
+@pytest.mark.slow
+def test_nothing_of_the_slow_sets_drills_is_left(
+    drill_more: tuple[RunResult, dict[str, Any]],
+) -> None:
+    assert_nothing_left(*drill_more)
+
+
+def assert_nothing_left(result: RunResult, report: dict[str, Any]) -> None:
     for ledger in sorted(result.run_dir.rglob("ledger.jsonl")):
         assert leftovers(ledger, report["task_id"]) == [], ledger
         assert all(r["reverted"] for r in ledger_records(ledger)), ledger

@@ -1,11 +1,11 @@
 """A real ``hang-worker`` drill on the local platform (``isolation: none``): rank 1's replica
-is stopped (SIGSTOP) at step 12 for at most 20 s, with a gloo collective timeout of 4 s.
+is stopped (SIGSTOP) at step 12 for at most 12 s, with a gloo collective timeout of 4 s.
 
 Scenario ``hang``: rank 0's collective times out, torchrun notices and restarts the group,
 the job resumes from the last checkpoint; ``progress.hang-detected`` says who noticed,
 when (against the 4 s timeout) and how long the ranks were blocked. Control
 ``ctl-hang-long-timeout``: the same hang with the job's collective timeout at 60 s, longer
-than the 20 s the hang lasts: nobody notices, and the check must fail naming both. Both run
+than the 12 s the hang lasts: nobody notices, and the check must fail naming both. Both run
 in one plan with the OOM drill's items (``tests/new_kinds_local.py``: one baseline)."""
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def test_the_collective_timeout_notices_the_hang_and_the_job_recovers(
     assert f["verdict"] == "pass", f
     data = f["data"]
     assert data["gloo_timeout_s"] == 4.0
-    # noticed after the 4 s timeout could fire, well before the 10 s release
-    assert 3.0 <= data["after_s"] <= 20.0, f
+    # noticed after the 4 s timeout could fire, before the 12 s release
+    assert 3.0 <= data["after_s"] <= 12.0, f
     assert data["noticed_by"] == "agent", f
     # rank 0's own collective timeout, before its agent acted
     assert 3.5 <= data["symptom_after_s"] <= data["after_s"], f
@@ -84,7 +84,7 @@ def test_a_collective_timeout_longer_than_the_hang_is_caught(
     assert "nobody acted on the hung rank within" in f["message"]
     assert "gloo collective timeout (60 s) is not shorter than that window" in f["message"]
     assert f["data"]["gloo_timeout_s"] == 60.0
-    assert 19.0 <= f["data"]["window_s"] <= 22.0
+    assert 11.0 <= f["data"]["window_s"] <= 14.0
     assert c["caught"] is True, (c["not_proven_why"], json.dumps(c["evidence"], indent=1)[:3000])
     caught = [i["id"] for i in report["scenarios"] if i.get("control") and i["caught"]]
     assert "ctl-hang-long-timeout" in caught

@@ -4,8 +4,10 @@ The control plane is real (etcd, kube-apiserver, kube-controller-manager, kube-s
 v1.20.2), brought up once for the run and shared by its items; the kubelets are process
 kubelets. One plan holds a drill of every fault family (a worker's pod deleted, a link
 losing packets, a node lost, a node drained, the apiserver paused, the checkpoint storage
-read-only, a checkpoint damaged), each judged by faultdrill's own checks, and the tests
-read what the control plane decided from the same run. ~4-5 min on an idle 2-core machine.
+read-only, a checkpoint damaged) and of the one newer kind the test cluster takes (the
+checkpoint storage slow, where the machine has FUSE), each judged by faultdrill's own
+checks, and the tests read what the control plane decided from the same run. ~4-5 min on
+an idle 2-core machine.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import pytest
 
 from faultdrill.host.linux import netns_exists
+from faultdrill.host.storage import fuse_missing
+from tests.drillkit import finding
 from tests.k8s_kit import (
     events,
     item,
@@ -54,6 +58,20 @@ ALL_FAMILIES = (
         "corrupt-checkpoint",
         {"kind": "corrupt-checkpoint", "damage": "flip-bytes"},
         expected={"resume": "previous-valid"},
+    ),
+    # every write to the checkpoint directory 150 ms late for 5 s, across the step-10 save
+    # (the step-5 save before it gives the usual save time)
+    *(
+        ()
+        if fuse_missing()
+        else (
+            scenario(
+                "storage-slow",
+                {"kind": "storage-slow", "latency_ms": 150, "for_s": 5},
+                at_step=8,
+                expected={"resume": "no-restart"},
+            ),
+        )
     ),
 )
 
@@ -164,6 +182,18 @@ def test_corrupt_checkpoint_is_refused_and_the_previous_one_resumes(
     assert q["resumed_from"]["step"] == 5, q
     loads = [e for e in _evs(drilled, "corrupt-checkpoint") if e["kind"] == "ckpt_load"]
     assert any(r["id"] == "step-000010" for e in loads for r in e["rejected"])
+
+
+@pytest.mark.skipif(bool(fuse_missing()), reason=f"needs FUSE: {fuse_missing()}")
+def test_slow_storage_stretches_the_save_and_nothing_fails(drilled: dict[str, Any]) -> None:
+    s = item(drilled, "storage-slow")
+    slow = finding(s, "expectation.slow-storage-save")
+    assert slow["verdict"] == "pass" and 10 in slow["data"]["slowed_steps"], slow
+    assert slow["data"]["save_s"] > 1.0 > slow["data"]["usual_save_s"], slow
+    assert finding(s, "progress.failed-save-not-published")["verdict"] == "pass"
+    assert s["inventory"]["failed_saves"] == []
+    _t0, evs = _after_injection(_evs(drilled, "storage-slow"))
+    assert not [e for e in evs if e["kind"] == "replica_lost"], "the pods rode it out"
 
 
 def test_nothing_of_the_run_is_left(drilled: dict[str, Any]) -> None:

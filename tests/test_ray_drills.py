@@ -3,11 +3,14 @@
 One ``faultdrill run`` (:func:`tests.ray_plans.default_raw`): one cluster for the run (a
 head of its own with a redis-backed GCS, Ray worker nodes n1 and n2, spare n3), the
 reference workload under Ray Train (``TorchTrainer``, 2 workers, 30 steps), a baseline and
-six scenarios: a Train worker killed, node n2 down (spare n3 joins), n2 cut off for longer
-than the rest of the job (the cut-off worker lives on: split brain at process level), the
-GCS killed and restarted, the checkpoint directory read-only across a save, and the newest
-checkpoint damaged after Ray registered it. Each asserts Ray's decisions answering the four
-questions and the evidence; the last test asserts nothing of the run is left.
+up to eight scenarios: a Train worker killed, node n2 down (spare n3 joins), n2 cut off for
+longer than the rest of the job (the cut-off worker lives on: split brain at process level),
+the GCS killed and restarted, the checkpoint directory read-only across a save, the newest
+checkpoint damaged after Ray registered it; and the two newer kinds Ray can be drilled with,
+each where the machine can do it: a straggling Train worker (5 % of a core for 5 s) and slow
+checkpoint storage (each write 150 ms late across the step-20 save). Each asserts Ray's
+decisions answering the four questions and the evidence; the last test asserts nothing of
+the run is left.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from faultdrill.engine.run import run_plan
 from faultdrill.events import Event
 from faultdrill.host import procfs
 from faultdrill.host.linux import netns_exists
+from faultdrill.host.storage import fuse_missing
+from faultdrill.host.throttle import cpu_controller_missing
 from faultdrill.judge.evaluate import RunResult
 from faultdrill.platforms.ray.embedded import MARKER_ENV
 from faultdrill.timeline import Timeline
@@ -231,6 +236,37 @@ def test_a_damaged_checkpoint_ray_hands_over_is_refused(drill: Drill) -> None:
     inj = tl.of("fault", "injected")[0]
     handed = [e for e in tl.of("platform", "ray_checkpoint_handed_over") if e.mono > inj.mono]
     assert handed and handed[0].get("id") == "step-000020"  # Ray's own decision
+
+
+@pytest.mark.skipif(cpu_controller_missing() is not None, reason=str(cpu_controller_missing()))
+def test_a_straggler_train_worker_is_ridden_out(drill: Drill) -> None:
+    """rank 1's Train worker actor (its process tree) held to 5 % of a core for 5 s: Ray
+    Train rides it out, the report gives per-rank step times and says that nothing noticed
+    it, and the throttle is undone."""
+    result, report = drill
+    s = item(report, "slow-r1")
+    tolerated = finding(s, "progress.straggler-tolerated")
+    assert s["verdict"] == "pass", json.dumps(s["evidence"], indent=1)[:6000]
+    before, during, _after = tolerated["data"]["ranks"]["1"]
+    assert before and during and during > 1.5 * before, tolerated
+    detected = finding(s, "expectation.straggler-detected")
+    assert detected["message"].startswith("nothing noticed the slowed rank"), detected
+    recs = ledger_records(result.run_dir / "scenarios" / "slow-r1" / "ledger.jsonl")
+    [throttle] = [r for r in recs if r["kind"] == "cpu-throttle"]
+    assert throttle["reverted"] and not Path(throttle["data"]["path"]).exists()
+
+
+@pytest.mark.skipif(bool(fuse_missing()), reason=f"needs FUSE: {fuse_missing()}")
+def test_slow_storage_stretches_the_save_of_ray_train_and_nothing_fails(drill: Drill) -> None:
+    """Ray's storage path served through the FUSE mirror, each write 150 ms late across the
+    step-20 save (measured once alone: 2.8 s instead of 0.1 s, training blocked 2.9 s)."""
+    _, report = drill
+    s = item(report, "storage-slow")
+    assert s["verdict"] == "pass", json.dumps(s["evidence"], indent=1)[:4000]
+    slow = finding(s, "expectation.slow-storage-save")
+    assert slow["verdict"] == "pass" and 20 in slow["data"]["slowed_steps"], slow
+    assert slow["data"]["save_s"] > 1.0 > slow["data"]["usual_save_s"], slow
+    assert finding(s, "progress.failed-save-not-published")["verdict"] == "pass"
 
 
 def test_nothing_of_the_run_is_left(drill: Drill) -> None:

@@ -9,6 +9,10 @@
   host, cut off with an elastic job (``--nnodes=1:2``); its old task re-forms a world of
   one and trains on, writing checkpoints, while the requeued job runs on n2+n3: caught by
   ``resources.no-stale-replica``;
+* the example plan's harness controls (``controls: {harness: all}``: ``rollback-latest``,
+  ``hide-checkpoints``, ``stale-copy``), each caught by its check (moved here from the
+  default run's example plan, which they made ~50 s longer; the default run catches all
+  three on the local platform, ``test_joblog_drill.py``);
 * the same platform against a "real" cluster (``slurm: {shared_dir: ...}``): the harness
   runs where ``sbatch`` on PATH reaches slurmctld (inside the controller's namespace, as on
   a login node), and drains a node and damages a checkpoint through Slurm's commands and
@@ -241,3 +245,32 @@ def test_on_a_real_cluster_slurm_drains_and_the_shared_files_are_damaged(
     verdict, message = verdicts["progress.damaged-checkpoint-refused"]
     assert verdict == "retest" and "never put to the test" in message, message
     assert os.path.isdir(out / "scenarios" / "node-drain" / "slurm-jobs")
+
+
+@pytest.fixture(scope="module")
+def harness_controls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The shrunk example plan's harness controls alone (its scenarios run in the default
+    run, ``test_slurm_drills.py``)."""
+    raw = shrunk(example_raw())
+    raw["rounds"] = []
+    return run_plan_cli(raw, tmp_path_factory.mktemp("slurm-ctl"), timeout=900)
+
+
+def test_the_harness_controls_are_caught(harness_controls: dict[str, Any]) -> None:
+    """The example plan's ``controls: {harness: all}``: each planted defect is caught by
+    its check on the embedded Slurm cluster, and nothing of them is left."""
+    from tests.test_slurm_embedded import leftovers
+
+    report = harness_controls
+    assert report["baseline"]["verdict"] == "pass"
+    controls = [c for c in report["scenarios"] if c.get("expected_check")]
+    got = {c["id"]: (c["expected_check"], c["caught"]) for c in controls}
+    assert got == {
+        "ctl-rollback-latest": ("progress.resume-point", True),
+        "ctl-hide-checkpoints": ("progress.no-restart-from-zero", True),
+        "ctl-stale-copy": ("resources.no-stale-replica", True),
+    }, got
+    ledgers = sorted(Path(report["_run_dir"]).glob("**/ledger.jsonl"))
+    assert len(ledgers) == 4  # baseline, three controls
+    for ledger in ledgers:
+        assert leftovers(ledger) == [], ledger
