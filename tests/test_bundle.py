@@ -93,7 +93,7 @@ def test_bundle_holds_every_attachment(bundle: Path, recorded_demo: RecordedDemo
     assert "kill -KILL " in script and "signal: SIGKILL pid" in script
     inv = json.loads(read_member(bundle, "checkpoint-inventory.json"))
     ids = [c["id"] for c in inv["scenario/kill-worker"]["checkpoints"]]
-    assert "step-000010" in ids and inv["scenario/kill-worker"]["latest"]["target"] == "step-000040"
+    assert "step-000010" in ids and inv["scenario/kill-worker"]["latest"]["target"] == "step-000025"
     # checkpoint files and torchrun temp folders stay out; their inventory is in
     assert not any("/ckpt/" in n or "/tmp/" in n for n in files)
     runbook = read_member(bundle, "runbook.md").decode()

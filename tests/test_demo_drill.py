@@ -43,7 +43,7 @@ def test_baseline_passes_its_own_checks(demo: tuple[Path, dict[str, Any]]) -> No
     _, report = demo
     base = report["baseline"]
     assert base["verdict"] == "pass"
-    assert base["steps"] == 40 and base["world_size"] == 2
+    assert base["steps"] == 25 and base["world_size"] == 2
     assert base["dossier"]["resources"]["timeouts"]["rdzv_join_s"] == 30
 
 

@@ -53,6 +53,16 @@ def test_local_platform_declares_the_ability() -> None:
 
 
 @root
+def test_an_outage_may_end_at_a_failed_save_and_a_plan_without_it_keeps_its_digest() -> None:
+    plain = StorageOutageSpec(mode="full", for_s=1)
+    assert not plain.ends_at_failed_save and "until_save_failed" not in plain.model_dump()
+    ending = StorageOutageSpec(mode="read-only", for_s=5, until_save_failed=True)
+    assert ending.ends_at_failed_save and ending.duration_s == 5  # for_s bounds it still
+    assert ending.model_dump()["until_save_failed"] is True
+    with pytest.raises(ValueError, match="until_save_failed"):
+        StorageOutageSpec(mode="full", for_s=1, until_save_failed="soon")
+
+
 def test_read_only_outage_gives_erofs_and_reverts(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

@@ -100,6 +100,17 @@ def test_the_revert_is_due_once_the_duration_has_run_and_never_without_one() -> 
     assert not facts.revert_due(5.0, 100.0)  # reverted once only
 
 
+def test_a_fault_that_did_what_it_was_for_is_reverted_before_its_duration() -> None:
+    facts = _at(P.WATCHING)
+    assert not facts.revert_due(5.0, 11.5, done=True)  # nothing injected: nothing to end
+    facts.injected(11.0)
+    assert not facts.revert_due(5.0, 11.5)
+    assert facts.revert_due(5.0, 11.5, done=True)
+    assert facts.revert_due(None, 11.5, done=True)
+    facts.reverted(11.5)
+    assert not facts.revert_due(5.0, 100.0, done=True)  # reverted once only
+
+
 def test_a_stop_condition_is_no_natural_end() -> None:
     facts = _at(P.WATCHING, P.INJECTED, P.STOPPED)
     assert (facts.outcome, facts.stop_condition, facts.stopped_at) == (

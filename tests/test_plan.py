@@ -415,21 +415,21 @@ def test_a_derived_plan_may_drill_nothing() -> None:
             "rounds.0.scenarios.0",
             {"at_step": 4000},
             "rounds[0].scenarios[0].trigger.at_step",
-            "kill-worker: at_step 4000 is past the job's last step (40, from "
-            "task.workload.steps): the fault would never fire; trigger at a step from 1 to 40",
+            "kill-worker: at_step 4000 is past the job's last step (25, from "
+            "task.workload.steps): the fault would never fire; trigger at a step from 1 to 25",
         ),
         (
             "rounds.0.scenarios.0",
-            {"after_checkpoint": 5},
+            {"after_checkpoint": 4},
             "rounds[0].scenarios[0].trigger.after_checkpoint",
-            "kill-worker: after_checkpoint 5 never comes: the job saves 4 checkpoint(s) (40 "
+            "kill-worker: after_checkpoint 4 never comes: the job saves 3 checkpoint(s) (25 "
             "steps from task.workload.steps, one every 10 (checkpoint.every_steps)",
         ),
         (
             "controls.0",
-            {"at_step": 41},
+            {"at_step": 26},
             "controls[0].trigger.at_step",
-            "ctl-resume-ignored: at_step 41 is past the job's last step (40, from",
+            "ctl-resume-ignored: at_step 26 is past the job's last step (25, from",
         ),
     ],
 )
@@ -443,9 +443,9 @@ def test_a_trigger_past_the_end_of_the_job_is_refused(
 
 
 def test_a_trigger_is_checked_against_the_steps_the_item_runs(tmp_path: Path) -> None:
-    raw = mutate("rounds.0.scenarios.0.trigger", {"at_step": 40})  # the last step: fires
+    raw = mutate("rounds.0.scenarios.0.trigger", {"at_step": 25})  # the last step: fires
     raw["controls"][0]["workload"] = {**raw["controls"][0]["workload"], "steps": 20}
-    raw["controls"][0]["trigger"] = {"at_step": 30}
+    raw["controls"][0]["trigger"] = {"at_step": 25}
     err = error_of(tmp_path, raw)
     assert [loc for loc, _ in err.problems] == ["controls[0].trigger.at_step"]
     assert "(20, from controls[0].workload.steps)" in err.problems[0][1]

@@ -85,14 +85,14 @@ def test_control_plane_outage_hangs_a_restart_until_the_store_returns(
     assert d["ending"]["kind"] == "hang", d
     assert d["ending"]["ended_by"] == "fault-end", d
     window = d["window"]
-    assert window["end_s"] == pytest.approx(8.0, abs=1.0)
+    assert window["end_s"] == pytest.approx(4.0, abs=1.0)
     restart = window["restart"]
-    assert restart["probe_killed_at_s"] == pytest.approx(0.5, abs=0.5)
+    assert restart["probe_killed_at_s"] == pytest.approx(0.2, abs=0.5)
     assert restart["rendezvous_during_fault"] is False
     assert restart["rendezvous_at_s"] > window["end_s"]
     assert s["questions"]["resumed_from"]["checkpoint"] == "step-000010"
     g = s["goodput"]
-    assert g["available"] and g["seconds"]["recovery"] >= 6.0  # the hang is recovery time
+    assert g["available"] and g["seconds"]["recovery"] >= 4.0  # the hang (4 s) is recovery time
     assert g["seconds"]["wasted_progress"] > 0 and g["recomputed_steps"] > 0
 
 
@@ -108,7 +108,7 @@ def assert_save_skipped_never_published(s: dict[str, Any], errno: int) -> None:
     assert inv["failed_saves"] and {f["errno"] for f in inv["failed_saves"]} == {errno}
     assert 20 in [f["step"] for f in inv["failed_saves"]]
     assert [p["latest"] for p in inv["pointer_observed"]] == ["step-000010", "step-000010"]
-    assert inv["latest"]["target"] == "step-000040" and inv["latest"]["problem"] is None
+    assert inv["latest"]["target"] == "step-000025" and inv["latest"]["problem"] is None
     assert s["disruption"]["ending"]["kind"] == "unaffected"
     assert s["disruption"]["window"]["restart"] is None
     assert s["goodput"]["seconds"]["checkpoint_save"] > 0

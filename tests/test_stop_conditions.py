@@ -103,3 +103,22 @@ def test_after_checkpoint_waits_for_the_platforms_commit_where_it_commits(
     sink.close()
     ray.poll()
     assert ray.commits == 1 and ray.triggered(first, now=0.0)
+
+
+def test_a_failed_save_is_seen_with_its_time_and_only_from_then_on(tmp_path: Path) -> None:
+    """What ends an outage that ends at a failed save (``until_save_failed``): the watch
+    knows when the last save failed, read from the real probe's line."""
+    probe = Probe(tmp_path, rank=0, task_id="t")
+    probe.run_start(world_size=1)
+    probe.step(1, 2.0, range(1, 2))
+    watch = Watch(tmp_path)
+    watch.poll()
+    assert watch.last_failed_save_mono is None and not watch.save_failed_since(0.0)
+    probe.checkpoint_failed(step=1, error="OSError: [Errno 28] No space left on device")
+    probe.close()
+    watch.poll()
+    failed = watch.last_failed_save_mono
+    assert failed is not None and watch.saves == 0
+    assert watch.save_failed_since(failed) and watch.save_failed_since(failed - 1.0)
+    assert not watch.save_failed_since(failed + 0.001)  # failed before the outage began
+    assert not watch.save_failed_since(None)  # nothing injected

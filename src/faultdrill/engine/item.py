@@ -336,13 +336,13 @@ class ItemFacts:
         """Whether a fault may be injected now (at its trigger): once, while watching."""
         return self.phase is _P.WATCHING
 
-    def revert_due(self, duration_s: float | None, now: float) -> bool:
-        """Whether the fault in effect has run its ``duration_s`` (None: until the end)."""
+    def revert_due(self, duration_s: float | None, now: float, *, done: bool = False) -> bool:
+        """Whether the fault in effect has run its ``duration_s`` (None: until the end), or
+        has done what it was for (``done``: a fault that ends at a failed save saw one)."""
         return (
             self.phase is _P.INJECTED
-            and duration_s is not None
             and self.injected_at is not None
-            and now - self.injected_at >= duration_s
+            and (done or (duration_s is not None and now - self.injected_at >= duration_s))
         )
 
     @property
@@ -605,14 +605,17 @@ def _watch_job(run: _Item, report: Reporter) -> None:
 
 def _drive_fault(run: _Item, armed: _ArmedFault, now: float) -> None:
     """Inject the fault when its trigger is reached (once: a failed injection is not
-    retried), and revert it once its duration has run."""
+    retried), and revert it once its duration has run (or, a fault that ends at a failed
+    save, once a save failed while it was in effect)."""
     if run.facts.fault_due and run.watch.triggered(armed.trigger, now):
         injected_at = _inject(armed, run.ctx, run.watch)
         if injected_at is None:
             run.facts.inject_failed(now)  # the item is judged "retest"
         else:
             run.facts.injected(injected_at)
-    if run.facts.revert_due(armed.fault.spec.duration_s, now):
+    spec = armed.fault.spec
+    done = spec.ends_at_failed_save and run.watch.save_failed_since(run.facts.injected_at)
+    if run.facts.revert_due(spec.duration_s, now, done=done):
         _revert(armed.fault, run.ctx)
         run.facts.reverted(now)
 

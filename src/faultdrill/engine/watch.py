@@ -43,6 +43,8 @@ class Watch:
     offsets: dict[Path, int] = field(default_factory=dict)
     max_step: int = 0
     saves: int = 0
+    #: The ``mono`` of the last ``ckpt_save_failed`` event seen (None: no save failed).
+    last_failed_save_mono: float | None = None
     first_step_mono: float | None = None
     last_progress_mono: float | None = None
     nonfinite: str | None = None
@@ -154,9 +156,17 @@ class Watch:
         kind = ev.get("kind")
         if kind == "ckpt_save":
             self.saves += 1
+        elif kind == "ckpt_save_failed":
+            with contextlib.suppress(TypeError, ValueError):
+                self.last_failed_save_mono = float(ev.get("mono"))  # type: ignore[arg-type]
         elif kind == "run_start":
             with contextlib.suppress(TypeError, ValueError):
                 self.ranks_seen.add(int(ev.get("rank", 0)))
+
+    def save_failed_since(self, mono: float | None) -> bool:
+        """Whether a checkpoint save failed at or after ``mono`` (None: never)."""
+        last = self.last_failed_save_mono
+        return mono is not None and last is not None and last >= mono
 
     def triggered(self, trig: Trigger, now: float) -> bool:
         if trig.at_step is not None:

@@ -12,7 +12,9 @@
   NFS hard mount whose server is down; a save blocks its rank until the server returns) or
   ``error`` (every request fails with ``EIO``, as on a soft mount);
 
-for ``for_s`` seconds, timed (by the scenario's trigger) to overlap a checkpoint save.
+for ``for_s`` seconds, timed (by the scenario's trigger) to overlap a checkpoint save; with
+``until_save_failed`` the engine ends it as soon as a save has failed in it (``for_s`` then
+bounds it), so it overlaps the save it aims at however fast the job steps, and no later one.
 
 ``storage-slow`` serves the directory through the same FUSE mirror as ``unreachable``, and
 for ``for_s`` seconds its server answers each request (``ops``: those that change the
@@ -160,7 +162,8 @@ class _CheckpointStorageFault(Fault):
 
 @register
 class StorageOutage(_CheckpointStorageFault):
-    """The checkpoint directory goes read-only, full or unreachable for ``for_s`` seconds."""
+    """The checkpoint directory goes read-only, full or unreachable for ``for_s`` seconds
+    (or until a save failed in it: ``until_save_failed``)."""
 
     kind = "storage-outage"
     spec_model = StorageOutageSpec

@@ -46,6 +46,12 @@ class FaultSpec(Frozen):
         """How long the fault stays applied before the drill reverts it (None: one-shot)."""
         return None
 
+    @property
+    def ends_at_failed_save(self) -> bool:
+        """Whether the drill reverts the fault as soon as a checkpoint save has failed
+        while it was applied (``duration_s`` then bounds how long it may last)."""
+        return False
+
 
 # --- from faults/process.py -----------------------------------------------------
 
@@ -358,6 +364,12 @@ class StorageOutageSpec(FaultSpec):
         "requests block (NFS hard mount); error = every request fails with EIO (soft mount)",
     )
     for_s: float = Field(gt=0, le=600, description="how long the outage lasts")
+    until_save_failed: bool = Field(
+        False,
+        description="end the outage as soon as a checkpoint save has failed in it (for_s "
+        "is then the longest it lasts): the outage covers the save it aims at on a fast or "
+        "a slow job alike, and no later one",
+    )
     fs_size_mb: int = Field(
         8, ge=2, le=256, description="full: size of the tmpfs holding the checkpoints"
     )
@@ -378,10 +390,13 @@ class StorageOutageSpec(FaultSpec):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave ``server`` out when unset, so plans written before it keep their digest."""
+        """Leave ``server`` and ``until_save_failed`` out when unset, so plans written
+        before them keep their digest."""
         out: dict[str, Any] = handler(self)
         if self.server is None:
             out.pop("server", None)
+        if not self.until_save_failed:
+            out.pop("until_save_failed", None)
         return out
 
     @property
@@ -394,6 +409,10 @@ class StorageOutageSpec(FaultSpec):
     @property
     def duration_s(self) -> float | None:
         return self.for_s
+
+    @property
+    def ends_at_failed_save(self) -> bool:
+        return self.until_save_failed
 
 
 class StorageSlowSpec(FaultSpec):
