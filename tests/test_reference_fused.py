@@ -122,3 +122,29 @@ def test_compare_bitwise_by_views_equals_the_gathered_comparison(
     got = results._compare_bitwise(losses, drill, rows)
     assert got == _compare_bitwise_gathered(losses, drill, rows)
     assert got[0] + got[1] + got[2] == int(rows.sum())
+
+
+def test_fused_summary_of_a_baseline_with_every_cell() -> None:
+    """Every (step, rank) reported, as a healthy baseline's are: no cell left NaN."""
+    rng = np.random.default_rng(7)
+    steps, ranks = 50, 6
+    step = np.repeat(np.arange(1, steps + 1), ranks)
+    rank = rng.permuted(np.tile(np.arange(ranks), (steps, 1)), axis=1).ravel()
+    start = ((step - 1) * ranks + rank) * 8
+    st = StepTable.from_columns(
+        np.zeros(step.size),
+        rank,
+        np.zeros(step.size),
+        step,
+        rng.random(step.size),
+        rng_start=start,
+        rng_end=start + 8,
+    )
+    fused = refmod._fused_summary(st)
+    assert fused is not None
+    covers, _mean, losses, _last = fused
+    assert losses.has is not None and losses.has.all()
+    assert losses.grid is not None and not np.isnan(losses.grid).any()
+    _same(losses, LossLookup.build(st.step, st.rank, st.loss))
+    _same(covers, StepCovers.build(st))
+    assert covers.odd_step.size == 0 and covers.steps.size == steps

@@ -329,7 +329,9 @@ def _fused_summary(
         return None
     tally = Tally.zeros(n)
     sums, reported = np.zeros(n), np.zeros(n, dtype=np.int64)
-    grid, has = np.full(n * width, np.nan), np.zeros(n * width, dtype=bool)
+    # not filled with NaN first: the rows write every cell a healthy baseline has (the
+    # pages are touched once, by them); the cells none wrote become NaN below
+    grid, has = np.empty(n * width), np.zeros(n * width, dtype=bool)
     for a in range(0, len(st), _CHUNK):
         step, loss = st.step[a : a + _CHUNK], st.loss[a : a + _CHUNK]
         idx = step - s0
@@ -348,6 +350,8 @@ def _fused_summary(
         grid[cell] = loss
         has[cell] = True
         st.release()  # what stays resident is this block's rows, not every column
+    if not has.all():
+        grid[~has] = np.nan
     covers = StepCovers.from_tally(st.step, st.rng_start, st.rng_end, s0, tally)
     at = np.flatnonzero(reported)
     mean = (at + s0, sums[at] / reported[at])
