@@ -102,10 +102,14 @@ def _compare_bitwise(
         sel = rows[lo : lo + _CHUNK]
         if not sel.any():
             continue
-        at = np.flatnonzero(sel)
-        at += lo
-        base, known = losses.lookup(st.step[at], st.rank[at])
-        got = st.loss[at]
+        if sel.all():  # the usual case: views of the columns, no gathered copies
+            at = None  # row i of the block is table row lo + i
+            step, rank, got = (c[lo : lo + sel.size] for c in (st.step, st.rank, st.loss))
+        else:
+            at = np.flatnonzero(sel)
+            at += lo
+            step, rank, got = st.step[at], st.rank[at], st.loss[at]
+        base, known = losses.lookup(step, rank)
         # NaN: that step reported no loss (a job logging every N steps): nothing to compare
         compared = known & ~np.isnan(got) & ~np.isnan(base)
         silent += int((known & ~compared).sum())
@@ -114,10 +118,11 @@ def _compare_bitwise(
         differ = np.flatnonzero(compared & (base != got))
         if differ.size:
             differing += int(differ.size)
-            j = int(np.argmin(st.step[at[differ]]))
-            step = int(st.step[at[differ[j]]])
-            if first is None or step < first_step:
-                first, first_step = (int(at[differ[j]]), float(base[differ[j]])), step
+            j = int(np.argmin(step[differ]))
+            at_step = int(step[differ[j]])
+            if first is None or at_step < first_step:
+                row = lo + int(differ[j]) if at is None else int(at[differ[j]])
+                first, first_step = (row, float(base[differ[j]])), at_step
     return n_cmp, silent, unknown, differing, first
 
 

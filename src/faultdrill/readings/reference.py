@@ -87,12 +87,17 @@ class Reference:
         digests = {str(e.get("model_digest")) for e in final.ends} if final else set()
         digests.discard("")
         digests.discard("None")
-        covers = StepCovers.build(st)
-        st.release()  # one pass over a few columns at a time stays resident (at scale)
-        cs, ce = covers.until(None)
-        mean_steps, mean_loss = mean_loss_per_step(st)
-        losses = LossLookup.build(st.step, st.rank, st.loss)
+        fused = _fused_summary(st)
+        if fused is not None:
+            covers, (mean_steps, mean_loss), losses, last_step = fused
+        else:
+            covers = StepCovers.build(st)
+            st.release()  # one pass over a few columns at a time stays resident (at scale)
+            mean_steps, mean_loss = mean_loss_per_step(st)
+            losses = LossLookup.build(st.step, st.rank, st.loss)
+            last_step = int(st.step.max()) if len(st) else 0
         st.release()
+        cs, ce = covers.until(None)
         return cls(
             run_id=run_id,
             rows=len(st),
@@ -101,7 +106,7 @@ class Reference:
             config_digests=frozenset(
                 str(e.get("config_digest", "")) for i in tl.incarnations for e in i.starts
             ),
-            last_step=int(st.step.max()) if len(st) else 0,
+            last_step=last_step,
             cover_starts=cs,
             cover_ends=ce,
             losses=losses,
@@ -180,6 +185,36 @@ class LossLookup:
 
 
 @dataclass
+class Tally:
+    """Per step (from the lowest): how many ranges, their lowest start and highest end,
+    their narrowest and widest width."""
+
+    count: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    lmin: np.ndarray
+    lmax: np.ndarray
+
+    @classmethod
+    def zeros(cls, n: int) -> Tally:
+        count = np.zeros(n, dtype=np.int64)
+        lo, hi = _filled(n, np.minimum), _filled(n, np.maximum)
+        return cls(count, lo, hi, _filled(n, np.minimum), _filled(n, np.maximum))
+
+    def add(self, idx: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Count the ranges ``start``/``end`` of steps ``idx``; returns the count of this
+        block alone, per step."""
+        counted = np.bincount(idx, minlength=self.count.size)
+        self.count += counted
+        np.minimum.at(self.lo, idx, start)
+        np.maximum.at(self.hi, idx, end)
+        width = end - start
+        np.minimum.at(self.lmin, idx, width)
+        np.maximum.at(self.lmax, idx, width)
+        return counted
+
+
+@dataclass
 class StepCovers:
     """Which sample ids the baseline's steps consumed, by step: built in linear time.
 
@@ -205,16 +240,19 @@ class StepCovers:
             return cls(empty, empty, empty, step.copy(), st.rng_start.copy(), st.rng_end.copy())
         start, end, n = st.rng_start, st.rng_end, s1 - s0 + 1
         # pass 1, a chunk at a time: per step, how many ranges, their extent, their widths
-        count = np.zeros(n, dtype=np.int64)
-        lo, hi = _filled(n, np.minimum), _filled(n, np.maximum)
-        lmin, lmax = _filled(n, np.minimum), _filled(n, np.maximum)
+        tally = Tally.zeros(n)
         for a in range(0, step.size, _CHUNK):
-            idx, b, e = step[a : a + _CHUNK] - s0, start[a : a + _CHUNK], end[a : a + _CHUNK]
-            count += np.bincount(idx, minlength=n)
-            np.minimum.at(lo, idx, b)
-            np.maximum.at(hi, idx, e)
-            np.minimum.at(lmin, idx, e - b)
-            np.maximum.at(lmax, idx, e - b)
+            tally.add(step[a : a + _CHUNK] - s0, start[a : a + _CHUNK], end[a : a + _CHUNK])
+        return cls.from_tally(step, start, end, s0, tally)
+
+    @classmethod
+    def from_tally(
+        cls, step: np.ndarray, start: np.ndarray, end: np.ndarray, s0: int, tally: Tally
+    ) -> StepCovers:
+        """From the ranges (each with its step) and their ``tally`` per step (steps from
+        ``s0``): a second pass over ``step`` and ``start`` finds which steps are blocks."""
+        empty = np.zeros(0, dtype=np.int64)
+        count, lo, hi, lmin, lmax = tally.count, tally.lo, tally.hi, tally.lmin, tally.lmax
         # A step is one block when its ranges have one width and tile [lo, hi) exactly:
         # each on its own slot of that width, as many as fit.
         block = (count > 0) & (lmin == lmax) & (lmin > 0) & (hi - lo == count * lmax)
@@ -260,6 +298,64 @@ _ONE = np.int32(1)
 #: Rows handled at a time when the reference is built: the temporaries stay a few dozen
 #: MB at any size (a pass over 41 M rows at once would need several GB of them).
 _CHUNK = 1 << 22
+
+
+def _extent(st: StepTable) -> tuple[int, int, int, int]:
+    """(lowest step, highest step, lowest rank, highest rank) of a table with rows, in one
+    pass over the two columns a block at a time."""
+    s0, s1 = int(st.step[0]), int(st.step[0])
+    r0, r1 = int(st.rank[0]), int(st.rank[0])
+    for a in range(0, len(st), _CHUNK):
+        step, rank = st.step[a : a + _CHUNK], st.rank[a : a + _CHUNK]
+        s0, s1 = min(s0, int(step.min())), max(s1, int(step.max()))
+        r0, r1 = min(r0, int(rank.min())), max(r1, int(rank.max()))
+    return s0, s1, r0, r1
+
+
+def _fused_summary(
+    st: StepTable,
+) -> tuple[StepCovers, tuple[np.ndarray, np.ndarray], LossLookup, int] | None:
+    """:meth:`StepCovers.build`, :func:`mean_loss_per_step`, :meth:`LossLookup.build` and
+    the last step at once, equal to what each gives: one pass over every column a block at
+    a time (and a second over steps and starts), where each alone would read the step
+    column again (at scale, from the disk: the store does not fit the page cache). None
+    where the fused pass does not apply (ranges not one per row, sparse steps or cells):
+    build them one by one."""
+    if not st.one_range_each or len(st) == 0:
+        return None
+    s0, s1, r0, r1 = _extent(st)
+    n, width = s1 - s0 + 1, r1 - r0 + 1
+    if n > 4 * len(st) + 65536 or n * width > 2 * len(st) + 65536:
+        return None
+    tally = Tally.zeros(n)
+    sums, reported = np.zeros(n), np.zeros(n, dtype=np.int64)
+    # not filled with NaN first: the rows write every cell a healthy baseline has (the
+    # pages are touched once, by them); the cells none wrote become NaN below
+    grid, has = np.empty(n * width), np.zeros(n * width, dtype=bool)
+    for a in range(0, len(st), _CHUNK):
+        step, loss = st.step[a : a + _CHUNK], st.loss[a : a + _CHUNK]
+        idx = step - s0
+        counted = tally.add(idx, st.rng_start[a : a + _CHUNK], st.rng_end[a : a + _CHUNK])
+        # in row order, as one bincount over every row would add them: the same sums
+        said = ~np.isnan(loss)
+        if said.all():
+            np.add.at(sums, idx, loss)
+            reported += counted
+        else:
+            np.add.at(sums, idx[said], loss[said])
+            reported += np.bincount(idx[said], minlength=n)
+        cell = idx * width  # in order: a pair reported twice keeps the last
+        cell += st.rank[a : a + _CHUNK]
+        cell -= r0
+        grid[cell] = loss
+        has[cell] = True
+        st.release()  # what stays resident is this block's rows, not every column
+    if not has.all():
+        grid[~has] = np.nan
+    covers = StepCovers.from_tally(st.step, st.rng_start, st.rng_end, s0, tally)
+    at = np.flatnonzero(reported)
+    mean = (at + s0, sums[at] / reported[at])
+    return covers, mean, LossLookup(s0, s1, r0, width, grid, has, None, None), s1
 
 
 def _filled(n: int, ufunc: np.ufunc) -> np.ndarray:
