@@ -258,16 +258,7 @@ def load_cost(ranks: int, steps: int) -> dict[str, Any]:
         root = str(Path(__file__).resolve().parents[1])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        proc = subprocess.run(
-            [sys.executable, "-m", "bench.load_cost", "--load", str(events)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"loading failed: {proc.stderr.strip()[-2000:]}")
-        out: dict[str, Any] = json.loads(proc.stdout)
+        out = _in_fresh_process("--load", events, env)
         out["one_reader"] = _in_fresh_process("--load-one", events, env)
         binary = Path(tmp) / "binary"
         t = time.perf_counter()
