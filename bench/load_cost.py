@@ -265,16 +265,7 @@ def load_cost(ranks: int, steps: int) -> dict[str, Any]:
         binary_size = write_events(binary, ranks, steps, binary=True)
         binary_write_s = time.perf_counter() - t
         shutil.rmtree(events)  # the disk holds one copy at a time
-        proc = subprocess.run(
-            [sys.executable, "-m", "bench.load_cost", "--load-binary", str(binary)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"loading binary steps failed: {proc.stderr.strip()[-2000:]}")
-        out["binary"] = json.loads(proc.stdout)
+        out["binary"] = _in_fresh_process("--load-binary", binary, env)
         out["binary"].update(file_bytes=binary_size, write_s=round(binary_write_s, 2))
     if out["one_reader"]["step_events"] != ranks * steps:
         raise AssertionError(f"one reader loaded {out['one_reader']['step_events']} step events")
