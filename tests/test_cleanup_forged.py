@@ -307,6 +307,8 @@ def _revert_one(path: Path, kind: str, data: dict[str, Any]) -> Ledger:
         (f"faultdrill {RUN}: node-drain", "admin-maintenance", False),  # drained since
         (f"faultdrill {RUN}: node-drain", f"faultdrill {RUN}: node-drain", True),  # ours
     ],
+    # fixed ids: the run ids are random, and both test workers must collect the same names
+    ids=["admin-maintenance", "another-run", "drained-since", "ours"],
 )
 def test_slurm_resumes_only_a_node_drained_for_this_run(
     tmp_path: Path,

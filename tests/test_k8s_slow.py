@@ -4,8 +4,10 @@
   replaced, but its process keeps training beside the replacement (split brain) and
   ``resources.no-stale-replica`` catches it (~3 min);
 * the example plan, unchanged, passes (``examples/kubernetes.yaml``, ~3.5 min);
-* more faults: node-freeze, a full partition of a node, the apiserver stopped and started
-  again, the apiserver cut off the nodes, kill-worker by signal (~6 min);
+* more faults: node-freeze, node-drain (cordon, eviction, uncordon; it left the default
+  run, where node-down drills the same family), a full partition of a node, the apiserver
+  stopped and started again, the apiserver cut off the nodes, kill-worker by signal
+  (~6.5 min);
 * a cluster given by kubeconfig: the test cluster's control plane reached as an outside
   cluster with a ServiceAccount that has exactly the RBAC of ``docs/kubernetes-rbac.yaml``
   (~4 min).
@@ -111,6 +113,7 @@ def test_the_example_plan_passes(tmp_path: Path) -> None:
 def test_more_faults_on_the_test_cluster(tmp_path: Path) -> None:
     raw = plan_raw(
         scenario("node-freeze", {"kind": "node-freeze", "target": {"node": "n2"}, "for_s": 30}),
+        scenario("node-drain", {"kind": "node-drain", "target": {"node": "n2"}}),
         scenario("partition", {"kind": "partition", "target": {"node": "n2"}, "for_s": 30}),
         scenario(
             "apiserver-stop",
@@ -128,9 +131,10 @@ def test_more_faults_on_the_test_cluster(tmp_path: Path) -> None:
     raw["stop"] = {"max_wall_s": 240, "max_no_progress_s": 120}
     report = run_plan(tmp_path, raw, timeout=1200)
     out = Path(report["_out"])
-    for sid in ("node-freeze", "partition", "apiserver-stop", "apiserver-cut"):
+    for sid in ("node-freeze", "node-drain", "partition", "apiserver-stop", "apiserver-cut"):
         s = item(report, sid)
         assert s["verdict"] == "pass", (sid, {c: v for c, v in verdicts(s).items() if v != "pass"})
+    _node_drain_cordons_evicts_and_uncordons(events(out / "scenarios" / "node-drain"))
     frozen = events(out / "scenarios" / "node-freeze")
     assert any(e["kind"] == "node_lost" and e["node"] == "n2" for e in frozen)
     stopped = events(out / "scenarios" / "apiserver-stop")
@@ -138,6 +142,21 @@ def test_more_faults_on_the_test_cluster(tmp_path: Path) -> None:
     cut = events(out / "scenarios" / "apiserver-cut")
     assert any(e["kind"] == "heartbeat_failed" for e in cut)
     assert k8s_leftovers(out, raw["task"]["id"]) == []
+
+
+def _node_drain_cordons_evicts_and_uncordons(evs: list[dict[str, Any]]) -> None:
+    t0 = next(e["mono"] for e in evs if e["kind"] == "inject_start")
+    evs = [e for e in evs if e["mono"] >= t0]
+    drained = next(e for e in evs if e["kind"] == "node_state" and e["node"] == "n2")
+    assert drained["state"] == "drained"
+    evicted = next(e for e in evs if e["kind"] == "replica_lost")
+    assert evicted["node"] == "n2" and evicted["mono"] - t0 < 5.0
+    assert any(e["kind"] == "replica_started" and e["node"] != "n2" for e in evs)
+    reasons = {e.get("reason") for e in evs if e["kind"] == "k8s_event"}
+    assert "Killing" in reasons or "SuccessfulCreate" in reasons
+    # the undo uncordoned n2: the next item found every node schedulable again
+    ups = [e for e in evs if e["kind"] == "node_state" and e["node"] == "n2" and e["state"] == "up"]
+    assert ups, "n2 not uncordoned by the revert"
 
 
 # --- a cluster given by kubeconfig ------------------------------------------------------

@@ -28,6 +28,7 @@ from faultdrill.host import procfs
 from faultdrill.host.cluster import NodeCluster
 from faultdrill.host.linux import netns_exists, netns_unavailable, run_in_netns
 from faultdrill.ledger import Ledger
+from faultdrill.platforms.local.platform import make_scratch_root
 from faultdrill.platforms.slurm.embedded import EmbeddedSlurm, slurm_cluster, slurm_missing
 from faultdrill.platforms.slurm.jobs import SlurmWatch
 from tests.drillkit import ROOT, cli_env, kill_task, task_pids, wait_for
@@ -66,7 +67,10 @@ def make(work: Path) -> tuple[NodeCluster, EmbeddedSlurm]:
     ledger = Ledger(work / "ledger.jsonl", run_id=run_id)
     sink = EventSink(work / "events", "t")
     nodes = slurm_cluster(ledger, sink, ["n1", "n2"], ["n3"])
-    return nodes, EmbeddedSlurm(nodes, work / "slurm")
+    slurm = EmbeddedSlurm(nodes, work / "slurm")
+    # as the platform does: pytest's directories are too deep for a socket's path
+    slurm.place_sockets(make_scratch_root(ledger, run_id) / "slurm")
+    return nodes, slurm
 
 
 def snapshot() -> dict[str, float]:

@@ -37,6 +37,7 @@ import yaml
 
 from faultdrill.events import EventSink
 from faultdrill.ledger import Ledger
+from faultdrill.platforms.local.platform import make_scratch_root
 from faultdrill.platforms.slurm.embedded import CONTROLLER, EmbeddedSlurm, slurm_cluster
 from tests.drillkit import ROOT, cli_env, kill_task
 from tests.slurmkit import (
@@ -189,6 +190,8 @@ def login_node(tmp_path: Path) -> Iterator[tuple[EmbeddedSlurm, list[str], dict[
     ledger = Ledger(tmp_path / "cluster-ledger.jsonl", run_id=f"t-login-{uuid.uuid4().hex[:8]}")
     nodes = slurm_cluster(ledger, EventSink(tmp_path / "cluster-events", "t"), ["n1", "n2"], [])
     slurm = EmbeddedSlurm(nodes, tmp_path / "cluster")
+    # as the platform does: pytest's directories are too deep for a socket's path
+    slurm.place_sockets(make_scratch_root(ledger, ledger.run_id) / "slurm")
     try:
         nodes.prepare()
         slurm.up()
@@ -198,6 +201,7 @@ def login_node(tmp_path: Path) -> Iterator[tuple[EmbeddedSlurm, list[str], dict[
             slurm.down()
         finally:
             nodes.teardown()
+            ledger.revert_all()
             ledger.revert_all()
 
 

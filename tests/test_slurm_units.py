@@ -19,6 +19,7 @@ from faultdrill.plan import Resources
 from faultdrill.plan.sections import Timeouts
 from faultdrill.platforms import PLATFORMS, Ability
 from faultdrill.platforms.api import JobSpec
+from faultdrill.platforms.slurm.embedded import SlurmPaths
 from faultdrill.platforms.slurm.embedded_platform import EmbeddedSlurmPlatform
 from faultdrill.platforms.slurm.jobs import RecoveryOptions, render_task
 from faultdrill.platforms.slurm.platform import REAL_ABILITIES, SlurmPlatform
@@ -196,6 +197,29 @@ def test_the_task_script_exports_slurms_incarnation_for_the_probe(tmp_path: Path
     assert 'export TMPDIR=/tmp/fd-0123456789ab/"$node-$SLURM_JOB_ID-$restart"' in embedded
     bash_ok(embedded)
     assert opts.dossier()["sbatch options"] == "--partition=gpu"
+
+
+def test_a_socket_path_too_long_for_the_kernel_is_refused_before_anything_starts() -> None:
+    """slurmstepd makes its socket in its slurmd's spool, ``<node>_<job>.<step>``: below a
+    deep run directory (pytest's per-worker ones) it passed 108 bytes and the batch step
+    died at its start with no output. The embedded cluster puts its sockets in the run's
+    short scratch directory, and names the path and the fix when even that is too long."""
+    deep = Path("/tmp") / ("d" * 40) / ("e" * 30) / "run/scenarios/slurmctld-restart/slurm"
+    problem = SlurmPaths(deep).socket_problem(["n1", "n2", "n3"])
+    assert problem is not None
+    assert f"{deep / 'munge/munge.socket'} would be 133 bytes" in problem
+    assert "over the 107 the kernel allows" in problem and "shorter --out" in problem
+    short = SlurmPaths(deep, sockets=Path("/tmp/fd-0123456789ab/slurm"))
+    assert short.socket_problem(["n1", "n2", "n3"]) is None
+    assert short.munge_socket == Path("/tmp/fd-0123456789ab/slurm/munge.socket")
+    assert short.spool == Path("/tmp/fd-0123456789ab/slurm/spool")
+    assert short.state == deep / "state" and short.munge_key == deep / "munge/munge.key"
+    # a run directory just short enough is still taken as it is
+    fits = Path("/r") / ("x" * (107 - len("/r//spool/n1/n1_99999999.9999999999")))
+    assert SlurmPaths(fits).socket_problem(["n1"]) is None
+    longer = Path(f"{fits}x")
+    step_socket = longer / "spool/n1/n1_99999999.9999999999"
+    assert f"{step_socket} would be 108 bytes" in str(SlurmPaths(longer).socket_problem(["n1"]))
 
 
 def test_the_probe_announces_slurms_incarnation(

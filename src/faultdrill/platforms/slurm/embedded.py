@@ -19,7 +19,11 @@ system). Every daemon starts in its node's cgroup (slurmd -> slurmstepd -> tasks
 in it), network namespace and a UTS namespace named after the node.
 
 Everything the cluster writes is under ``<run dir>/slurm/`` (:class:`SlurmPaths`): the
-config, munge's files, slurmctld's state, each slurmd's spool, pid and log files.
+config, munge's files, slurmctld's state, pid and log files; except its AF_UNIX sockets
+(munged's, and each slurmstepd's in its slurmd's spool), which go under the run's short
+scratch directory when the platform gives one: a socket's path must fit in 108 bytes, and a
+run directory nested a few levels deep (pytest's per-worker directories) pushed
+slurmstepd's past it, so the batch step died at its start with no job output at all.
 
 Every daemon is recorded in the ledger (kind ``slurm-daemon``) BEFORE it starts, then
 updated with its pid and start time, so ``faultdrill cleanup`` stops exactly that process
@@ -42,7 +46,7 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -171,11 +175,36 @@ class ClusterSettings:
         }
 
 
+#: The longest AF_UNIX socket path the kernel takes (``sun_path`` is 108 bytes, with its NUL).
+SOCKET_PATH_MAX = 107
+
+#: Digits of the longest job id (MaxJobId's default is 67,043,328) and step id (the batch
+#: step is 4294967291) in a slurmstepd socket's name, ``<node>_<job>.<step>``.
+_JOB_ID_DIGITS = 8
+_STEP_ID_DIGITS = 10
+
+
 @dataclass(frozen=True)
 class SlurmPaths:
-    """Where the cluster's files live, all under one directory of the run."""
+    """Where the cluster's files live: under ``root``, a directory of the run, except the
+    sockets (munged's, and the slurmd spools where each slurmstepd makes its own), under
+    ``sockets`` when given (a short directory: see the module's docstring)."""
 
     root: Path
+    sockets: Path | None = None
+
+    def socket_problem(self, nodes: list[str]) -> str | None:
+        """Why a socket of this cluster would not fit in ``sun_path``, or None."""
+        longest = max(nodes, key=len, default="n")
+        step = f"{longest}_{'9' * _JOB_ID_DIGITS}.{'9' * _STEP_ID_DIGITS}"
+        for path in (self.munge_socket, self.spool / longest / step):
+            if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+                return (
+                    f"embedded Slurm: the socket path {path} would be "
+                    f"{len(os.fsencode(path))} bytes, over the {SOCKET_PATH_MAX} the kernel "
+                    "allows; give the run a shorter --out directory"
+                )
+        return None
 
     @property
     def conf(self) -> Path:
@@ -187,7 +216,7 @@ class SlurmPaths:
 
     @property
     def munge_socket(self) -> Path:
-        return self.munge / "munge.socket"
+        return (self.sockets or self.munge) / "munge.socket"
 
     @property
     def munge_key(self) -> Path:
@@ -199,7 +228,7 @@ class SlurmPaths:
 
     @property
     def spool(self) -> Path:
-        return self.root / "spool"
+        return (self.sockets or self.root) / "spool"
 
     @property
     def logs(self) -> Path:
@@ -314,6 +343,11 @@ class EmbeddedSlurm:
         self.daemons: dict[str, _Daemon] = {}
         self._retired: list[_Daemon] = []
 
+    def place_sockets(self, directory: Path) -> None:
+        """Make the cluster's sockets under ``directory`` (short, the caller's to remove);
+        before :meth:`up`."""
+        self.paths = replace(self.paths, sockets=directory)
+
     @property
     def ledger(self) -> Any:
         return self.nodes.ledger
@@ -339,7 +373,18 @@ class EmbeddedSlurm:
         """Config, munge key (0400, fresh per run) and the directories, under the run dir."""
         p = self.paths
         spools = [p.spool / n for n in self.workers()]
-        for d in (p.root, p.state, p.spool, p.logs, p.run, p.jobs, p.root / "tmp", *spools):
+        sockets = [p.sockets] if p.sockets is not None else []
+        for d in (
+            p.root,
+            *sockets,
+            p.state,
+            p.spool,
+            p.logs,
+            p.run,
+            p.jobs,
+            p.root / "tmp",
+            *spools,
+        ):
             d.mkdir(parents=True, exist_ok=True)
         p.munge.mkdir(mode=0o755, exist_ok=True)
         p.munge.chmod(0o755)  # munged: "Socket is inaccessible" otherwise
@@ -474,7 +519,11 @@ class EmbeddedSlurm:
     # --- bring-up / tear-down -------------------------------------------------------------
 
     def up(self) -> None:
-        """Files, munged, slurmctld, every slurmd; returns when every node is idle."""
+        """Files, munged, slurmctld, every slurmd; returns when every node is idle. Raises
+        EnvironmentPrepError, before anything starts, when a socket path would be too long."""
+        problem = self.paths.socket_problem(self.workers())
+        if problem is not None:
+            raise EnvironmentPrepError(problem)
         self.write_files()
         self.start_munged()
         self.start_slurmctld(clean=True)

@@ -125,6 +125,7 @@ class EmbeddedSlurmPlatform(ProcessReplicas, NodeLinks, HostStorage, HostMemoryC
 
     def _prepare(self) -> None:
         self.cluster.prepare()
+        self.slurm.place_sockets(self.scratch() / "slurm")
         self.slurm.up()
         self._cluster_options = self.slurm.settings.recovery_options()
         self._emit("dossier", **self.dossier())
